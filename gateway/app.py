@@ -1,0 +1,120 @@
+"""The ASGI application: adapters are built in the lifespan and handed to the pipeline."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+
+from gateway.config import Config, load_config
+from gateway.errors import GatewayError
+from gateway.observability import Metrics
+from gateway.pipeline import Pipeline
+from gateway.ports import Upstream
+from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
+from gateway.store import connect
+from gateway.store.embedded import EmbeddedRedis
+from gateway.store.recorder import Recorder
+from gateway.store.redis_store import RedisStore
+from gateway.tasks import TaskTracker
+from gateway.tenants import TenantDirectory
+from gateway.tokenizer import tokenizer_for_model
+from gateway.upstream import FAKE_PREFIX, RoutingUpstream
+
+logger = logging.getLogger("gateway")
+
+# `gateway serve` starts the embedded store once in the parent process and tells its uvicorn
+# workers where it is through this variable, so they share one server.
+STORE_URL_ENV = "GATEWAY_STORE_URL"
+CONFIG_ENV = "GATEWAY_CONFIG"
+
+
+@dataclass
+class Gateway:
+    """Everything the handlers reach, built once per process."""
+
+    config: Config
+    tenants: TenantDirectory
+    pipeline: Pipeline
+    store: RedisStore
+    recorder: Recorder
+    metrics: Metrics
+
+    def refresh_metrics(self) -> None:
+        self.metrics.recorder_applied.set(self.recorder.applied)
+        self.metrics.recorder_dead.set(self.recorder.dead_lettered)
+
+
+def store_url(config: Config) -> tuple[str, EmbeddedRedis | None]:
+    """Where the store is, starting the embedded server if this process must."""
+    if os.environ.get(STORE_URL_ENV):
+        return os.environ[STORE_URL_ENV], None
+    if config.store != "embedded":
+        return config.store, None
+    embedded = EmbeddedRedis(config.server.data_dir)
+    embedded.start()
+    return embedded.url, embedded
+
+
+def routing_upstream(config: Config) -> RoutingUpstream:
+    """The fake upstream in-process; litellm (a ~3 s import) only if a real model is named,
+    and then at start-up rather than on the first request."""
+    real = any(not m.model.startswith(FAKE_PREFIX)
+               for t in config.tenants.values() for m in t.models.values())
+    if not real:
+        return RoutingUpstream()
+    from gateway.upstream.litellm_upstream import LitellmUpstream
+
+    return RoutingUpstream(litellm=LitellmUpstream())
+
+
+def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette:
+    """Build the app. `upstream` replaces the default routing upstream (tests)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        url, embedded = store_url(config)
+        redis = connect(url)
+        store = RedisStore(redis)
+        recorder = Recorder(redis, workers=config.recorder.workers,
+                            max_attempts=config.recorder.max_attempts,
+                            backoff_seconds=config.recorder.backoff_seconds,
+                            claim_idle_ms=int(config.recorder.claim_idle_seconds * 1000))
+        inline = config.recorder.mode == "inline"
+        tasks, metrics = TaskTracker(), Metrics()
+        pipeline = Pipeline(store=store, upstream=upstream or routing_upstream(config),
+                            tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
+                            inline_recorder=recorder if inline else None)
+        app.state.gateway = Gateway(config, TenantDirectory(config), pipeline, store, recorder,
+                                    metrics)
+        if not inline:
+            await recorder.start()
+        try:
+            yield
+        finally:
+            drain = config.recorder.drain_timeout_seconds
+            await tasks.drain(drain)
+            await recorder.drain(drain)
+            await recorder.stop()
+            await redis.aclose()
+            if embedded is not None:
+                embedded.stop()
+
+    exception_handlers: dict[Any, Any] = {
+        HTTPException: on_http_exception,
+        GatewayError: on_gateway_error,
+        Exception: on_unexpected,
+    }
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=exception_handlers)
+
+
+def app_from_env() -> Starlette:
+    """Factory for uvicorn workers: `uvicorn --factory gateway.app:app_from_env`."""
+    # Worker processes start fresh: give them the same one-line-per-record log output.
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return create_app(load_config(os.environ.get(CONFIG_ENV, "config.yaml")))

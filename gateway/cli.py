@@ -1,0 +1,83 @@
+"""The `gateway` command: serve, check-config, fake-upstream."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from gateway.config import load_config
+from gateway.errors import ConfigError
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", default="config.yaml", help="default: ./config.yaml")
+    serve.add_argument("--host", help="default: server.host of the config (127.0.0.1)")
+    serve.add_argument("--port", type=int, help="default: server.port of the config (8080)")
+    serve.add_argument("--workers", type=int, help="default: server.workers of the config")
+    serve.add_argument("--log-level", default="info")
+
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("path", nargs="?", default="config.yaml")
+
+    fake = commands.add_parser("fake-upstream",
+                               help="run the fake OpenAI-compatible upstream on its own")
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--port", type=int, default=9000)
+
+    args = parser.parse_args(argv)
+    if args.command == "check-config":
+        sys.exit(_check(args.path))
+    if args.command == "fake-upstream":
+        from gateway.upstream.fake_server import run_fake_upstream
+
+        run_fake_upstream(args.host, args.port)
+        return
+    _serve(args)
+
+
+def _check(path: str) -> int:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{path}: OK — store {config.store}, tenants: {', '.join(sorted(config.tenants))}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from gateway.app import CONFIG_ENV, STORE_URL_ENV, store_url
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        sys.exit(f"gateway: {exc}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stdout)
+    host = args.host or config.server.host
+    port = args.port or config.server.port
+    workers = args.workers or config.server.workers
+    # The store is started here, once, and shared by every worker process.
+    url, embedded = store_url(config)
+    os.environ[STORE_URL_ENV] = url
+    os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
+    if embedded is not None:
+        logging.getLogger("gateway").info('{"event": "embedded_store", "url": "%s"}', url)
+    try:
+        uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port,
+                    workers=workers, log_level=args.log_level, access_log=False)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+if __name__ == "__main__":
+    main()

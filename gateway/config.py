@@ -1,0 +1,226 @@
+"""The gateway's configuration: strict, typed, and loud about mistakes.
+
+Every model rejects unknown keys, and a bad file fails at start-up with the dotted key and the
+reason (`tenants.acme.context.max_recent_turns: Input should be greater than 0`). Secrets never
+live in the file: strings may reference environment variables as `${NAME}` (or
+`${NAME:-default}`), API keys are either `{env: NAME}` or `{sha256: <hex digest>}`, and model
+keys are named by `api_key_env`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gateway.core.ids import valid_id
+from gateway.core.policy import ContextPolicy
+from gateway.errors import ConfigError
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    workers: int = Field(1, ge=1, le=64)
+    data_dir: Path = Path("./data")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+
+
+class RecorderConfig(Strict):
+    mode: Literal["background", "inline"] = "background"
+    """inline applies each turn before the response returns: for tests and debugging only."""
+    workers: int = Field(1, ge=1, le=32)
+    max_attempts: int = Field(5, ge=1, le=100)
+    backoff_seconds: float = Field(0.2, gt=0)
+    claim_idle_seconds: float = Field(30.0, gt=0)
+    drain_timeout_seconds: float = Field(10.0, ge=0)
+
+
+class ApiKey(Strict):
+    env: str | None = None
+    sha256: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKey:
+        if (self.env is None) == (self.sha256 is None):
+            raise ValueError("give exactly one of `env` (an environment variable name) "
+                             "or `sha256` (the hex digest of the key)")
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return self
+
+    def digest(self, where: str) -> str:
+        if self.sha256 is not None:
+            return self.sha256
+        value = os.environ.get(self.env or "")
+        if not value:
+            raise ConfigError(f"{where}.env: environment variable {self.env} is not set")
+        return hash_key(value)
+
+
+class ModelConfig(Strict):
+    model: str = Field(min_length=1)
+    """A litellm model string (`openai/gpt-4o-mini`), or `fake/<behaviour>` for the built-in
+    fake upstream (echo, echo-messages, slow, error, ...)."""
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout_seconds: float = Field(600.0, gt=0)
+    litellm_params: dict[str, Any] = Field(default_factory=dict)
+    """Further per-call litellm arguments (api_version, ...). Never secrets: use api_key_env."""
+
+    def api_key(self, where: str) -> str | None:
+        if self.api_key_env is None:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise ConfigError(
+                f"{where}.api_key_env: environment variable {self.api_key_env} is not set")
+        return value
+
+
+class ContextConfig(Strict):
+    max_context_tokens: int = Field(8000, gt=0)
+    reserve_completion_tokens: int = Field(1000, ge=0)
+    max_recent_turns: int = Field(20, gt=0)
+    truncate_message_tokens: int = Field(1000, gt=16)
+
+    @model_validator(mode="after")
+    def _reserve_fits(self) -> ContextConfig:
+        if self.reserve_completion_tokens >= self.max_context_tokens:
+            raise ValueError("reserve_completion_tokens must be smaller than max_context_tokens")
+        return self
+
+    def policy(self) -> ContextPolicy:
+        return ContextPolicy(**self.model_dump())
+
+
+class HeaderConfig(Strict):
+    conversation_id: str = "X-Conversation-Id"
+    user_id: str = "X-User-Id"
+    persist: str = "X-Gateway-Persist"
+
+    @field_validator("*")
+    @classmethod
+    def _header_name(cls, value: str) -> str:
+        if not _HEADER_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a valid HTTP header name")
+        return value
+
+
+class TenantConfig(Strict):
+    api_keys: list[ApiKey] = Field(min_length=1)
+    models: dict[str, ModelConfig] = Field(min_length=1)
+    context: ContextConfig = ContextConfig()
+    headers: HeaderConfig = HeaderConfig()
+
+
+class Config(Strict):
+    server: ServerConfig = ServerConfig()
+    store: str = "embedded"
+    """`embedded` (a bundled server in server.data_dir) or a redis://, rediss:// or unix:// URL."""
+    recorder: RecorderConfig = RecorderConfig()
+    tenants: dict[str, TenantConfig] = Field(min_length=1)
+
+    @field_validator("store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if value != "embedded" and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be `embedded` or a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, value: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
+        for name in value:
+            if not valid_id(name):
+                raise ValueError(f"tenant name {name!r} must match [A-Za-z0-9][A-Za-z0-9._@:+=-]*")
+        return value
+
+    def key_digests(self) -> dict[str, str]:
+        """sha256(key) -> tenant name. Raises ConfigError for a missing env var or a key
+        shared by two tenants."""
+        owners: dict[str, str] = {}
+        for name, tenant in self.tenants.items():
+            for i, key in enumerate(tenant.api_keys):
+                digest = key.digest(f"tenants.{name}.api_keys.{i}")
+                if digest in owners and owners[digest] != name:
+                    raise ConfigError(f"tenants.{name}.api_keys.{i}: the same key is also "
+                                      f"configured for tenant {owners[digest]}")
+                owners[digest] = name
+        return owners
+
+    def check_secrets(self) -> None:
+        """Resolve every env-referenced secret now, so a missing one fails at start-up."""
+        self.key_digests()
+        for name, tenant in self.tenants.items():
+            for alias, model in tenant.models.items():
+                model.api_key(f"tenants.{name}.models.{alias}")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def interpolate(value: Any, where: str = "") -> Any:
+    """Replace `${NAME}` / `${NAME:-default}` in every string of a parsed YAML document."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, f"{where}.{i}") for i, v in enumerate(value)]
+    if isinstance(value, str):
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        return _ENV_REF.sub(substitute, value)
+    return value
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def parse_config(data: Any, source: str = "config") -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    try:
+        config = Config.model_validate(interpolate(data))
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            # model_validator errors have an empty loc tail; field errors name the field.
+            message = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{_dotted(err['loc']) or '(top level)'}: {message}")
+        raise ConfigError(f"{source}: invalid configuration\n  " + "\n  ".join(lines)) from None
+    config.check_secrets()
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    return parse_config(data, str(path))

@@ -1,0 +1,134 @@
+"""Chat messages as immutable values, their canonical form and their chained ids.
+
+A `Message` keeps everything the client sent for one message, so a rewrite can hand it back
+byte-for-byte: `role`, `content` (a string, a list of content parts, or None) and every other
+field (`name`, `tool_calls`, `tool_call_id`, ...) in `extra`. Values are deep-frozen on the way
+in (dicts become sorted tuples of pairs, lists become tuples) and thawed by `to_openai()`, so
+a message can be hashed, compared and shared without anyone mutating it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+
+class _FrozenDict(tuple):
+    """Marks a frozen mapping, so thawing can tell it from a frozen list of pairs."""
+
+    __slots__ = ()
+
+
+def freeze(value: Any) -> Any:
+    if isinstance(value, _FrozenDict):
+        return value
+    if isinstance(value, Mapping):
+        return _FrozenDict(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    if isinstance(value, _FrozenDict):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    content: Any = None
+    extra: Any = field(default_factory=lambda: _FrozenDict())
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> Message:
+        """Build from an OpenAI message dict. Validation of roles/types is the caller's job."""
+        rest = {k: v for k, v in data.items() if k not in ("role", "content")}
+        return cls(role=data["role"], content=freeze(data.get("content")), extra=freeze(rest))
+
+    @classmethod
+    def of(cls, role: str, content: Any = None, **extra: Any) -> Message:
+        return cls(role=role, content=freeze(content), extra=freeze(extra))
+
+    def to_openai(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role}
+        if self.content is not None or self.role == "assistant":
+            out["content"] = thaw(self.content)
+        out.update(thaw(self.extra))
+        return out
+
+    def get(self, key: str, default: Any = None) -> Any:
+        for k, v in self.extra:
+            if k == key:
+                return thaw(v)
+        return default
+
+    def with_content(self, content: Any) -> Message:
+        return Message(role=self.role, content=freeze(content), extra=self.extra)
+
+    @property
+    def text(self) -> str:
+        """The message's text: the string content, or its text parts joined by newlines."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for part in thaw(self.content):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+
+    @property
+    def tool_call_ids(self) -> tuple[str, ...]:
+        """Ids of the tool calls an assistant message makes (empty for other messages)."""
+        calls = self.get("tool_calls") or []
+        return tuple(c["id"] for c in calls if isinstance(c, dict) and "id" in c)
+
+    @property
+    def is_instruction(self) -> bool:
+        return self.role in INSTRUCTION_ROLES
+
+    def canonical(self) -> str:
+        """Stable JSON text of the message: equal messages give equal text."""
+        return json.dumps(self.to_openai(), sort_keys=True, ensure_ascii=False,
+                          separators=(",", ":"))
+
+
+def chain_id(parent_id: str | None, message: Message) -> str:
+    """Id of `message` stored after `parent_id`: equal content at an equal place, equal id."""
+    digest = hashlib.sha256()
+    digest.update((parent_id or "").encode())
+    digest.update(b"\n")
+    digest.update(message.canonical().encode())
+    return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message in a conversation's transcript, with its chained id."""
+
+    id: str
+    parent_id: str | None
+    message: Message
+    created_at: float = 0.0
+    incomplete: bool = False
+
+
+def chain(parent_id: str | None, messages: tuple[Message, ...] | list[Message],
+          created_at: float = 0.0) -> tuple[StoredMessage, ...]:
+    """Give each message its chained id, the first one following `parent_id`."""
+    out = []
+    for m in messages:
+        mid = chain_id(parent_id, m)
+        out.append(StoredMessage(id=mid, parent_id=parent_id, message=m, created_at=created_at))
+        parent_id = mid
+    return tuple(out)

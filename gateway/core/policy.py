@@ -1,0 +1,21 @@
+"""The per-tenant context policy, as the pure core sees it (config.py builds it from YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPolicy:
+    max_context_tokens: int = 8000
+    """The model's whole window as the tenant wants it used: prompt plus completion."""
+    reserve_completion_tokens: int = 1000
+    """Kept free for the completion; the forwarded prompt gets the rest."""
+    max_recent_turns: int = 20
+    """At most this many user turns of history are forwarded verbatim."""
+    truncate_message_tokens: int = 1000
+    """A history message longer than this is forwarded shortened (the stored one is not)."""
+
+    @property
+    def prompt_budget(self) -> int:
+        return max(0, self.max_context_tokens - self.reserve_completion_tokens)

@@ -1,0 +1,75 @@
+"""The assistant's reply as a message to record, from a completion or from streamed chunks."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gateway.core.messages import Message
+
+
+def reply_from_completion(response: Mapping[str, Any]) -> Message | None:
+    """The first choice's message of a `chat.completion` (None if there is none)."""
+    choices = response.get("choices") or []
+    if not choices or not isinstance(choices[0], Mapping):
+        return None
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        return None
+    kept = {k: v for k, v in message.items()
+            if v is not None and k in ("content", "tool_calls", "function_call", "name",
+                                       "refusal", "audio")}
+    return Message.from_openai({"role": "assistant", **kept})
+
+
+class StreamAssembler:
+    """Accumulates `chat.completion.chunk` deltas of the first choice into one message.
+
+    Tool calls arrive as fragments keyed by `index`: the id, type and name come once, the
+    arguments string in pieces; they are joined in index order.
+    """
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.chunks = 0
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        self.chunks += 1
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self._text.append(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                self._add_call(call)
+
+    def _add_call(self, fragment: Mapping[str, Any]) -> None:
+        slot = self._calls.setdefault(int(fragment.get("index", 0)),
+                                      {"id": None, "type": "function",
+                                       "function": {"name": "", "arguments": ""}})
+        if fragment.get("id"):
+            slot["id"] = fragment["id"]
+        if fragment.get("type"):
+            slot["type"] = fragment["type"]
+        function = fragment.get("function") or {}
+        if function.get("name"):
+            slot["function"]["name"] += function["name"]
+        if function.get("arguments"):
+            slot["function"]["arguments"] += function["arguments"]
+
+    @property
+    def complete(self) -> bool:
+        return self.finish_reason is not None
+
+    def message(self) -> Message | None:
+        """The reply so far; None if nothing arrived."""
+        if not self._text and not self._calls:
+            return None
+        data: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
+        if self._calls:
+            data["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
+        return Message.from_openai(data)

@@ -1,0 +1,245 @@
+"""The rewrite: which messages the model sees for one request, under the tenant's budget.
+
+Output order (DESIGN.md, "What the model sees"), cache friendly:
+
+    [instructions] [summary block] [profile block] [recent history] [recalled block] [current]
+
+Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properties.py):
+- instructions and the current turn are forwarded verbatim and never dropped, even when they
+  alone exceed the budget (then `over_budget` is set and nothing else is added);
+- otherwise the forwarded prompt, counted with `count_messages`, fits `policy.prompt_budget`;
+- recent history is a contiguous suffix of the history, chronological, at most
+  `policy.max_recent_turns` user turns, starting at a user message — except when not even the
+  newest turn fits whole: then the newest messages of that turn that fit are forwarded alone
+  (the model's last reply matters most to a follow-up such as "yes, do that");
+- a tool call travels with its results: an assistant message and the tool messages after it are
+  kept or dropped together, and a tool message is never forwarded without its call;
+- a history message longer than `policy.truncate_message_tokens` is forwarded as a shortened
+  copy (its head plus `TRUNCATION_MARKER`); inputs are never altered;
+- memory blocks are added, in priority order summary, profile, recalled, each only if it fits
+  beside instructions and the current turn; recent history fills what is left;
+- with empty memory and everything fitting, the output is exactly instructions + history +
+  current, the same `Message` values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from gateway.core.memory import BlockName, MemoryContext, render_blocks
+from gateway.core.messages import Message, thaw
+from gateway.core.policy import ContextPolicy
+from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
+
+TRUNCATION_MARKER = " […]"
+_ANSWER_ROLES = frozenset({"tool", "function"})
+
+Conversation = tuple[Message, ...]
+Unit = tuple[Message, ...]
+"""Messages kept or dropped together: one message plus the tool results that follow it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteRequest:
+    instructions: tuple[Message, ...]
+    """The client's system/developer messages, in order (also those sent mid-conversation)."""
+    history: tuple[Message, ...]
+    """The reconciled conversation before the current turn, oldest first."""
+    current: tuple[Message, ...]
+    """The last user message and everything after it (tool calls and results), verbatim."""
+    policy: ContextPolicy
+    memory: MemoryContext = MemoryContext()
+
+    def __post_init__(self) -> None:
+        for name in ("instructions", "history", "current"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    messages: tuple[Message, ...]
+    tokens_original: int
+    """count_messages(instructions + history + current)."""
+    tokens_forwarded: int
+    """count_messages(messages)."""
+    recent_turns: int
+    """User turns of history forwarded."""
+    history_kept: int
+    """History messages forwarded (shortened or not)."""
+    truncated: int
+    """History messages forwarded as shortened copies."""
+    over_budget: bool
+    """Instructions and the current turn alone exceed the budget; they were forwarded anyway."""
+    memory_blocks: tuple[BlockName, ...] = ()
+    """The memory blocks forwarded, in priority order."""
+
+
+def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
+    """(history, current) of a conversation without instructions: the current turn starts at
+    the last user message. Without any user message nothing is history: there is no turn
+    boundary to cut at, so the whole conversation is the current turn, forwarded verbatim."""
+    messages = tuple(conversation)
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            return messages[:i], messages[i:]
+    return (), messages
+
+
+def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
+    """The messages to forward upstream for `request` (see the module docstring)."""
+    policy = request.policy
+    fixed = request.instructions + request.current
+    fixed_cost = _sum_cost(fixed, tokenizer)
+    history_cost = _sum_cost(request.history, tokenizer)
+    tokens_original = _total(fixed_cost + history_cost, bool(fixed or request.history))
+
+    if _total(fixed_cost, bool(fixed)) > policy.prompt_budget:
+        return Rewrite(messages=fixed, tokens_original=tokens_original,
+                       tokens_forwarded=_total(fixed_cost, bool(fixed)), recent_turns=0,
+                       history_kept=0, truncated=0, over_budget=True)
+
+    # Anything added makes the prompt non-empty, so the reply priming is always paid.
+    room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
+    blocks: dict[BlockName, Message] = {}
+    for name, block in render_blocks(request.memory).by_priority():
+        cost = count_message(block, tokenizer)
+        if cost <= room:
+            blocks[name] = block
+            room -= cost
+
+    window = _recent_window(request.history, room, policy, tokenizer)
+    messages = (
+        request.instructions
+        + tuple(blocks[n] for n in ("summary", "profile") if n in blocks)
+        + window.messages
+        + tuple(blocks[n] for n in ("recalled",) if n in blocks)
+        + request.current
+    )
+    added_cost = sum(count_message(b, tokenizer) for b in blocks.values()) + window.cost
+    return Rewrite(
+        messages=messages,
+        tokens_original=tokens_original,
+        tokens_forwarded=_total(fixed_cost + added_cost, bool(messages)),
+        recent_turns=sum(1 for m in window.messages if m.role == "user"),
+        history_kept=len(window.messages),
+        truncated=window.truncated,
+        over_budget=False,
+        memory_blocks=tuple(blocks),
+    )
+
+
+def truncate_message(message: Message, max_tokens: int, tokenizer: Tokenizer) -> Message:
+    """`message` itself if its text has at most `max_tokens` tokens, else a copy whose text is
+    cut to its first `max_tokens` tokens followed by `TRUNCATION_MARKER`. In a list of content
+    parts the text parts share the limit in order: the part that overflows is cut and marked,
+    later text parts are dropped, other parts (images, audio, files) are all kept."""
+    content = message.content
+    if content is None or tokenizer.count(message.text) <= max_tokens:
+        return message
+    if isinstance(content, str):
+        return message.with_content(_cut(content, max_tokens, tokenizer))
+    parts, changed = _truncate_parts(thaw(content), max_tokens, tokenizer)
+    return message.with_content(parts) if changed else message
+
+
+def _truncate_parts(parts: list[Any], max_tokens: int,
+                    tokenizer: Tokenizer) -> tuple[list[Any], bool]:
+    out: list[Any] = []
+    room, cut = max_tokens, False
+    for part in parts:
+        if not (isinstance(part, dict) and isinstance(part.get("text"), str)):
+            out.append(part)
+            continue
+        if cut:
+            continue
+        n = tokenizer.count(part["text"])
+        if n <= room:
+            out.append(part)
+            room -= n
+        else:
+            out.append({**part, "text": _cut(part["text"], room, tokenizer)})
+            cut = True
+    return out, cut
+
+
+def _cut(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
+    return tokenizer.truncate(text, max(0, max_tokens)) + TRUNCATION_MARKER
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    messages: tuple[Message, ...] = ()
+    cost: int = 0
+    truncated: int = 0
+
+
+def _recent_window(history: tuple[Message, ...], room: int, policy: ContextPolicy,
+                   tokenizer: Tokenizer) -> _Window:
+    """The newest whole turns that fit `room` (at most `max_recent_turns` user turns),
+    chronological; stops at the first turn that does not fit. If not even the newest turn
+    fits whole, its newest units that fit instead."""
+    kept: list[Unit] = []  # newest first
+    cost = user_turns = 0
+    for turn in reversed(_turns(_units(history))):
+        is_user_turn = turn[0][0].role == "user"
+        if is_user_turn and user_turns >= policy.max_recent_turns:
+            break
+        shortened = [_shorten(unit, policy, tokenizer) for unit in turn]
+        costs = [_sum_cost(unit, tokenizer) for unit in shortened]
+        if cost + sum(costs) <= room:
+            kept.extend(reversed(shortened))
+            cost += sum(costs)
+            user_turns += is_user_turn
+            continue
+        if not kept:
+            # The user message opens the turn, so a partial turn never includes it.
+            for unit, unit_cost in zip(reversed(shortened), reversed(costs)):
+                if cost + unit_cost > room:
+                    break
+                kept.append(unit)
+                cost += unit_cost
+        break
+    messages = tuple(m for unit in reversed(kept) for m in unit)
+    originals = history[len(history) - len(messages):]  # the window is a suffix of history
+    return _Window(messages=messages, cost=cost,
+                   truncated=sum(1 for m, o in zip(messages, originals) if m is not o))
+
+
+def _units(history: tuple[Message, ...]) -> list[Unit]:
+    """History cut into units: each message with the tool/function results after it. Results
+    at the very start of the history answer a call that is not there; they are never
+    forwarded (the provider would reject them)."""
+    units: list[list[Message]] = []
+    for message in history:
+        if message.role in _ANSWER_ROLES:
+            if units:
+                units[-1].append(message)
+            continue
+        units.append([message])
+    return [tuple(unit) for unit in units]
+
+
+def _turns(units: list[Unit]) -> list[tuple[Unit, ...]]:
+    """Units grouped into turns, each opened by a user message; units before the first user
+    message form a turn of their own (it counts as no user turn)."""
+    turns: list[list[Unit]] = []
+    for unit in units:
+        if unit[0].role == "user" or not turns:
+            turns.append([unit])
+        else:
+            turns[-1].append(unit)
+    return [tuple(turn) for turn in turns]
+
+
+def _shorten(unit: Unit, policy: ContextPolicy, tokenizer: Tokenizer) -> Unit:
+    return tuple(truncate_message(m, policy.truncate_message_tokens, tokenizer) for m in unit)
+
+
+def _sum_cost(messages: Sequence[Message], tokenizer: Tokenizer) -> int:
+    return sum(count_message(m, tokenizer) for m in messages)
+
+
+def _total(message_cost: int, any_messages: bool) -> int:
+    """count_messages from the sum of count_message: the priming is paid once, if any."""
+    return REPLY_PRIMING + message_cost if any_messages else 0

@@ -1,0 +1,48 @@
+"""Token counting as the core needs it: an interface, plus OpenAI's per-message accounting."""
+
+from __future__ import annotations
+
+import json
+from typing import Protocol
+
+from gateway.core.messages import Message
+
+# OpenAI's chat format costs a few tokens per message beyond its text, and 3 to prime the reply
+# (the figures of OpenAI's cookbook for gpt-3.5/4-class models).
+PER_MESSAGE = 3
+PER_NAME = 1
+REPLY_PRIMING = 3
+# A non-text content part (image, audio, file) is counted at a flat rate: its real cost depends
+# on the provider and is not knowable from the request alone.
+PER_NON_TEXT_PART = 85
+
+
+class Tokenizer(Protocol):
+    def count(self, text: str) -> int: ...
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of `text` that has at most `max_tokens` tokens."""
+        ...
+
+
+def count_message(message: Message, tokenizer: Tokenizer) -> int:
+    n = PER_MESSAGE + tokenizer.count(message.role) + tokenizer.count(message.text)
+    if not isinstance(message.content, (str, type(None))):
+        n += PER_NON_TEXT_PART * sum(
+            1 for part in message.to_openai()["content"]
+            if not (isinstance(part, dict) and part.get("type") == "text")
+        )
+    for key, value in message.to_openai().items():
+        if key in ("role", "content"):
+            continue
+        if key == "name":
+            n += PER_NAME
+        n += tokenizer.count(value if isinstance(value, str) else json.dumps(value))
+    return n
+
+
+def count_messages(messages: list[Message] | tuple[Message, ...], tokenizer: Tokenizer) -> int:
+    """Prompt tokens of a chat request made of `messages` (0 for no messages)."""
+    if not messages:
+        return 0
+    return REPLY_PRIMING + sum(count_message(m, tokenizer) for m in messages)

@@ -1,0 +1,160 @@
+"""Reconciling what a client sends with the stored transcript, and applying recorded turns.
+
+Two kinds of client must both work (DESIGN.md, "Reconciling what the client sends"):
+stateless clients resend the whole history each call, stateful clients send only what is new.
+`reconcile` works out, for one request, the conversation the model should see and which
+incoming messages are new. `apply_turn` is what the recorder does with a recorded turn: append
+it, skip what is already stored (ids are chained hashes, so a retried job is a no-op), or —
+when the client changed an earlier turn — start a new branch where it diverged, keeping the old
+branch rather than overwriting it. Both are pure; the store performs the edit they describe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from gateway.core.messages import Message, StoredMessage, chain
+
+# How a request related to the stored transcript; logged, and used by tests.
+Kind = Literal["new", "stateless", "stateful", "fork", "regenerate"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One request's contribution to a transcript: the new messages plus the reply.
+
+    mode "after": the messages follow the stored message `parent_id` (None: the very start);
+    what is already stored there is skipped, a difference starts a new branch.
+    mode "append": the messages go after whatever the transcript ends with when the record is
+    applied — how a stateful client's concurrent messages all land.
+    """
+
+    mode: Literal["after", "append"]
+    parent_id: str | None
+    messages: tuple[Message, ...]
+    created_at: float = 0.0
+    request_id: str = ""
+    incomplete_reply: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    kind: Kind
+    conversation: tuple[Message, ...]
+    """Every non-instruction message this request sees, oldest first, ending with the client's."""
+    new: tuple[Message, ...]
+    """Incoming messages not stored yet (the reply is added to these when recording)."""
+    mode: Literal["after", "append"]
+    parent_id: str | None
+
+    def record(self, reply: Sequence[Message], *, created_at: float = 0.0, request_id: str = "",
+               incomplete_reply: bool = False) -> TurnRecord:
+        return TurnRecord(mode=self.mode, parent_id=self.parent_id,
+                          messages=tuple(self.new) + tuple(reply), created_at=created_at,
+                          request_id=request_id, incomplete_reply=incomplete_reply)
+
+
+def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _suffix_overlap(stored: Sequence[Message], incoming: Sequence[Message]) -> int:
+    """Largest k with stored[-k:] == incoming[:k] (0 if none)."""
+    for k in range(min(len(stored), len(incoming)), 0, -1):
+        if tuple(stored[-k:]) == tuple(incoming[:k]):
+            return k
+    return 0
+
+
+def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> Reconciliation:
+    """Relate the client's non-instruction messages to the stored transcript (active branch)."""
+    incoming = tuple(incoming)
+    if not stored:
+        return Reconciliation("new", incoming, incoming, "after", None)
+    known = tuple(s.message for s in stored)
+
+    sends_history = any(m.role == "assistant" for m in incoming)
+    p = _common_prefix(incoming, known)
+    # Starting at the transcript's start means resending history — unless the client sends no
+    # assistant message and stops short: then it is a stateful client whose new message
+    # happens to equal the first stored one ("hi" again).
+    if p and (p == len(known) or sends_history):
+        parent = stored[p - 1].id
+        if p == len(known):
+            kind: Kind = "stateless"
+        elif p == len(incoming):
+            kind = "regenerate"  # it resent a prefix: the reply it asks for starts a branch
+        else:
+            kind = "fork"  # it changed a later turn: its version wins, the old one is kept
+        return Reconciliation(kind, incoming, incoming[p:], "after", parent)
+
+    k = _suffix_overlap(known, incoming)
+    if k:
+        # A window of recent messages plus what is new: the store supplies the rest.
+        return Reconciliation("stateful", known + incoming[k:], incoming[k:], "append", None)
+
+    if sends_history:
+        # The client sends its own history, which differs from the stored one. Align it at the
+        # latest place its first message occurs, else at the start; the old branch is kept.
+        for j in range(len(known) - 1, -1, -1):
+            if known[j] == incoming[0]:
+                n = _common_prefix(incoming, known[j:])
+                return Reconciliation("fork", known[:j] + incoming, incoming[n:], "after",
+                                      stored[j + n - 1].id)
+        return Reconciliation("fork", incoming, incoming, "after", None)
+
+    # Only new user/tool messages: a stateful client.
+    return Reconciliation("stateful", known + incoming, incoming, "append", None)
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptEdit:
+    """Keep the first `keep` stored messages, archive the rest as a branch, then append."""
+
+    keep: int
+    append: tuple[StoredMessage, ...]
+
+    def archives(self, length: int) -> bool:
+        return self.keep < length
+
+    def applied_to(self, stored: Sequence[StoredMessage]) -> tuple[StoredMessage, ...]:
+        return tuple(stored[: self.keep]) + self.append
+
+
+def apply_turn(stored: Sequence[StoredMessage], record: TurnRecord) -> TranscriptEdit:
+    """The edit that records `record` on the transcript `stored` (its active branch)."""
+    if record.mode == "append" or (
+        record.parent_id is not None and all(s.id != record.parent_id for s in stored)
+    ):
+        # A parent no longer on the active branch (archived concurrently) is not a reason to
+        # lose the turn: it goes at the end, like a stateful client's.
+        parent = stored[-1].id if stored else None
+        return TranscriptEdit(len(stored), _chained(parent, record))
+
+    position = 0
+    if record.parent_id is not None:
+        position = next(i for i, s in enumerate(stored) if s.id == record.parent_id) + 1
+    new = _chained(record.parent_id, record)
+    matched = 0
+    while (matched < len(new) and position + matched < len(stored)
+           and stored[position + matched].id == new[matched].id):
+        matched += 1
+    rest = new[matched:]
+    if not rest:
+        return TranscriptEdit(len(stored), ())  # already recorded (a retried job)
+    return TranscriptEdit(min(position + matched, len(stored)), rest)
+
+
+def _chained(parent_id: str | None, record: TurnRecord) -> tuple[StoredMessage, ...]:
+    out = chain(parent_id, record.messages, created_at=record.created_at)
+    if record.incomplete_reply and out:
+        last = out[-1]
+        out = out[:-1] + (StoredMessage(last.id, last.parent_id, last.message, last.created_at,
+                                        incomplete=True),)
+    return out

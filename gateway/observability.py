@@ -1,0 +1,112 @@
+"""What operators see: one JSON log line per request, `x-gateway-*` headers, Prometheus metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+request_logger = logging.getLogger("gateway.request")
+
+
+@dataclass
+class RequestLog:
+    """The facts of one request, filled in as it goes and emitted once at the end."""
+
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    tenant: str | None = None
+    user: str | None = None
+    conversation: str | None = None
+    model: str | None = None
+    stream: bool = False
+    status: int = 200
+    reconcile: str | None = None
+    tokens_original: int | None = None
+    tokens_forwarded: int | None = None
+    recent_turns: int | None = None
+    truncated: int | None = None
+    over_budget: bool | None = None
+    persisted: bool | None = None
+    passthrough: str | None = None
+    """Why the request was forwarded without memory (no_conversation_id, store_unavailable)."""
+    error: str | None = None
+    load_ms: float | None = None
+    rewrite_ms: float | None = None
+    upstream_ms: float | None = None
+    """Until the upstream's answer (streaming: its first chunk)."""
+    total_ms: float | None = None
+
+    def since_start_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
+
+    @property
+    def overhead_ms(self) -> float:
+        """Time the gateway spent before handing the request upstream."""
+        return round((self.load_ms or 0) + (self.rewrite_ms or 0), 3)
+
+    def headers(self) -> dict[str, str]:
+        out = {"x-gateway-request-id": self.request_id,
+               "x-gateway-overhead-ms": f"{self.overhead_ms:.3f}"}
+        if self.tokens_original is not None:
+            out["x-gateway-tokens-original"] = str(self.tokens_original)
+        if self.tokens_forwarded is not None:
+            out["x-gateway-tokens-forwarded"] = str(self.tokens_forwarded)
+        if self.passthrough:
+            out["x-gateway-passthrough"] = self.passthrough
+        return out
+
+    def emit(self) -> None:
+        self.total_ms = round(self.since_start_ms(), 3)
+        record = {"time": round(time.time(), 3), "event": "chat_completion"}
+        record.update({k: (round(v, 3) if isinstance(v, float) else v)
+                       for k, v in asdict(self).items() if k != "started" and v is not None})
+        record["overhead_ms"] = self.overhead_ms
+        level = logging.WARNING if self.status >= 500 else logging.INFO
+        request_logger.log(level, json.dumps(record, ensure_ascii=False))
+
+
+class Metrics:
+    """The gateway's Prometheus metrics, on a registry of its own (no global state)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("gateway_requests_total", "Chat completion requests.",
+                                ["tenant", "status", "stream"], registry=self.registry)
+        self.passthrough = Counter("gateway_passthrough_total",
+                                   "Requests forwarded without memory, by reason.",
+                                   ["reason"], registry=self.registry)
+        self.latency = Histogram("gateway_request_seconds", "Total request latency.",
+                                 registry=self.registry)
+        self.overhead = Histogram("gateway_overhead_seconds",
+                                  "Time spent before the upstream call.",
+                                  buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1),
+                                  registry=self.registry)
+        self.tokens_original = Counter("gateway_tokens_original_total",
+                                       "Prompt tokens of the full conversations.",
+                                       registry=self.registry)
+        self.tokens_forwarded = Counter("gateway_tokens_forwarded_total",
+                                        "Prompt tokens forwarded upstream.",
+                                        registry=self.registry)
+        self.record_failures = Counter("gateway_record_enqueue_failures_total",
+                                       "Turns that could not be enqueued for recording.",
+                                       registry=self.registry)
+        self.recorder_applied = Gauge("gateway_recorder_applied", "Turns applied by this process.",
+                                      registry=self.registry)
+        self.recorder_dead = Gauge("gateway_recorder_dead_lettered",
+                                   "Turns dead-lettered by this process.", registry=self.registry)
+
+    def observe(self, log: RequestLog) -> None:
+        self.requests.labels(log.tenant or "-", str(log.status), str(log.stream).lower()).inc()
+        if log.passthrough:
+            self.passthrough.labels(log.passthrough).inc()
+        if log.total_ms is not None:
+            self.latency.observe(log.total_ms / 1000)
+        self.overhead.observe(log.overhead_ms / 1000)
+        if log.tokens_original is not None:
+            self.tokens_original.inc(log.tokens_original)
+        if log.tokens_forwarded is not None:
+            self.tokens_forwarded.inc(log.tokens_forwarded)

@@ -1,0 +1,190 @@
+"""One chat completion, from parsed request to upstream answer and recorded turn.
+
+load the conversation ─► reconcile ─► core.rewrite ─► upstream ─► answer ─► enqueue the turn
+
+The pipeline is the only place that touches the store and the upstream on the request path.
+Failure policy (DESIGN.md): if the store fails, the client's own messages go upstream
+unchanged and the log says why; upstream errors reach the client with the upstream's status;
+a turn that cannot be enqueued is logged and counted, never raised to the client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Protocol
+
+from gateway.chat_request import ChatRequest
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import Message
+from gateway.core.reply import StreamAssembler, reply_from_completion
+from gateway.core.rewrite import RewriteRequest, rewrite, split_current
+from gateway.core.tokens import Tokenizer, count_messages
+from gateway.core.transcript import Reconciliation, reconcile
+from gateway.errors import UpstreamError
+from gateway.observability import Metrics, RequestLog
+from gateway.ports import ConversationStore, Upstream, UpstreamCall
+from gateway.tasks import TaskTracker
+from gateway.tenants import Tenant
+
+logger = logging.getLogger("gateway.pipeline")
+
+
+class InlineRecorder(Protocol):
+    async def process_available(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request ready to go upstream, and what recording its turn needs."""
+
+    call: UpstreamCall
+    key: ConversationKey | None
+    reconciliation: Reconciliation | None
+    persist: bool
+
+    @property
+    def records(self) -> bool:
+        return self.persist and self.key is not None and self.reconciliation is not None
+
+
+class Pipeline:
+    def __init__(self, *, store: ConversationStore, upstream: Upstream,
+                 tokenizer_for: Callable[[str], Tokenizer], tasks: TaskTracker,
+                 metrics: Metrics, inline_recorder: InlineRecorder | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.store = store
+        self.upstream = upstream
+        self.tokenizer_for = tokenizer_for
+        self.tasks = tasks
+        self.metrics = metrics
+        self.inline_recorder = inline_recorder
+        self.clock = clock
+
+    async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
+                      persist: bool, log: RequestLog) -> Prepared:
+        route = tenant.route(chat.model)
+        tokenizer = self.tokenizer_for(route.model)
+        messages, reconciliation = chat.messages, None
+        if key is None:
+            log.passthrough = "no_conversation_id"
+        else:
+            started = time.perf_counter()
+            try:
+                stored = await self.store.load(key)
+            except Exception as exc:  # noqa: BLE001 — any store failure fails open, logged
+                logger.warning("store unavailable, forwarding unchanged: %r", exc)
+                log.passthrough, log.error = "store_unavailable", repr(exc)
+            else:
+                log.load_ms = (time.perf_counter() - started) * 1000
+                started = time.perf_counter()
+                reconciliation, messages = self._rewrite(chat, tenant, stored, tokenizer, log)
+                log.rewrite_ms = (time.perf_counter() - started) * 1000
+        if reconciliation is None:
+            log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
+        call = UpstreamCall(model=route.model,
+                            body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
+                            api_base=route.api_base, api_key=route.api_key,
+                            timeout=route.timeout, extra=dict(route.litellm_params))
+        return Prepared(call, key, reconciliation, persist)
+
+    @staticmethod
+    def _rewrite(chat: ChatRequest, tenant: Tenant, stored, tokenizer: Tokenizer,
+                 log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
+        instructions = tuple(m for m in chat.messages if m.is_instruction)
+        incoming = tuple(m for m in chat.messages if not m.is_instruction)
+        reconciliation = reconcile(incoming, stored)
+        history, current = split_current(reconciliation.conversation)
+        result = rewrite(RewriteRequest(instructions=instructions, history=history,
+                                        current=current, policy=tenant.policy), tokenizer)
+        log.reconcile = reconciliation.kind
+        log.tokens_original, log.tokens_forwarded = result.tokens_original, result.tokens_forwarded
+        log.recent_turns, log.truncated = result.recent_turns, result.truncated
+        log.over_budget = result.over_budget
+        return reconciliation, result.messages
+
+    async def complete(self, prepared: Prepared, log: RequestLog) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            response = await self.upstream.complete(prepared.call)
+        finally:
+            log.upstream_ms = (time.perf_counter() - started) * 1000
+        reply = reply_from_completion(response)
+        await self.record(prepared, [reply] if reply else [], log)
+        return response
+
+    async def open_stream(self, prepared: Prepared, log: RequestLog) -> AsyncIterator[bytes]:
+        """Start streaming: the first upstream chunk is read here, so an upstream that refuses
+        raises UpstreamError before the client is sent a 200. Returns the SSE byte stream."""
+        started = time.perf_counter()
+        chunks = aiter(self.upstream.stream(prepared.call))
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        finally:
+            log.upstream_ms = (time.perf_counter() - started) * 1000
+        return self._sse(prepared, first, chunks, log)
+
+    async def _sse(self, prepared: Prepared, first: dict[str, Any] | None,
+                   chunks: AsyncIterator[dict[str, Any]], log: RequestLog) -> AsyncIterator[bytes]:
+        """Pass chunks through as server-sent events, teeing them into the reply; whatever
+        happens — completion, upstream failure, the client hanging up — the turn is recorded
+        (an unfinished reply marked incomplete) and the request logged."""
+        assembler = StreamAssembler()
+        finished = False
+        try:
+            if first is not None:
+                assembler.add(first)
+                yield _event(first)
+            async for chunk in chunks:
+                assembler.add(chunk)
+                yield _event(chunk)
+            finished = True
+            yield b"data: [DONE]\n\n"
+        except UpstreamError as exc:
+            log.status, log.error = exc.status, f"upstream failed mid-stream: {exc.message}"
+            yield _event(exc.body())
+        finally:
+            if not finished and log.error is None:
+                log.error = "client disconnected"
+            reply = assembler.message()
+            await self.tasks.shielded(
+                self.record(prepared, [reply] if reply else [], log,
+                            incomplete=not finished or not assembler.complete),
+                name=f"record-{log.request_id}")
+            self.finish(log)
+
+    def finish(self, log: RequestLog) -> None:
+        """The request's one log line and its metrics."""
+        log.emit()
+        self.metrics.observe(log)
+
+    async def record(self, prepared: Prepared, reply: list[Message], log: RequestLog, *,
+                     incomplete: bool = False) -> None:
+        """Enqueue the turn durably (the recorder applies it later, or now when inline)."""
+        log.persisted = False
+        if not prepared.records:
+            return
+        assert prepared.key is not None and prepared.reconciliation is not None
+        record = prepared.reconciliation.record(reply, created_at=self.clock(),
+                                                request_id=log.request_id,
+                                                incomplete_reply=incomplete and bool(reply))
+        if not record.messages:
+            return
+        try:
+            await self.store.record(prepared.key, record)
+            if self.inline_recorder is not None:
+                await self.inline_recorder.process_available()
+        except Exception as exc:  # noqa: BLE001 — the client already has its answer; log it
+            logger.error("could not record turn of request %s: %r", log.request_id, exc)
+            log.error = f"record failed: {exc!r}"
+            return
+        log.persisted = True
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() \
+        + b"\n\n"

@@ -1,0 +1,59 @@
+"""The small interfaces between the request path and the outside world.
+
+The pipeline only talks to these; the app's lifespan builds the real adapters (Redis store,
+litellm upstream, fake upstream) and tests may pass others. Anything that crosses a port is a
+plain value: frozen core types in, OpenAI-shaped dicts out of the upstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol
+
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import StoredMessage
+from gateway.core.transcript import TurnRecord
+
+
+class ConversationStore(Protocol):
+    async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
+        """The active branch of the transcript, including turns recorded but not yet applied."""
+        ...
+
+    async def record(self, key: ConversationKey, record: TurnRecord) -> str:
+        """Durably enqueue a turn for the recorder; returns the job id. Raises if the store is
+        unreachable (the caller logs it; the client's request has already been answered)."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise if the store cannot be reached."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCall:
+    """One chat completion call: the litellm model string and the OpenAI request body.
+
+    `body` holds every request field but `model` — `messages` already rewritten, unknown
+    fields (tools, response_format, temperature, ...) passed through untouched.
+    """
+
+    model: str
+    body: dict[str, Any]
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float = 600.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Further per-call litellm arguments from the tenant's model config (api_version, ...)."""
+
+
+class Upstream(Protocol):
+    async def complete(self, call: UpstreamCall) -> dict[str, Any]:
+        """A non-streaming completion as an OpenAI `chat.completion` dict.
+        Raises gateway.errors.UpstreamError (status + OpenAI error body) on failure."""
+        ...
+
+    def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+        """Streaming completion: OpenAI `chat.completion.chunk` dicts. Errors raise
+        gateway.errors.UpstreamError — before the first chunk if the upstream refuses."""
+        ...

@@ -1,0 +1,148 @@
+"""HTTP handlers. They only translate: parse and validate, call the pipeline, serialise."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.chat_request import ChatRequest, parse_body, parse_chat_request
+from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
+from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
+from gateway.observability import RequestLog
+from gateway.tenants import Tenant
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+logger = logging.getLogger("gateway.routes")
+
+
+def _gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+async def chat_completions(request: Request) -> Response:
+    gateway = _gateway(request)
+    log = RequestLog(request_id="req_" + uuid.uuid4().hex[:24])
+    try:
+        tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
+        log.tenant = tenant.name
+        raw = await _read_body(request, gateway.config.server.max_body_bytes)
+        chat = parse_chat_request(parse_body(raw))
+        log.model, log.stream = chat.model, chat.stream
+        key, persist = _identity(request, tenant, chat)
+        log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
+        prepared = await gateway.pipeline.prepare(chat, tenant, key, persist, log)
+        if chat.stream:
+            events = await gateway.pipeline.open_stream(prepared, log)
+            return StreamingResponse(events, media_type="text/event-stream",
+                                     headers={**log.headers(), "cache-control": "no-cache"})
+        answer = await gateway.pipeline.complete(prepared, log)
+    except GatewayError as exc:
+        log.status, log.error = exc.status, exc.message
+        gateway.pipeline.finish(log)
+        return error_response(exc, log.headers())
+    gateway.pipeline.finish(log)
+    return JSONResponse(answer, headers=log.headers())
+
+
+async def list_models(request: Request) -> Response:
+    tenant = _gateway(request).tenants.authenticate(request.headers.get("authorization"))
+    return JSONResponse({"object": "list", "data": [
+        {"id": alias, "object": "model", "created": 0, "owned_by": tenant.name}
+        for alias in sorted(tenant.routes)]})
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    try:
+        await _gateway(request).store.ping()
+    except Exception as exc:  # noqa: BLE001 — readiness reports any store failure
+        return JSONResponse({"status": "unavailable", "store": repr(exc)}, status_code=503)
+    return JSONResponse({"status": "ready", "store": "ok"})
+
+
+async def metrics(request: Request) -> Response:
+    gateway = _gateway(request)
+    gateway.refresh_metrics()
+    return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _identity(request: Request, tenant: Tenant,
+              chat: ChatRequest) -> tuple[ConversationKey | None, bool]:
+    names = tenant.headers
+    conversation = request.headers.get(names.conversation_id) or chat.conversation_id
+    user = request.headers.get(names.user_id) or chat.user
+    for value, param in ((conversation, names.conversation_id), (user, names.user_id)):
+        if value is not None and not valid_id(value):
+            raise BadRequest(f"`{param}` must be 1-128 characters of letters, digits and "
+                             "._@:+=- (starting with a letter or digit).", param=param,
+                             code="invalid_id")
+    persist = _flag(request.headers.get(names.persist), names.persist)
+    if conversation is None:
+        return None, persist
+    return ConversationKey(tenant.name, user or ANONYMOUS_USER, conversation), persist
+
+
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value.strip().lower() in ("true", "1", "yes", "on"):
+        return True
+    if value.strip().lower() in ("false", "0", "no", "off"):
+        return False
+    raise BadRequest(f"`{name}` must be true or false.", param=name)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    return bytes(body)
+
+
+def error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+async def on_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error = GatewayError(exc.detail, status=exc.status_code, type="invalid_request_error",
+                         code="not_found" if exc.status_code == 404 else "invalid_request")
+    return error_response(error)
+
+
+async def on_gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return error_response(exc)
+
+
+async def on_unexpected(request: Request, exc: Exception) -> Response:
+    # The last line of defence: a bug must still answer in OpenAI's shape, and be logged.
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(GatewayError("The gateway hit an internal error.",
+                                       code="internal_error"))
+
+
+routes = [
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/models", list_models, methods=["GET"]),
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]

@@ -1,0 +1,99 @@
+"""JSON text of what the store keeps: stored messages, turn records, archived branches.
+
+Messages are kept in their OpenAI shape (`Message.to_openai`), so what is stored is what a
+client sent, readable by anything that reads Redis. Invariant: `decode_x(encode_x(v)) == v`
+for every value the core produces (ids are stored, and equal the chained ids recomputed from
+the decoded messages). Malformed text raises `CodecError`, never returns a partial value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from gateway.core.messages import Message, StoredMessage
+from gateway.core.transcript import TurnRecord
+
+
+class CodecError(ValueError):
+    """Stored text that is not a valid encoding (a poison job, or a foreign write)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedBranch:
+    """Messages that were the tail of the active branch until a fork replaced them."""
+
+    archived_at: float
+    messages: tuple[StoredMessage, ...]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise CodecError(f"not JSON: {exc}") from exc
+
+
+def _stored_to_dict(message: StoredMessage) -> dict[str, Any]:
+    return {"id": message.id, "parent_id": message.parent_id,
+            "message": message.message.to_openai(), "created_at": message.created_at,
+            "incomplete": message.incomplete}
+
+
+def _stored_from_dict(data: Any) -> StoredMessage:
+    try:
+        return StoredMessage(id=str(data["id"]), parent_id=data["parent_id"],
+                             message=Message.from_openai(data["message"]),
+                             created_at=float(data.get("created_at", 0.0)),
+                             incomplete=bool(data.get("incomplete", False)))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CodecError(f"not a stored message: {exc!r}") from exc
+
+
+def encode_stored(message: StoredMessage) -> str:
+    return _dumps(_stored_to_dict(message))
+
+
+def decode_stored(text: str | bytes) -> StoredMessage:
+    return _stored_from_dict(_loads(text))
+
+
+def encode_record(record: TurnRecord) -> str:
+    return _dumps({"mode": record.mode, "parent_id": record.parent_id,
+                   "messages": [m.to_openai() for m in record.messages],
+                   "created_at": record.created_at, "request_id": record.request_id,
+                   "incomplete_reply": record.incomplete_reply})
+
+
+def decode_record(text: str | bytes) -> TurnRecord:
+    data = _loads(text)
+    try:
+        mode = data["mode"]
+        if mode not in ("after", "append"):
+            raise ValueError(f"unknown mode {mode!r}")
+        return TurnRecord(mode=mode, parent_id=data["parent_id"],
+                          messages=tuple(Message.from_openai(m) for m in data["messages"]),
+                          created_at=float(data.get("created_at", 0.0)),
+                          request_id=str(data.get("request_id", "")),
+                          incomplete_reply=bool(data.get("incomplete_reply", False)))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CodecError(f"not a turn record: {exc!r}") from exc
+
+
+def encode_branch(archived_at: float, messages: Sequence[StoredMessage]) -> str:
+    return _dumps({"archived_at": archived_at,
+                   "messages": [_stored_to_dict(m) for m in messages]})
+
+
+def decode_branch(text: str | bytes) -> ArchivedBranch:
+    data = _loads(text)
+    try:
+        return ArchivedBranch(float(data["archived_at"]),
+                              tuple(_stored_from_dict(m) for m in data["messages"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CodecError(f"not an archived branch: {exc!r}") from exc

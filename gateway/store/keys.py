@@ -1,0 +1,83 @@
+"""Every Redis key the store uses, built in one place.
+
+Invariants:
+- every key starts with the key space's prefix (default "gw") and a kind ("c" for a
+  conversation's keys), so nothing else in a shared database is touched;
+- a conversation's keys are derived from tenant, user *and* conversation id together, each part
+  length-prefixed, so no two different (tenant, user, conversation) triples can share a key —
+  whatever characters the ids hold (":" is legal in ids, so plain joining could collide);
+- the record stream, its group and the dead-letter place are global to the key space: any
+  worker of any replica may apply any conversation's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.core.ids import ConversationKey
+
+
+def _part(value: str) -> str:
+    # Length-prefixing makes the encoding injective: "3:a:b" can only be read as the id "a:b".
+    return f"{len(value)}:{value}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKeys:
+    """The keys of one conversation (one user of one tenant)."""
+
+    transcript: str
+    """List: the active branch, one JSON StoredMessage per element, oldest first."""
+    branches: str
+    """List: archived branches, one JSON {archived_at, messages} per element, oldest first."""
+    pending: str
+    """Hash: seq -> JSON TurnRecord, enqueued and not yet applied (read-your-writes)."""
+    seq: str
+    """String counter: the seq of the last turn enqueued (INCR)."""
+    applied: str
+    """String: the seq of the last turn applied (or dead-lettered); turns apply in seq order."""
+    meta: str
+    """Hash: tenant, user, conversation, created_at, updated_at, message_count."""
+
+    def all(self) -> tuple[str, ...]:
+        return (self.transcript, self.branches, self.pending, self.seq, self.applied, self.meta)
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Names of all keys under one prefix. Tests and deployments sharing a database may pick
+    another prefix; the default is the one the gateway uses."""
+
+    prefix: str = "gw"
+
+    def conversation(self, key: ConversationKey) -> ConversationKeys:
+        base = (f"{self.prefix}:c:{_part(key.tenant)}:{_part(key.user)}:"
+                f"{_part(key.conversation)}")
+        return ConversationKeys(
+            transcript=f"{base}:transcript",
+            branches=f"{base}:branches",
+            pending=f"{base}:pending",
+            seq=f"{base}:seq",
+            applied=f"{base}:applied",
+            meta=f"{base}:meta",
+        )
+
+    @property
+    def records(self) -> str:
+        """Stream of record jobs: {tenant, user, conversation, seq, payload}."""
+        return f"{self.prefix}:records"
+
+    @property
+    def group(self) -> str:
+        """Consumer group of the recorders on `records`."""
+        return "recorders"
+
+    @property
+    def dead(self) -> str:
+        """Stream of jobs that failed `max_attempts` times, kept with their error."""
+        return f"{self.prefix}:records:dead"
+
+    @property
+    def dead_count(self) -> str:
+        """Counter of dead-lettered jobs (never decremented; the stream may be trimmed)."""
+        return f"{self.prefix}:records:dead:count"

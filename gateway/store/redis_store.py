@@ -1,0 +1,124 @@
+"""The conversation store on Redis (or Valkey): durable enqueue, read-your-writes load.
+
+Invariants:
+- `record` is one atomic step (a Lua script): the turn gets the conversation's next seq, is
+  kept in the pending hash and is added to the record stream — all or nothing. Once it returns,
+  the turn survives a crash of this process; the recorder applies it later, in seq order.
+- `load` returns the active branch *as it will be* once every pending turn is applied: the
+  stored transcript plus the pending turns applied in seq order with the same pure
+  `apply_turn` the recorder uses. The reads are one MULTI/EXEC, so a recorder applying a turn
+  concurrently can never make it appear twice or not at all.
+- The store keeps only what a record says and never mutates its inputs (all frozen values).
+
+The client must be created with `decode_responses=True` (see `gateway.store.connect`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as aioredis
+
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import StoredMessage
+from gateway.core.transcript import TurnRecord, apply_turn
+from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
+                                 decode_stored, encode_record)
+from gateway.store.keys import KeySpace
+
+log = logging.getLogger("gateway.store")
+
+# KEYS: seq counter, pending hash, record stream.
+# ARGV: tenant, user, conversation, payload.
+# Returns the stream entry id. Lua runs atomically, so seq order equals stream order per
+# conversation, and a seq is pending exactly while it is neither applied nor dead-lettered.
+_RECORD_LUA = """
+local seq = redis.call('INCR', KEYS[1])
+redis.call('HSET', KEYS[2], seq, ARGV[4])
+return redis.call('XADD', KEYS[3], '*', 'tenant', ARGV[1], 'user', ARGV[2],
+                  'conversation', ARGV[3], 'seq', seq, 'payload', ARGV[4])
+"""
+
+# KEYS: seq counter, applied seq, transcript, branches, pending, meta.
+# Marks every enqueued turn as done (applied := seq) while deleting the content, so jobs still
+# in the stream are duplicates to the recorder and cannot bring the conversation back.
+_DELETE_LUA = """
+local seq = redis.call('GET', KEYS[1])
+if seq then redis.call('SET', KEYS[2], seq) end
+return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+"""
+
+
+def require_decoded(client: aioredis.Redis) -> None:
+    """Fail early, with a clear message, on a client that returns bytes."""
+    if not client.connection_pool.connection_kwargs.get("decode_responses"):
+        raise ValueError("the store needs a redis client made with decode_responses=True "
+                         "(use gateway.store.connect)")
+
+
+class RedisStore:
+    """`ports.ConversationStore` on `redis.asyncio`."""
+
+    def __init__(self, client: aioredis.Redis, keys: KeySpace | None = None):
+        require_decoded(client)
+        self._redis = client
+        self.keys = keys or KeySpace()
+        self._record_script = client.register_script(_RECORD_LUA)
+        self._delete_script = client.register_script(_DELETE_LUA)
+
+    async def record(self, key: ConversationKey, record: TurnRecord) -> str:
+        ck = self.keys.conversation(key)
+        entry_id = await self._record_script(
+            keys=[ck.seq, ck.pending, self.keys.records],
+            args=[key.tenant, key.user, key.conversation, encode_record(record)])
+        return str(entry_id)
+
+    async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
+        ck = self.keys.conversation(key)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.lrange(ck.transcript, 0, -1)
+            pipe.hgetall(ck.pending)
+            pipe.get(ck.applied)
+            raw_transcript, pending, applied = await pipe.execute()
+        messages = tuple(decode_stored(text) for text in raw_transcript)
+        done = int(applied or 0)
+        for seq in sorted(int(s) for s in pending):
+            if seq <= done:
+                continue  # cannot happen with our writers; never apply a turn twice
+            try:
+                turn = decode_record(pending[str(seq)])
+            except CodecError:
+                # A poison job: the recorder will dead-letter it; the conversation stays usable.
+                log.warning("skipping undecodable pending turn %s of %s", seq, key)
+                continue
+            messages = apply_turn(messages, turn).applied_to(messages)
+        return messages
+
+    async def delete(self, key: ConversationKey) -> None:
+        """Forget the conversation: transcript, branches, pending turns and meta. Turns
+        enqueued before the delete are never applied afterwards (the seq counters stay)."""
+        ck = self.keys.conversation(key)
+        await self._delete_script(keys=[ck.seq, ck.applied, ck.transcript, ck.branches,
+                                        ck.pending, ck.meta])
+
+    async def ping(self) -> None:
+        await self._redis.ping()
+
+    async def branches(self, key: ConversationKey) -> tuple[ArchivedBranch, ...]:
+        """Archived branches of the conversation, oldest first."""
+        raw = await self._redis.lrange(self.keys.conversation(key).branches, 0, -1)
+        return tuple(decode_branch(text) for text in raw)
+
+    async def applied_seq(self, key: ConversationKey) -> int:
+        """Seq of the last turn applied or dead-lettered (0: none yet)."""
+        return int(await self._redis.get(self.keys.conversation(key).applied) or 0)
+
+    async def pending_count(self, key: ConversationKey) -> int:
+        """Turns enqueued and not yet applied."""
+        return int(await self._redis.hlen(self.keys.conversation(key).pending))
+
+    async def meta(self, key: ConversationKey) -> dict[str, str]:
+        return dict(await self._redis.hgetall(self.keys.conversation(key).meta))
+
+    async def dead_letter_count(self) -> int:
+        return int(await self._redis.get(self.keys.dead_count) or 0)

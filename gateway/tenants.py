@@ -1,0 +1,66 @@
+"""Tenants as the request path sees them: who a key belongs to, and where its models go."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from gateway.config import Config, HeaderConfig, hash_key
+from gateway.core.policy import ContextPolicy
+from gateway.errors import ModelNotFound, Unauthorized
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    alias: str
+    model: str
+    api_base: str | None
+    api_key: str | None
+    timeout: float
+    litellm_params: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    routes: Mapping[str, ModelRoute]
+    policy: ContextPolicy
+    headers: HeaderConfig
+
+    def route(self, alias: str) -> ModelRoute:
+        try:
+            return self.routes[alias]
+        except KeyError:
+            raise ModelNotFound(f"The model `{alias}` does not exist for this API key. "
+                                f"Known models: {', '.join(sorted(self.routes))}.",
+                                param="model") from None
+
+
+class TenantDirectory:
+    """Maps API keys to tenants. Keys are only ever held as sha256 digests."""
+
+    def __init__(self, config: Config):
+        self._tenants = {
+            name: Tenant(
+                name=name,
+                routes={alias: ModelRoute(alias, m.model, m.api_base,
+                                          m.api_key(f"tenants.{name}.models.{alias}"),
+                                          m.timeout_seconds, dict(m.litellm_params))
+                        for alias, m in t.models.items()},
+                policy=t.context.policy(),
+                headers=t.headers,
+            )
+            for name, t in config.tenants.items()
+        }
+        self._by_digest = config.key_digests()
+
+    def authenticate(self, authorization: str | None) -> Tenant:
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Unauthorized("Missing API key: send `Authorization: Bearer <key>`.")
+        digest = hash_key(key.strip())
+        for known, tenant in self._by_digest.items():
+            if hmac.compare_digest(known, digest):
+                return self._tenants[tenant]
+        raise Unauthorized("Incorrect API key provided.")

@@ -1,0 +1,223 @@
+"""The built-in fake upstream: an OpenAI chat model that behaves by its model name.
+
+Shared by the in-process adapter (`FakeUpstream`, model strings `fake/<behaviour>`) and the
+standalone server (`fake_server.py`, model `<behaviour>`). Behaviours:
+
+- `echo` — replies with the last user message's text. Any unknown name behaves like `echo`.
+- `echo-messages` — replies with `json.dumps(messages, ensure_ascii=False)`: exactly what it
+  was sent, so tests and benchmarks can see what the gateway forwarded.
+- `slow` (2 s), `slow-<ms>` (e.g. `slow-250`) — `echo` after a delay; spread over the chunks
+  when streaming.
+- `error` (500), `error-<status>` (e.g. `error-429`) — that HTTP status with OpenAI's error body.
+- `tool-call` — one call of the request's first tool (or `echo` if it sent none), with
+  `{"input": <last user text>}` as arguments and finish_reason `tool_calls`.
+
+Responses say they are fake (`model: fake/<name>`, `system_fingerprint: context-gateway-fake`)
+and are deterministic except for ids and timestamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from gateway.errors import UpstreamError
+from gateway.ports import UpstreamCall
+
+FINGERPRINT = "context-gateway-fake"
+SLOW_DEFAULT_SECONDS = 2.0
+BEHAVIOURS = ("echo", "echo-messages", "slow", "slow-250", "error", "error-429", "error-400",
+              "error-503", "tool-call")
+"""Names listed by the fake server's /v1/models (any name works)."""
+
+_CHUNK_PIECES = 4
+_ERROR_TEXT = {400: ("invalid_request_error", "invalid_request"),
+               401: ("invalid_request_error", "invalid_api_key"),
+               403: ("invalid_request_error", "permission_denied"),
+               404: ("invalid_request_error", "model_not_found"),
+               429: ("requests", "rate_limit_exceeded")}
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    name: str
+    """The model name without `fake/`, as echoed in responses' `model` (`fake/<name>`)."""
+    kind: str
+    """One of echo, echo-messages, tool-call, error."""
+    delay: float = 0.0
+    status: int = 200
+
+
+def behaviour_for(model: str) -> Behaviour:
+    name = model.removeprefix("fake/")
+    if name in ("echo-messages", "tool-call"):
+        return Behaviour(name, name)
+    if name == "slow":
+        return Behaviour(name, "echo", delay=SLOW_DEFAULT_SECONDS)
+    if name.startswith("slow-") and name[5:].isdigit():
+        return Behaviour(name, "echo", delay=int(name[5:]) / 1000)
+    if name == "error":
+        return Behaviour(name, "error", status=500)
+    if name.startswith("error-") and name[6:].isdigit() and 400 <= int(name[6:]) <= 599:
+        return Behaviour(name, "error", status=int(name[6:]))
+    return Behaviour(name, "echo")
+
+
+def error_body(behaviour: Behaviour) -> dict[str, Any]:
+    """OpenAI's error shape for an `error*` behaviour."""
+    type_, code = _ERROR_TEXT.get(behaviour.status, ("server_error", None))
+    return {"error": {"message": f"The fake upstream ({behaviour.name}) failed with HTTP "
+                                 f"{behaviour.status}, as asked.",
+                      "type": type_, "param": None, "code": code}}
+
+
+class FakeModel:
+    """Turns a chat request into the fake's OpenAI-shaped answer (no I/O, no sleeping)."""
+
+    def __init__(self) -> None:
+        self._encoding: Any = None  # tiktoken cl100k, loaded on first count
+
+    def count(self, text: str) -> int:
+        if self._encoding is None:
+            import tiktoken  # offline: gateway._offline points its cache at litellm's files
+
+            self._encoding = tiktoken.get_encoding("cl100k_base")
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def completion(self, behaviour: Behaviour, body: dict[str, Any]) -> dict[str, Any]:
+        """A `chat.completion`; the caller handles `error` behaviours (see `error_body`)."""
+        content, tool_call = self._reply(behaviour, body)
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if tool_call is not None:
+            message["tool_calls"] = [tool_call]
+        return {
+            "id": _new_id(), "object": "chat.completion", "created": int(time.time()),
+            "model": f"fake/{behaviour.name}", "system_fingerprint": FINGERPRINT,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "stop" if tool_call is None else "tool_calls"}],
+            "usage": self._usage(body, content, tool_call),
+        }
+
+    def chunks(self, behaviour: Behaviour, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The `chat.completion.chunk`s of a streamed answer: a role chunk, the content (or
+        tool-call arguments) in a few pieces, a final chunk with finish_reason, and a usage
+        chunk (`choices: []`) when `stream_options.include_usage` is true."""
+        content, tool_call = self._reply(behaviour, body)
+        head = {"id": _new_id(), "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": f"fake/{behaviour.name}", "system_fingerprint": FINGERPRINT}
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                         "finish_reason": finish_reason}]}
+
+        if tool_call is None:
+            out = [chunk({"role": "assistant", "content": "", "refusal": None})]
+            out += [chunk({"content": piece}) for piece in _pieces(content or "")]
+            out.append(chunk({}, "stop"))
+        else:
+            function = tool_call["function"]
+            first = {"index": 0, "id": tool_call["id"], "type": "function",
+                     "function": {"name": function["name"], "arguments": ""}}
+            out = [chunk({"role": "assistant", "content": None, "tool_calls": [first]})]
+            out += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+                    for piece in _pieces(function["arguments"])]
+            out.append(chunk({}, "tool_calls"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            out.append({**head, "choices": [], "usage": self._usage(body, content, tool_call)})
+        return out
+
+    def _reply(self, behaviour: Behaviour, body: dict[str, Any]
+               ) -> tuple[str | None, dict[str, Any] | None]:
+        messages = body.get("messages") or []
+        if behaviour.kind == "echo-messages":
+            return json.dumps(messages, ensure_ascii=False), None
+        text = _last_user_text(messages)
+        if behaviour.kind == "tool-call":
+            tools = body.get("tools") or []
+            name = "echo"
+            if tools and isinstance(tools[0], dict):
+                name = (tools[0].get("function") or {}).get("name") or name
+            arguments = json.dumps({"input": text}, ensure_ascii=False)
+            return None, {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+                          "function": {"name": name, "arguments": arguments}}
+        return text, None
+
+    def _usage(self, body: dict[str, Any], content: str | None,
+               tool_call: dict[str, Any] | None) -> dict[str, int]:
+        prompt = 3  # reply priming, then OpenAI's per-message accounting
+        for message in body.get("messages") or []:
+            if isinstance(message, dict):
+                prompt += 3 + self.count(str(message.get("role", "")))
+                prompt += self.count(_text_of(message.get("content")))
+        reply = content if tool_call is None else tool_call["function"]["arguments"]
+        completion = self.count(reply or "")
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+
+class FakeUpstream:
+    """ports.Upstream for model strings `fake/<behaviour>`, answered in process."""
+
+    def __init__(self, model: FakeModel | None = None) -> None:
+        self._model = model or FakeModel()
+
+    async def complete(self, call: UpstreamCall) -> dict[str, Any]:
+        behaviour = behaviour_for(call.model)
+        if behaviour.delay:
+            await asyncio.sleep(behaviour.delay)
+        if behaviour.kind == "error":
+            raise _error(behaviour)
+        return self._model.completion(behaviour, call.body)
+
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+        behaviour = behaviour_for(call.model)
+        if behaviour.kind == "error":
+            raise _error(behaviour)  # from the first __anext__, before any chunk
+        chunks = self._model.chunks(behaviour, call.body)
+        pause = stream_pause(behaviour, len(chunks))
+        for chunk in chunks:
+            if pause:
+                await asyncio.sleep(pause)
+            yield chunk
+
+
+def stream_pause(behaviour: Behaviour, chunk_count: int) -> float:
+    """Seconds to wait before each chunk so a slow stream takes `behaviour.delay` in all."""
+    return behaviour.delay / chunk_count if chunk_count else 0.0
+
+
+def _error(behaviour: Behaviour) -> UpstreamError:
+    body = error_body(behaviour)
+    return UpstreamError(body["error"]["message"], status=behaviour.status, upstream_body=body)
+
+
+def _new_id() -> str:
+    return "chatcmpl-fake-" + uuid.uuid4().hex[:20]
+
+
+def _last_user_text(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message.get("content"))
+    return ""
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content
+                       if isinstance(part, dict) and part.get("type") == "text")
+    return ""
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` cut into at most a few pieces (none if empty) that join back to it exactly."""
+    if not text:
+        return []
+    size = -(-len(text) // _CHUNK_PIECES)
+    return [text[i:i + size] for i in range(0, len(text), size)]

@@ -1,0 +1,80 @@
+"""The fake upstream as a standalone OpenAI-compatible HTTP server (`gateway fake-upstream`).
+
+The request body's `model` selects the behaviour (see `gateway.upstream.fake`). Errors are real
+HTTP errors with OpenAI's error body; streams are SSE ending with `data: [DONE]`. Benchmarks
+put a gateway in front of it, so a request does no more work than building its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.upstream.fake import BEHAVIOURS, FakeModel, behaviour_for, error_body, stream_pause
+
+
+def create_fake_app() -> Starlette:
+    model = FakeModel()
+    model.count("")  # load the tokenizer now (~0.2 s), not during the first timed request
+
+    async def chat_completions(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _bad_request("The request body is not valid JSON.")
+        if not isinstance(body, dict) or not isinstance(body.get("messages", []), list):
+            return _bad_request("Expected a JSON object with a `messages` array.")
+        behaviour = behaviour_for(str(body.get("model") or "echo"))
+        if behaviour.kind == "error":
+            return JSONResponse(error_body(behaviour), status_code=behaviour.status)
+        if body.get("stream"):
+            chunks = model.chunks(behaviour, body)
+            return StreamingResponse(_sse(chunks, stream_pause(behaviour, len(chunks))),
+                                     media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
+        if behaviour.delay:
+            await asyncio.sleep(behaviour.delay)
+        return JSONResponse(model.completion(behaviour, body))
+
+    async def models(request: Request) -> Response:
+        created = int(time.time())
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "context-gateway-fake"}
+            for name in BEHAVIOURS]})
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ])
+
+
+def run_fake_upstream(host: str, port: int) -> None:
+    """Serve the fake until interrupted (blocking)."""
+    import uvicorn
+
+    uvicorn.run(create_fake_app(), host=host, port=port, log_level="warning", access_log=False)
+
+
+async def _sse(chunks: list[dict[str, Any]], pause: float) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        if pause:
+            await asyncio.sleep(pause)
+        yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def _bad_request(message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
+                                   "param": None, "code": None}}, status_code=400)

@@ -1,0 +1,53 @@
+"""Running the real gateway over HTTP on loopback, against a real store, for tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, Iterator
+
+from gateway.app import create_app
+from gateway.config import Config, hash_key, parse_config
+from gateway.core.ids import ANONYMOUS_USER, ConversationKey
+from gateway.ports import Upstream
+from tests.support.servers import serve
+
+KEYS = {"acme": "acme-key", "globex": "globex-key"}
+MODELS = {
+    "echo": {"model": "fake/echo"},
+    "messages": {"model": "fake/echo-messages"},
+    "rate-limited": {"model": "fake/error-429"},
+    "broken": {"model": "fake/error"},
+    "slow": {"model": "fake/slow-300"},
+}
+
+
+def gateway_config(store: str, *, context: dict[str, Any] | None = None,
+                   recorder: dict[str, Any] | None = None,
+                   models: dict[str, Any] | None = None, **top: Any) -> Config:
+    tenant = {"models": {**MODELS, **(models or {})},
+              "context": context or {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
+    return parse_config({
+        "store": store,
+        "recorder": recorder or {"mode": "inline"},
+        "tenants": {name: {**tenant, "api_keys": [{"sha256": hash_key(key)}]}
+                    for name, key in KEYS.items()},
+        **top,
+    })
+
+
+@contextlib.contextmanager
+def running_gateway(config: Config, upstream: Upstream | None = None) -> Iterator[str]:
+    """The gateway served by uvicorn on a free loopback port; yields its base URL."""
+    with serve(create_app(config, upstream=upstream)) as base_url:
+        yield base_url
+
+
+def conversation_key(conversation: str, tenant: str = "acme",
+                     user: str = ANONYMOUS_USER) -> ConversationKey:
+    return ConversationKey(tenant, user, conversation)
+
+
+def forwarded(reply_text: str) -> list[dict[str, Any]]:
+    """The messages the `fake/echo-messages` upstream received, from its reply."""
+    return json.loads(reply_text)

@@ -1,0 +1,93 @@
+"""The config is strict, typed, and names the key to fix."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import hash_key, load_config, parse_config
+from gateway.errors import ConfigError
+from gateway.tenants import TenantDirectory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def minimal(**tenant_extra):
+    return {"tenants": {"acme": {"api_keys": [{"sha256": hash_key("k")}],
+                                 "models": {"m": {"model": "fake/echo"}}, **tenant_extra}}}
+
+
+def error_of(data) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    return str(info.value)
+
+
+def test_the_shipped_config_is_valid_and_has_the_demo_tenant():
+    config = load_config(ROOT / "config.yaml")
+    tenant = TenantDirectory(config).authenticate("Bearer demo-key")
+    assert tenant.name == "demo" and tenant.route("demo").model == "fake/echo"
+    assert config.store == "embedded"
+
+
+@pytest.mark.parametrize("data, key", [
+    (minimal(context={"max_recent_turns": 0}), "tenants.acme.context.max_recent_turns"),
+    (minimal(context={"max_recnt_turns": 3}), "tenants.acme.context.max_recnt_turns"),
+    (minimal(models={"m": {"model": "fake/echo", "api_key": "sk-literal"}}),
+     "tenants.acme.models.m.api_key"),
+    ({**minimal(), "server": {"port": 70000}}, "server.port"),
+    ({**minimal(), "store": "postgres://x"}, "store"),
+    ({**minimal(), "recorder": {"mode": "sometimes"}}, "recorder.mode"),
+    (minimal(api_keys=[{"sha256": "nothex"}]), "tenants.acme.api_keys.0"),
+    (minimal(api_keys=[{"env": "A", "sha256": hash_key("x")}]), "tenants.acme.api_keys.0"),
+    (minimal(headers={"conversation_id": "bad header"}), "tenants.acme.headers.conversation_id"),
+    ({"tenants": {}}, "tenants"),
+])
+def test_invalid_config_names_the_dotted_key(data, key):
+    assert key in error_of(data)
+
+
+def test_reserve_must_leave_room_for_the_prompt():
+    message = error_of(minimal(context={"max_context_tokens": 100,
+                                        "reserve_completion_tokens": 100}))
+    assert "tenants.acme.context" in message and "reserve_completion_tokens" in message
+
+
+def test_missing_environment_variable_is_named(monkeypatch):
+    monkeypatch.delenv("NOPE_KEY", raising=False)
+    assert "tenants.acme.api_keys.0.env: environment variable NOPE_KEY" in error_of(
+        minimal(api_keys=[{"env": "NOPE_KEY"}]))
+    assert "tenants.acme.models.m.api_key_env" in error_of(
+        minimal(models={"m": {"model": "openai/x", "api_key_env": "NOPE_KEY"}}))
+
+
+def test_env_interpolation_and_env_keys(monkeypatch):
+    monkeypatch.setenv("ACME_KEY", "secret-1")
+    monkeypatch.setenv("UPSTREAM", "http://up.test/v1")
+    config = parse_config(minimal(
+        api_keys=[{"env": "ACME_KEY"}],
+        models={"m": {"model": "openai/x", "api_base": "${UPSTREAM}"}},
+    ) | {"store": "${NOT_SET_STORE:-embedded}"})
+    directory = TenantDirectory(config)
+    assert directory.authenticate("Bearer secret-1").route("m").api_base == "http://up.test/v1"
+    assert config.store == "embedded"
+
+
+def test_a_key_shared_by_two_tenants_is_refused():
+    data = minimal()
+    data["tenants"]["other"] = data["tenants"]["acme"]
+    assert "also configured for tenant" in error_of(data)
+
+
+def test_check_config_command_prints_the_same_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(minimal(context={"max_recent_turns": -1})))
+    result = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(bad)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "tenants.acme.context.max_recent_turns" in result.stderr
+    good = subprocess.run([sys.executable, "-m", "gateway", "check-config",
+                           str(ROOT / "config.yaml")], capture_output=True, text=True, timeout=60)
+    assert good.returncode == 0 and "OK" in good.stdout

@@ -1,0 +1,290 @@
+"""The gateway end to end: the real app over HTTP, the real openai SDK, a real store."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import openai
+import pytest
+
+from gateway.store import connect
+from gateway.store.redis_store import RedisStore
+from tests.support.gateway import KEYS, conversation_key, forwarded, gateway_config, \
+    running_gateway
+
+
+@pytest.fixture
+def gateway_url(redis_url):
+    with running_gateway(gateway_config(redis_url)) as url:
+        yield url
+
+
+@pytest.fixture
+def client(gateway_url):
+    return openai.OpenAI(base_url=gateway_url + "/v1", api_key=KEYS["acme"], max_retries=0)
+
+
+@pytest.fixture
+async def store(redis_url):
+    redis = connect(redis_url)
+    yield RedisStore(redis)
+    await redis.aclose()
+
+
+def post(url, body, *, key=KEYS["acme"], headers=None, **kwargs):
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {key}", **(headers or {})}, **kwargs)
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def test_openai_sdk_non_streaming_gets_the_upstream_answer(client):
+    raw = client.chat.completions.with_raw_response.create(
+        model="echo", messages=[user("hello there")],
+        extra_headers={"X-Conversation-Id": "sdk-1"})
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "hello there"
+    assert completion.choices[0].message.role == "assistant"
+    assert raw.headers["x-gateway-request-id"].startswith("req_")
+    assert int(raw.headers["x-gateway-tokens-forwarded"]) > 0
+    assert float(raw.headers["x-gateway-overhead-ms"]) >= 0
+
+
+def test_openai_sdk_streaming_gets_every_chunk(client):
+    stream = client.chat.completions.create(
+        model="echo", stream=True, messages=[user("stream these words back to me")],
+        extra_headers={"X-Conversation-Id": "sdk-2"})
+    chunks = list(stream)
+    assert len(chunks) > 2
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == \
+        "stream these words back to me"
+
+
+async def test_turns_are_recorded_with_the_reply(client, store):
+    for text in ("first", "second"):
+        client.chat.completions.create(model="echo", messages=[user(text)],
+                                       extra_headers={"X-Conversation-Id": "rec"})
+    stored = await store.load(conversation_key("rec"))
+    assert [(s.message.role, s.message.text) for s in stored] == [
+        ("user", "first"), ("assistant", "first"), ("user", "second"), ("assistant", "second")]
+
+
+async def test_streamed_reply_is_recorded(client, store):
+    list(client.chat.completions.create(model="echo", stream=True, messages=[user("s1")],
+                                        extra_headers={"X-Conversation-Id": "st"}))
+    stored = await store.load(conversation_key("st"))
+    assert [s.message.text for s in stored] == ["s1", "s1"]
+    assert not stored[-1].incomplete
+
+
+async def test_forty_turn_stateless_conversation_is_stored_once_and_stays_under_budget(
+        gateway_url, store):
+    history: list[dict] = [{"role": "system", "content": "You are terse."}]
+    budget = 2000 - 200
+    for turn in range(40):
+        history.append(user(f"Turn {turn}: " + "tell me more about the weather " * 8))
+        response = post(gateway_url, {"model": "messages", "messages": history},
+                        headers={"X-Conversation-Id": "long"})
+        assert response.status_code == 200, response.text
+        assert int(response.headers["x-gateway-tokens-forwarded"]) <= budget
+        sent = forwarded(response.json()["choices"][0]["message"]["content"])
+        assert sent[0] == history[0] and sent[-1] == history[-1]
+        history.append(response.json()["choices"][0]["message"])
+    assert int(response.headers["x-gateway-tokens-original"]) > 3 * budget
+    stored = await store.load(conversation_key("long"))
+    assert len(stored) == 80  # 40 user + 40 assistant, each once; system prompts not stored
+    assert [s.message.to_openai()["content"] for s in stored[::2]] == \
+        [m["content"] for m in history[1::2]]
+
+
+def test_stateless_and_stateful_clients_get_the_same_upstream_request(gateway_url):
+    system = {"role": "system", "content": "Be brief."}
+    full_history: list[dict] = []
+    for turn in range(6):
+        message = user(f"question {turn} " + "padding words " * 30)
+        full_history.append(message)
+        stateless = post(gateway_url, {"model": "messages", "messages": [system, *full_history]},
+                         headers={"X-Conversation-Id": "stateless"})
+        stateful = post(gateway_url, {"model": "messages", "messages": [system, message]},
+                        headers={"X-Conversation-Id": "stateful"})
+        a = stateless.json()["choices"][0]["message"]["content"]
+        b = stateful.json()["choices"][0]["message"]["content"]
+        assert a == b
+        full_history.append({"role": "assistant", "content": a})
+
+
+async def test_no_conversation_id_forwards_unchanged_and_stores_nothing(gateway_url, redis_url):
+    messages = [{"role": "system", "content": "s"}, user("a"), {"role": "assistant",
+                                                               "content": "b"}, user("c")]
+    response = post(gateway_url, {"model": "messages", "messages": messages})
+    assert response.status_code == 200
+    assert forwarded(response.json()["choices"][0]["message"]["content"]) == messages
+    assert response.headers["x-gateway-passthrough"] == "no_conversation_id"
+    redis = connect(redis_url)
+    try:
+        assert [k async for k in redis.scan_iter("gw:*conv*")] == []
+    finally:
+        await redis.aclose()
+
+
+async def test_persist_false_uses_memory_but_stores_nothing(gateway_url, store):
+    post(gateway_url, {"model": "echo", "messages": [user("remember me")]},
+         headers={"X-Conversation-Id": "tmp"})
+    response = post(gateway_url, {"model": "messages", "messages": [user("temporary")]},
+                    headers={"X-Conversation-Id": "tmp", "X-Gateway-Persist": "false"})
+    seen = [m["content"] for m in forwarded(response.json()["choices"][0]["message"]["content"])]
+    assert seen == ["remember me", "remember me", "temporary"]
+    assert [s.message.text for s in await store.load(conversation_key("tmp"))] == \
+        ["remember me", "remember me"]
+
+
+def test_memory_never_crosses_tenants_or_users(gateway_url):
+    canary = "CANARY-7f3a9c"
+    post(gateway_url, {"model": "echo", "messages": [user(f"my secret is {canary}")]},
+         headers={"X-Conversation-Id": "shared-id", "X-User-Id": "alice"})
+    probes = [
+        ({"X-Conversation-Id": "shared-id", "X-User-Id": "alice"}, KEYS["globex"]),
+        ({"X-Conversation-Id": "shared-id", "X-User-Id": "bob"}, KEYS["acme"]),
+        ({"X-Conversation-Id": "shared-id"}, KEYS["acme"]),
+    ]
+    for headers, key in probes:
+        response = post(gateway_url, {"model": "messages", "messages": [user("what is it?")]},
+                        headers=headers, key=key)
+        assert response.status_code == 200
+        assert canary not in response.text, (headers, key)
+    own = post(gateway_url, {"model": "messages", "messages": [user("what is it?")]},
+               headers={"X-Conversation-Id": "shared-id", "X-User-Id": "alice"})
+    assert canary in own.text  # the canary is reachable where it belongs
+
+
+def test_body_user_field_keys_the_user_too(gateway_url):
+    post(gateway_url, {"model": "echo", "user": "carol", "messages": [user("carol's note")]},
+         headers={"X-Conversation-Id": "u"})
+    other = post(gateway_url, {"model": "messages", "user": "dave", "messages": [user("?")]},
+                 headers={"X-Conversation-Id": "u"})
+    assert "carol's note" not in other.text
+
+
+@pytest.mark.parametrize("body, status, param", [
+    (b"{not json", 400, None),
+    (b"[1, 2]", 400, None),
+    ({"messages": [user("x")]}, 400, "model"),
+    ({"model": "echo"}, 400, "messages"),
+    ({"model": "echo", "messages": []}, 400, "messages"),
+    ({"model": "echo", "messages": "hello"}, 400, "messages"),
+    ({"model": 3, "messages": [user("x")]}, 400, "model"),
+    ({"model": "echo", "messages": [{"role": "wizard", "content": "x"}]}, 400,
+     "messages[0].role"),
+    ({"model": "echo", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+    ({"model": "echo", "messages": [{"role": "user"}]}, 400, "messages[0].content"),
+    ({"model": "echo", "messages": [{"role": "tool", "content": "x"}]}, 400,
+     "messages[0].tool_call_id"),
+    ({"model": "echo", "messages": [user("x")], "stream": "yes"}, 400, "stream"),
+    ({"model": "nope", "messages": [user("x")]}, 404, "model"),
+])
+def test_bad_input_gets_a_4xx_in_openai_error_shape(gateway_url, body, status, param):
+    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    response = httpx.post(gateway_url + "/v1/chat/completions", timeout=30,
+                          headers={"Authorization": f"Bearer {KEYS['acme']}",
+                                   "X-Conversation-Id": "bad"}, **kwargs)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["param"] == param
+    if status == 404:
+        assert error["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize("headers, status", [
+    ({}, 401),
+    ({"Authorization": "Bearer wrong"}, 401),
+    ({"Authorization": "Basic abc"}, 401),
+    ({"Authorization": f"Bearer {KEYS['acme']}", "X-Conversation-Id": "has space"}, 400),
+    ({"Authorization": f"Bearer {KEYS['acme']}", "X-Conversation-Id": "x" * 200}, 400),
+    ({"Authorization": f"Bearer {KEYS['acme']}", "X-Conversation-Id": "ok",
+      "X-User-Id": "a/b"}, 400),
+    ({"Authorization": f"Bearer {KEYS['acme']}", "X-Gateway-Persist": "maybe"}, 400),
+])
+def test_bad_keys_and_ids_are_refused(gateway_url, headers, status):
+    response = httpx.post(gateway_url + "/v1/chat/completions", timeout=30, headers=headers,
+                          json={"model": "echo", "messages": [user("x")]})
+    assert response.status_code == status
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_body_over_the_limit_gets_413(redis_url):
+    config = gateway_config(redis_url, server={"max_body_bytes": 2048})
+    with running_gateway(config) as url:
+        response = post(url, {"model": "echo", "messages": [user("x" * 5000)]})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+
+def test_openai_sdk_sees_upstream_errors_with_their_status(client):
+    with pytest.raises(openai.RateLimitError) as info:
+        client.chat.completions.create(model="rate-limited", messages=[user("x")],
+                                       extra_headers={"X-Conversation-Id": "err"})
+    assert info.value.status_code == 429
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="broken", messages=[user("x")], stream=True,
+                                       extra_headers={"X-Conversation-Id": "err"})
+
+
+async def test_upstream_error_records_nothing(client, store):
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="rate-limited", messages=[user("lost?")],
+                                       extra_headers={"X-Conversation-Id": "err2"})
+    assert await store.load(conversation_key("err2")) == ()
+
+
+def test_models_lists_the_tenants_aliases(client):
+    assert sorted(m.id for m in client.models.list()) == sorted(
+        ["echo", "messages", "rate-limited", "broken", "slow"])
+
+
+def test_health_and_readiness(gateway_url):
+    assert httpx.get(gateway_url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(gateway_url + "/readyz").status_code == 200
+    assert "gateway_requests_total" in httpx.get(gateway_url + "/metrics").text
+
+
+def test_unknown_route_is_a_404_in_openai_shape(gateway_url):
+    response = httpx.get(gateway_url + "/v1/nothing")
+    assert response.status_code == 404 and "error" in response.json()
+
+
+def test_store_down_fails_open(caplog):
+    # Nothing listens on this port: every store call fails.
+    config = gateway_config("redis://127.0.0.1:1/0")
+    messages = [user("a"), {"role": "assistant", "content": "b"}, user("c")]
+    with caplog.at_level(logging.INFO, logger="gateway.request"), running_gateway(config) as url:
+        response = post(url, {"model": "messages", "messages": messages},
+                        headers={"X-Conversation-Id": "down"})
+        assert httpx.get(url + "/readyz").status_code == 503
+        assert httpx.get(url + "/healthz").status_code == 200
+    assert response.status_code == 200
+    assert forwarded(response.json()["choices"][0]["message"]["content"]) == messages
+    assert response.headers["x-gateway-passthrough"] == "store_unavailable"
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.request"]
+    assert lines and lines[-1]["passthrough"] == "store_unavailable"
+
+
+def test_one_json_log_line_per_request(gateway_url, caplog):
+    with caplog.at_level(logging.INFO, logger="gateway.request"):
+        post(gateway_url, {"model": "echo", "messages": [user("log me")]},
+             headers={"X-Conversation-Id": "logged", "X-User-Id": "erin"})
+        post(gateway_url, {"model": "echo", "messages": [user("log me")], "stream": True},
+             headers={"X-Conversation-Id": "logged", "X-User-Id": "erin"})
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.request"]
+    assert len(lines) == 2
+    for line, stream in zip(lines, (False, True)):
+        assert line["tenant"] == "acme" and line["user"] == "erin"
+        assert line["conversation"] == "logged" and line["model"] == "echo"
+        assert line["stream"] is stream and line["status"] == 200
+        for field in ("request_id", "tokens_original", "tokens_forwarded", "recent_turns",
+                      "load_ms", "rewrite_ms", "upstream_ms", "total_ms", "reconcile"):
+            assert field in line, field

@@ -1,0 +1,303 @@
+"""The recorder against a real server: order, idempotence, forks, crash recovery, poison jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import Message, chain
+from gateway.core.transcript import TurnRecord
+from gateway.store import Recorder, RedisStore
+from gateway.store.codec import encode_record
+
+KEY = ConversationKey("acme", "alice", "conv-1")
+
+
+def user(text: str) -> Message:
+    return Message.of("user", text)
+
+
+def assistant(text: str) -> Message:
+    return Message.of("assistant", text)
+
+
+def after(parent: str | None, *messages: Message) -> TurnRecord:
+    return TurnRecord(mode="after", parent_id=parent, messages=messages, created_at=1.0)
+
+
+def append(*messages: Message) -> TurnRecord:
+    return TurnRecord(mode="append", parent_id=None, messages=messages, created_at=1.0)
+
+
+def texts(messages) -> list[str]:
+    return [m.message.text for m in messages]
+
+
+@pytest.fixture
+def store(redis_client) -> RedisStore:
+    return RedisStore(redis_client)
+
+
+@pytest.fixture
+def recorder(redis_client) -> Recorder:
+    return Recorder(redis_client, consumer_prefix="test", backoff_seconds=0.01,
+                    block_ms=20, claim_idle_ms=30_000)
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    """Poll an async predicate until true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def _applied(store: RedisStore, seq: int, key: ConversationKey = KEY) -> bool:
+    return await store.applied_seq(key) >= seq
+
+
+async def assert_queue_empty(client) -> None:
+    assert await client.xlen("gw:records") == 0
+    assert (await client.xpending("gw:records", "recorders"))["pending"] == 0
+
+
+async def enqueue_raw(client, key: ConversationKey, payload: str) -> str:
+    """Enqueue a job the way RedisStore.record does, with a payload of our choosing."""
+    ck = RedisStore(client).keys.conversation(key)
+    seq = await client.incr(ck.seq)
+    await client.hset(ck.pending, str(seq), payload)
+    return await client.xadd("gw:records", {"tenant": key.tenant, "user": key.user,
+                                            "conversation": key.conversation, "seq": seq,
+                                            "payload": payload})
+
+
+async def test_a_resent_and_a_retried_turn_store_each_message_once(store, recorder,
+                                                                   redis_client):
+    first = chain(None, [user("one"), assistant("1")], created_at=1.0)
+    await store.record(KEY, after(None, user("one"), assistant("1")))
+    second = after(first[-1].id, user("two"), assistant("2"))
+    await store.record(KEY, second)
+    await store.record(KEY, second)  # the same job enqueued again (a client retry)
+    await store.record(KEY, after(None, user("one"), assistant("1")))  # a prefix resent
+    assert await recorder.process_available() == 4
+
+    loaded = await store.load(KEY)
+    assert texts(loaded) == ["one", "1", "two", "2"]
+    assert loaded == chain(None, [m.message for m in loaded], created_at=1.0)
+    assert await redis_client.llen(store.keys.conversation(KEY).transcript) == 4
+    assert await store.branches(KEY) == ()
+    assert await store.applied_seq(KEY) == 4
+    assert await store.pending_count(KEY) == 0
+    assert recorder.applied == 4
+    await assert_queue_empty(redis_client)
+
+
+async def test_a_fork_archives_the_old_branch_and_keeps_it_readable(store, recorder):
+    original = chain(None, [user("q"), assistant("a1"), user("more"), assistant("m1")],
+                     created_at=1.0)
+    await store.record(KEY, after(None, *[m.message for m in original]))
+    await recorder.process_available()
+    # The client regenerates the first answer: a new branch after the first message.
+    await store.record(KEY, after(original[0].id, assistant("a2")))
+    await recorder.process_available()
+
+    assert texts(await store.load(KEY)) == ["q", "a2"]
+    (branch,) = await store.branches(KEY)
+    assert branch.messages == original[1:]
+    assert branch.archived_at > 0
+    assert (await store.meta(KEY))["message_count"] == "2"
+
+
+async def test_load_is_the_same_before_and_after_the_recorder_runs(store, recorder):
+    base = chain(None, [user("q"), assistant("a1")], created_at=1.0)
+    await store.record(KEY, after(None, user("q"), assistant("a1")))
+    await store.record(KEY, after(base[0].id, assistant("a2")))  # a fork, still pending
+    await store.record(KEY, append(user("next")))
+    before = await store.load(KEY)
+    await recorder.process_available()
+    assert await store.load(KEY) == before
+    assert texts(before) == ["q", "a2", "next"]
+
+
+async def test_meta_names_the_owner_and_counts_messages(store, recorder):
+    await store.record(KEY, append(user("hi"), assistant("hello")))
+    await recorder.process_available()
+    meta = await store.meta(KEY)
+    assert (meta["tenant"], meta["user"], meta["conversation"]) == ("acme", "alice", "conv-1")
+    assert meta["message_count"] == "2"
+    assert float(meta["created_at"]) <= float(meta["updated_at"])
+
+
+async def test_a_duplicate_delivery_of_an_applied_job_is_acked_and_skipped(store, recorder,
+                                                                           redis_client):
+    await store.record(KEY, append(user("once")))
+    ((_, fields),) = await redis_client.xrange("gw:records")
+    await recorder.process_available()
+    await redis_client.xadd("gw:records", fields)  # delivered again, e.g. by a replay
+    assert await recorder.process_available() == 1
+    assert texts(await store.load(KEY)) == ["once"]
+    assert recorder.duplicates == 1
+    await assert_queue_empty(redis_client)
+
+
+async def test_an_entry_left_pending_by_a_vanished_consumer_is_reclaimed(store, redis_client):
+    crashed = Recorder(redis_client, consumer_prefix="crashed", claim_idle_ms=100, block_ms=10)
+    await crashed.ensure_group()
+    await store.record(KEY, append(user("survives")))
+    # The crashed consumer read the job and died before applying or acking it.
+    await redis_client.xreadgroup("recorders", "crashed-0", {"gw:records": ">"}, count=10)
+    assert (await redis_client.xpending("gw:records", "recorders"))["pending"] == 1
+
+    restarted = Recorder(redis_client, consumer_prefix="elsewhere", claim_idle_ms=100,
+                         block_ms=10)
+    assert await restarted.process_available() == 0  # not idle long enough: its owner may live
+    await asyncio.sleep(0.15)
+    assert await restarted.process_available() == 1
+    assert restarted.reclaimed == 1
+    assert texts(await store.load(KEY)) == ["survives"]
+    await assert_queue_empty(redis_client)
+
+
+async def test_a_restarted_consumer_re_reads_its_own_pending_entries_first(store, redis_client):
+    await Recorder(redis_client, consumer_prefix="host-7").ensure_group()
+    await store.record(KEY, append(user("mine")))
+    await redis_client.xreadgroup("recorders", "host-7-0", {"gw:records": ">"}, count=10)
+    # Same consumer name after a restart, claim_idle_ms far away: no claim is needed.
+    again = Recorder(redis_client, consumer_prefix="host-7", claim_idle_ms=60_000, block_ms=20)
+    await again.start()
+    try:
+        await until(lambda: _applied(store, 1))
+    finally:
+        await again.stop()
+    assert again.reclaimed == 0
+    assert texts(await store.load(KEY)) == ["mine"]
+
+
+async def test_concurrent_records_on_one_conversation_lose_nothing_and_keep_seq_order(
+        store, redis_client):
+    recorders = [Recorder(redis_client, consumer_prefix=name, block_ms=10, claim_idle_ms=5000,
+                          batch=4) for name in ("r1", "r2")]
+    for r in recorders:
+        await r.start()
+    try:
+        entry_ids = await asyncio.gather(
+            *(store.record(KEY, append(user(f"m{i}"))) for i in range(50)))
+        await until(lambda: _applied(store, 50))
+    finally:
+        for r in recorders:
+            await r.stop()
+    # Stream ids grow with seq (one atomic script), so they give the enqueue order.
+    by_seq = [text for _, text in sorted(zip(entry_ids, (f"m{i}" for i in range(50))),
+                                         key=lambda pair: tuple(map(int, pair[0].split("-"))))]
+    assert texts(await store.load(KEY)) == by_seq
+    assert sum(r.applied for r in recorders) == 50
+    assert await store.pending_count(KEY) == 0
+    await assert_queue_empty(redis_client)
+
+
+async def test_a_poison_job_is_dead_lettered_and_does_not_block_later_jobs(store, recorder,
+                                                                           redis_client,
+                                                                           caplog):
+    recorder.max_attempts = 3
+    await store.record(KEY, append(user("before")))
+    poison_id = await enqueue_raw(redis_client, KEY, "{not json")
+    await store.record(KEY, append(user("after")))
+    with caplog.at_level(logging.WARNING, logger="gateway.recorder"):
+        await recorder.process_available()
+
+    assert texts(await store.load(KEY)) == ["before", "after"]
+    assert recorder.dead_lettered == 1 and recorder.retried == 2
+    assert await store.dead_letter_count() == 1
+    ((_, dead),) = await redis_client.xrange("gw:records:dead")
+    assert dead["entry_id"] == poison_id
+    assert dead["attempts"] == "3"
+    assert "CodecError" in dead["error"]
+    assert dead["payload"] == "{not json" and dead["seq"] == "2"
+    assert await store.applied_seq(KEY) == 3
+    assert await store.pending_count(KEY) == 0
+    failures = [r for r in caplog.records if r.name == "gateway.recorder" and r.exc_info]
+    assert len(failures) == 3
+    await assert_queue_empty(redis_client)
+
+
+async def test_a_lost_seq_is_skipped_instead_of_blocking_the_conversation(store, recorder,
+                                                                          redis_client):
+    await store.record(KEY, append(user("one")))
+    lost = await store.record(KEY, append(user("two")))
+    await store.record(KEY, append(user("three")))
+    # Lose job 2 entirely: neither pending nor in the stream.
+    await redis_client.xdel("gw:records", lost)
+    await redis_client.hdel(store.keys.conversation(KEY).pending, "2")
+    assert await recorder.process_available() == 2
+    assert texts(await store.load(KEY)) == ["one", "three"]
+    assert recorder.skipped == 1
+    assert await store.applied_seq(KEY) == 3
+
+
+async def test_a_pending_turn_whose_stream_entry_vanished_is_enqueued_again(store,
+                                                                           redis_client):
+    recorder = Recorder(redis_client, consumer_prefix="t", gap_timeout_ms=50, block_ms=10,
+                        claim_idle_ms=1000)
+    vanished = await store.record(KEY, append(user("one")))
+    await store.record(KEY, append(user("two")))
+    await redis_client.xdel("gw:records", vanished)  # still in the pending hash
+    assert await recorder.process_available() == 0  # job 2 waits for job 1
+    await asyncio.sleep(0.06)
+    assert await recorder.process_available() == 2
+    assert recorder.reenqueued == 1
+    assert texts(await store.load(KEY)) == ["one", "two"]
+    await assert_queue_empty(redis_client)
+
+
+async def test_conversations_with_one_id_under_other_users_or_tenants_never_mix(store,
+                                                                                recorder):
+    owners = [ConversationKey("acme", "alice", "shared"), ConversationKey("acme", "bob", "shared"),
+              ConversationKey("other", "alice", "shared"), ConversationKey("acme", "alice:x", "y"),
+              ConversationKey("acme", "alice", "x:y")]
+    for n, key in enumerate(owners):
+        await store.record(key, append(user(f"secret of {n}")))
+    await recorder.process_available()
+    for n, key in enumerate(owners):
+        assert texts(await store.load(key)) == [f"secret of {n}"]
+        assert (await store.meta(key))["user"] == key.user
+
+
+async def test_drain_applies_everything_enqueued_before_it(store, redis_client):
+    recorder = Recorder(redis_client, consumer_prefix="d", workers=2, block_ms=500,
+                        claim_idle_ms=5000)
+    await recorder.start()
+    keys = [ConversationKey("acme", f"user{n}", "c") for n in range(5)]
+    for key in keys:
+        for i in range(4):
+            await store.record(key, append(user(f"{key.user}-{i}")))
+    await recorder.drain(timeout=10)
+    for key in keys:
+        assert texts(await store.load(key)) == [f"{key.user}-{i}" for i in range(4)]
+        assert await store.applied_seq(key) == 4
+    await assert_queue_empty(redis_client)
+
+
+async def test_background_workers_apply_without_being_asked(store, recorder):
+    await recorder.start()
+    try:
+        await store.record(KEY, append(user("hello")))
+        await until(lambda: _applied(store, 1))
+    finally:
+        await recorder.stop()
+    assert texts(await store.load(KEY)) == ["hello"]
+
+
+async def test_a_deleted_conversation_is_not_brought_back_by_jobs_still_queued(store,
+                                                                              recorder):
+    await store.record(KEY, append(user("forget me")))
+    await store.delete(KEY)
+    assert await store.load(KEY) == ()
+    await recorder.process_available()
+    assert await store.load(KEY) == ()
+    await store.record(KEY, append(user("new start")))
+    await recorder.process_available()
+    assert texts(await store.load(KEY)) == ["new start"]

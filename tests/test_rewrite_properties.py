@@ -1,0 +1,292 @@
+"""Property tests of the rewrite's invariants over random conversations and policies.
+
+Random requests hold tool-call groups, long messages, multimodal content, messages before the
+first user message, tool results whose call is missing, and memory. Every invariant of
+gateway/core/rewrite.py is checked on each. The main suite counts with the fast `WordTokenizer`;
+a smaller one repeats it with the real tiktoken tokenizer on arbitrary Unicode (CJK, emoji).
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.core.memory import MemoryContext, render_blocks
+from gateway.core.messages import Message
+from gateway.core.policy import ContextPolicy
+from gateway.core.rewrite import (
+    TRUNCATION_MARKER,
+    Rewrite,
+    RewriteRequest,
+    rewrite,
+    truncate_message,
+)
+from gateway.core.tokens import Tokenizer, count_messages
+from gateway.tokenizer import tokenizer_for_encoding
+from tests.test_rewrite import WordTokenizer
+
+FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+REAL = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# --- strategies ---------------------------------------------------------------------------------
+
+word_texts = st.lists(st.sampled_from(["a", "bb", "ccc", "数据", "naïve", "x"]),
+                      max_size=60).map(" ".join)
+unicode_texts = st.one_of(
+    st.text(st.characters(codec="utf-8"), max_size=200),
+    st.sampled_from(["你好，世界！", "今天天气很好。", "👍🏽 ok ", "hello world. "])
+    .flatmap(lambda s: st.integers(0, 40).map(lambda n: s * n)),
+)
+IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+
+
+def contents(texts: st.SearchStrategy[str]) -> st.SearchStrategy:
+    part = st.one_of(texts.map(lambda t: {"type": "text", "text": t}), st.just(IMAGE))
+    return st.one_of(texts, texts, st.lists(part, min_size=1, max_size=4))
+
+
+@st.composite
+def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequest:
+    content = contents(texts)
+    next_id = iter(range(10_000))
+
+    def steps(allow_final_text: bool) -> list[Message]:
+        out: list[Message] = []
+        for _ in range(draw(st.integers(0, 3))):
+            if draw(st.booleans()):
+                ids = [f"call_{next(next_id)}" for _ in range(draw(st.integers(1, 3)))]
+                out.append(Message.of("assistant", draw(st.none() | texts), tool_calls=[
+                    {"id": i, "type": "function",
+                     "function": {"name": "f", "arguments": draw(texts)}} for i in ids]))
+                out.extend(Message.of("tool", draw(content), tool_call_id=i) for i in ids)
+            elif allow_final_text:
+                out.append(Message.of("assistant", draw(content)))
+        return out
+
+    history: list[Message] = []
+    if draw(st.integers(0, 9)) == 0:  # results whose call is not in the history
+        history.append(Message.of("tool", draw(texts), tool_call_id="call_missing"))
+    if draw(st.booleans()):  # a greeting before the first user message
+        history.extend(steps(allow_final_text=True))
+    for _ in range(draw(st.integers(0, 8))):
+        history.append(Message.of("user", draw(content), **draw(st.just({}) | st.just(
+            {"name": "alice"}))))
+        history.extend(steps(allow_final_text=True))
+    current = [Message.of("user", draw(content))] + steps(allow_final_text=False)
+    instructions = [Message.of(draw(st.sampled_from(["system", "developer"])), draw(texts))
+                    for _ in range(draw(st.integers(0, 2)))]
+    memory = draw(st.one_of(st.just(MemoryContext()), st.builds(
+        MemoryContext,
+        summary_chunks=st.lists(texts, max_size=3).map(tuple),
+        profile=st.none() | texts,
+        recalled=st.lists(texts, max_size=3).map(tuple),
+    )))
+    # Budgets around the interesting range: from a little less than instructions + current
+    # need, to more than the whole request with its memory.
+    fixed = count_messages(instructions + current, tok)
+    everything = count_messages(instructions + history + current + [
+        block for _, block in render_blocks(memory).by_priority()], tok)
+    reserve = draw(st.integers(0, 200))
+    need = everything - fixed
+    prompt_budget = max(0, fixed + draw(st.integers(-20, need + need // 2 + 20)))
+    policy = ContextPolicy(
+        max_context_tokens=prompt_budget + reserve,
+        reserve_completion_tokens=reserve,
+        max_recent_turns=draw(st.sampled_from(range(11))),
+        truncate_message_tokens=draw(st.sampled_from(range(101))),
+    )
+    return RewriteRequest(instructions=tuple(instructions), history=tuple(history),
+                          current=tuple(current), policy=policy, memory=memory)
+
+
+# --- the invariants ---------------------------------------------------------------------------
+
+
+def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
+    policy, budget = request.policy, request.policy.prompt_budget
+    instructions, history, current = request.instructions, request.history, request.current
+    messages = out.messages
+
+    # Counts are what they say.
+    assert out.tokens_forwarded == count_messages(messages, tok)
+    assert out.tokens_original == count_messages(instructions + history + current, tok)
+
+    # Instructions and the current turn: verbatim, first and last, never dropped.
+    assert messages[:len(instructions)] == instructions
+    assert all(a is b for a, b in zip(messages, instructions))
+    assert messages[len(messages) - len(current):] == current
+    assert all(a is b for a, b in zip(reversed(messages), reversed(current)))
+
+    fixed_cost = count_messages(instructions + current, tok)
+    assert out.over_budget == (fixed_cost > budget)
+    if out.over_budget:
+        assert messages == instructions + current
+        return
+    assert out.tokens_forwarded <= budget
+
+    # The middle: [summary] [profile] [recent history] [recalled], blocks as rendered.
+    middle = messages[len(instructions):len(messages) - len(current)]
+    blocks = dict(render_blocks(request.memory).by_priority())
+    head = [blocks[n] for n in ("summary", "profile") if n in out.memory_blocks]
+    tail = [blocks[n] for n in ("recalled",) if n in out.memory_blocks]
+    assert list(middle[:len(head)]) == head
+    assert list(middle[len(middle) - len(tail):]) == tail
+    window = middle[len(head):len(middle) - len(tail)]
+    check_memory_blocks_fit_in_priority_order(request, out, blocks, tok)
+
+    # The window is a contiguous suffix of the history, each message whole or shortened.
+    suffix = history[len(history) - len(window):] if window else ()
+    assert len(window) == out.history_kept
+    for kept, original in zip(window, suffix):
+        check_kept_message(kept, original, policy.truncate_message_tokens, tok)
+    assert out.truncated == sum(1 for k, o in zip(window, suffix) if k is not o)
+
+    users = sum(1 for m in window if m.role == "user")
+    assert out.recent_turns == users <= policy.max_recent_turns
+    check_tool_calls_travel_with_their_results(messages)
+    check_window_starts_at_a_turn(history, window)
+    check_window_is_as_long_as_it_may_be(request, out, window, tok)
+
+
+def check_kept_message(kept: Message, original: Message, limit: int, tok: Tokenizer) -> None:
+    if tok.count(original.text) <= limit:
+        assert kept is original
+    else:
+        assert kept == truncate_message(original, limit, tok)
+        assert (kept.role, kept.extra) == (original.role, original.extra)
+        assert TRUNCATION_MARKER in kept.text
+        text_parts = [kept.content] if isinstance(kept.content, str) else [
+            p["text"] for p in kept.to_openai()["content"] if "text" in p]
+        heads = [t.removesuffix(TRUNCATION_MARKER) for t in text_parts]
+        assert sum(tok.count(t) for t in heads) <= limit
+        non_text = [p for p in (original.to_openai()["content"] or [])
+                    if isinstance(p, dict) and "text" not in p]
+        assert non_text == [p for p in (kept.to_openai()["content"] or [])
+                            if isinstance(p, dict) and "text" not in p]
+
+
+def check_tool_calls_travel_with_their_results(messages: tuple[Message, ...]) -> None:
+    """Each tool message follows, through tool messages only, the assistant call it answers;
+    each forwarded call's results (all of them in these tests) follow it."""
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            j = i - 1
+            while j >= 0 and messages[j].role == "tool":
+                j -= 1
+            assert j >= 0 and m.get("tool_call_id") in messages[j].tool_call_ids
+        if m.tool_call_ids:
+            answered = {r.get("tool_call_id") for r in messages[i + 1:i + 1 + len(m.tool_call_ids)]}
+            assert answered == set(m.tool_call_ids)
+
+
+def check_window_starts_at_a_turn(history: tuple[Message, ...], window: tuple) -> None:
+    """The window opens with a user message; or it has none at all (the newest turn, cut);
+    or it is all the forwardable history, opening before the first user message."""
+    if not window or window[0].role == "user":
+        return
+    assert window[0].role != "tool"
+    if any(m.role == "user" for m in window):
+        start = len(history) - len(window)
+        assert all(m.role == "tool" for m in history[:start])
+
+
+def check_window_is_as_long_as_it_may_be(request: RewriteRequest, out: Rewrite,
+                                         window: tuple, tok: Tokenizer) -> None:
+    """Greedy: the next older turn (or, for a cut newest turn, the next older unit) was left
+    out because of the turn cap or the budget, not at random."""
+    history, policy = request.history, request.policy
+    start = len(history) - len(window)
+    if all(m.role == "tool" for m in history[:start]):
+        return  # all that can be forwarded is forwarded
+    users_left_out = any(m.role == "user" for m in history[:start])
+    if not any(m.role == "user" for m in window):
+        if users_left_out and policy.max_recent_turns == 0:
+            return  # the newest turn is a user turn, and no user turn may be kept
+        # The whole newest turn did not fit: neither does its next older unit.
+        unit_start = start - 1
+        while history[unit_start].role == "tool":
+            unit_start -= 1
+        previous = history[unit_start:start]
+    else:
+        turn_start = start - 1
+        while turn_start > 0 and history[turn_start].role != "user":
+            turn_start -= 1
+        while history[turn_start].role == "tool":  # results whose call is missing
+            turn_start += 1
+        previous = history[turn_start:start]
+        if previous[0].role == "user" and out.recent_turns >= policy.max_recent_turns:
+            return
+    shortened = tuple(truncate_message(m, policy.truncate_message_tokens, tok) for m in previous)
+    assert count_messages(out.messages + shortened, tok) > policy.prompt_budget
+
+
+def check_memory_blocks_fit_in_priority_order(request, out, blocks, tok) -> None:
+    granted = list(request.instructions + request.current)
+    for name, block in blocks.items():
+        fits = count_messages(granted + [block], tok) <= request.policy.prompt_budget
+        assert (name in out.memory_blocks) == fits
+        if fits:
+            granted.append(block)
+
+
+def check_everything_fits_means_unchanged(request: RewriteRequest, out: Rewrite,
+                                          tok: Tokenizer) -> None:
+    everything = request.instructions + request.history + request.current
+    p = request.policy
+    if (request.memory == MemoryContext()
+            and (not request.history or request.history[0].role != "tool")
+            and sum(1 for m in request.history if m.role == "user") <= p.max_recent_turns
+            and all(tok.count(m.text) <= p.truncate_message_tokens for m in request.history)
+            and count_messages(everything, tok) <= p.prompt_budget):
+        assert out.messages == everything
+        assert all(a is b for a, b in zip(out.messages, everything))
+
+
+def check_all(request: RewriteRequest, tok: Tokenizer) -> None:
+    snapshot = [m.to_openai() for m in request.instructions + request.history + request.current]
+    out = rewrite(request, tok)
+    check_invariants(request, out, tok)
+    check_everything_fits_means_unchanged(request, out, tok)
+    assert rewrite(request, tok) == out  # deterministic
+    assert snapshot == [m.to_openai()
+                        for m in request.instructions + request.history + request.current]
+
+
+# --- the suites -------------------------------------------------------------------------------
+
+WORDS = WordTokenizer()
+
+
+@FAST
+@given(requests(word_texts, WORDS))
+def test_rewrite_invariants_hold_for_random_requests(request):
+    check_all(request, WORDS)
+
+
+@FAST
+@given(requests(word_texts, WORDS).map(
+    lambda r: RewriteRequest(r.instructions, r.history, r.current, ContextPolicy(
+        max_context_tokens=100_000, reserve_completion_tokens=0, max_recent_turns=100,
+        truncate_message_tokens=100_000))))
+def test_generous_policy_forwards_the_request_unchanged(request):
+    out = rewrite(request, WORDS)
+    tail = request.history
+    if tail and tail[0].role == "tool":
+        tail = tail[1:]
+    assert out.messages == request.instructions + tail + request.current
+
+
+CL100K = tokenizer_for_encoding("cl100k_base")
+O200K = tokenizer_for_encoding("o200k_base")
+
+
+@REAL
+@given(requests(unicode_texts, CL100K))
+def test_rewrite_invariants_hold_with_tiktoken_cl100k(request):
+    check_all(request, CL100K)
+
+
+@REAL
+@given(requests(unicode_texts, O200K))
+def test_rewrite_invariants_hold_with_tiktoken_o200k(request):
+    check_all(request, O200K)
