@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
@@ -78,7 +79,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        url, embedded = store_url(config)
+        # Starting the embedded server blocks (a subprocess and its readiness wait).
+        url, embedded = await anyio.to_thread.run_sync(store_url, config)
         redis = connect(url)
         store = RedisStore(redis)
         recorder = Recorder(redis, workers=config.recorder.workers,
@@ -103,7 +105,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
             await recorder.stop()
             await redis.aclose()
             if embedded is not None:
-                embedded.stop()
+                await anyio.to_thread.run_sync(embedded.stop)
 
     exception_handlers: dict[Any, Any] = {
         HTTPException: on_http_exception,

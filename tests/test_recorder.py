@@ -207,7 +207,8 @@ async def test_a_poison_job_is_dead_lettered_and_does_not_block_later_jobs(store
     poison_id = await enqueue_raw(redis_client, KEY, "{not json")
     await store.record(KEY, append(user("after")))
     with caplog.at_level(logging.WARNING, logger="gateway.recorder"):
-        await recorder.process_available()
+        async with asyncio.timeout(10):  # a job retried forever would hang here
+            await recorder.process_available()
 
     assert texts(await store.load(KEY)) == ["before", "after"]
     assert recorder.dead_lettered == 1 and recorder.retried == 2
@@ -301,3 +302,17 @@ async def test_a_deleted_conversation_is_not_brought_back_by_jobs_still_queued(s
     await store.record(KEY, append(user("new start")))
     await recorder.process_available()
     assert texts(await store.load(KEY)) == ["new start"]
+
+
+async def test_a_worker_recreates_its_group_when_the_stream_is_deleted(store, recorder,
+                                                                       redis_client):
+    await recorder.start()
+    try:
+        await store.record(KEY, append(user("one")))
+        await until(lambda: _applied(store, 1))
+        await redis_client.delete("gw:records")  # stream and group gone
+        await store.record(KEY, append(user("two")))  # XADD makes a stream with no group
+        await until(lambda: _applied(store, 2))
+    finally:
+        await recorder.stop()
+    assert texts(await store.load(KEY)) == ["one", "two"]

@@ -160,3 +160,18 @@ def test_chain_ids_depend_on_parent_and_content():
     other_parent = chain("x", (u("a"), u("b")))
     assert [s.id for s in one] == [s.id for s in again]
     assert one[0].id != other_parent[0].id and one[1].parent_id == one[0].id
+
+
+def test_concurrent_first_messages_of_a_stateful_client_all_land():
+    # Both requests saw an empty conversation; neither may fork the other away.
+    one, two = reconcile((u("x"),), ()), reconcile((u("y"),), ())
+    after = apply_turn((), one.record([a("rx")])).applied_to(())
+    after = apply_turn(after, two.record([a("ry")])).applied_to(after)
+    assert [s.message.text for s in after] == ["x", "rx", "y", "ry"]
+
+
+def test_first_request_with_history_is_pinned_to_the_start():
+    rec = reconcile(HISTORY, ())
+    assert rec.mode == "after" and rec.parent_id is None
+    twice = apply_turn(stored_of(*HISTORY), rec.record([]))
+    assert twice.append == ()  # a resent first request is not stored again

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from gateway.core.memory import BlockName, MemoryContext, render_blocks
 from gateway.core.messages import Message, thaw
 from gateway.core.policy import ContextPolicy
-from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
+from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message
 
 TRUNCATION_MARKER = " […]"
 _ANSWER_ROLES = frozenset({"tool", "function"})
@@ -101,14 +101,9 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
 
     # Anything added makes the prompt non-empty, so the reply priming is always paid.
     room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
-    blocks: dict[BlockName, Message] = {}
-    for name, block in render_blocks(request.memory).by_priority():
-        cost = count_message(block, tokenizer)
-        if cost <= room:
-            blocks[name] = block
-            room -= cost
-
-    window = _recent_window(request.history, room, policy, tokenizer)
+    blocks = _fitting_blocks(request.memory, room, tokenizer)
+    blocks_cost = sum(count_message(b, tokenizer) for b in blocks.values())
+    window = _recent_window(request.history, room - blocks_cost, policy, tokenizer)
     messages = (
         request.instructions
         + tuple(blocks[n] for n in ("summary", "profile") if n in blocks)
@@ -116,17 +111,29 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         + tuple(blocks[n] for n in ("recalled",) if n in blocks)
         + request.current
     )
-    added_cost = sum(count_message(b, tokenizer) for b in blocks.values()) + window.cost
     return Rewrite(
         messages=messages,
         tokens_original=tokens_original,
-        tokens_forwarded=_total(fixed_cost + added_cost, bool(messages)),
+        tokens_forwarded=_total(fixed_cost + blocks_cost + window.cost, bool(messages)),
         recent_turns=sum(1 for m in window.messages if m.role == "user"),
         history_kept=len(window.messages),
         truncated=window.truncated,
         over_budget=False,
         memory_blocks=tuple(blocks),
     )
+
+
+def _fitting_blocks(memory: MemoryContext, room: int,
+                    tokenizer: Tokenizer) -> dict[BlockName, Message]:
+    """The memory blocks granted budget, in priority order: each one that fits what the blocks
+    before it left of `room`. (A later issue shares the budget out more finely.)"""
+    granted: dict[BlockName, Message] = {}
+    for name, block in render_blocks(memory).by_priority():
+        cost = count_message(block, tokenizer)
+        if cost <= room:
+            granted[name] = block
+            room -= cost
+    return granted
 
 
 def truncate_message(message: Message, max_tokens: int, tokenizer: Tokenizer) -> Message:

@@ -37,7 +37,8 @@ def count_message(message: Message, tokenizer: Tokenizer) -> int:
             continue
         if key == "name":
             n += PER_NAME
-        n += tokenizer.count(value if isinstance(value, str) else json.dumps(value))
+        n += tokenizer.count(value if isinstance(value, str)
+                                else json.dumps(value, ensure_ascii=False))
     return n
 
 

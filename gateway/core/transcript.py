@@ -75,11 +75,14 @@ def _suffix_overlap(stored: Sequence[Message], incoming: Sequence[Message]) -> i
 def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> Reconciliation:
     """Relate the client's non-instruction messages to the stored transcript (active branch)."""
     incoming = tuple(incoming)
+    sends_history = any(m.role == "assistant" for m in incoming)
     if not stored:
-        return Reconciliation("new", incoming, incoming, "after", None)
+        # Only a client that sends history pins its messages to the start: concurrent first
+        # messages of a stateful client must all land, not fork each other away.
+        return Reconciliation("new", incoming, incoming, "after" if sends_history else "append",
+                              None)
     known = tuple(s.message for s in stored)
 
-    sends_history = any(m.role == "assistant" for m in incoming)
     p = _common_prefix(incoming, known)
     # Starting at the transcript's start means resending history — unless the client sends no
     # assistant message and stops short: then it is a stateful client whose new message

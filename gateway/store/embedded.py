@@ -53,8 +53,10 @@ def server_binary() -> Path:
 
 class EmbeddedRedis:
     def __init__(self, data_dir: Path | str, *, binary: Path | None = None,
-                 options: Mapping[str, str] | None = None):
-        """`options`: extra server settings (`{"maxmemory": "1gb"}`), passed as --name value."""
+                 options: Mapping[str, str] | None = None, die_with_parent: bool = False):
+        """`options`: extra server settings (`{"maxmemory": "1gb"}`), passed as --name value.
+        `die_with_parent`: the server gets SIGTERM when the starting process dies (Linux),
+        for test runs; the gateway leaves it False, so a crash keeps the store up for reuse."""
         self.data_dir = Path(data_dir).resolve()
         self.socket_path = self.data_dir / "redis.sock"
         self.pidfile = self.data_dir / "redis.pid"
@@ -62,6 +64,7 @@ class EmbeddedRedis:
         self.lockfile = self.data_dir / "redis.lock"
         self._binary = binary
         self._options = dict(options or {})
+        self._die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -131,7 +134,9 @@ class EmbeddedRedis:
             # the gateway stops it itself after draining.
             self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, cwd=self.data_dir,
-                                          start_new_session=True)
+                                          start_new_session=True,
+                                          preexec_fn=_die_with_parent if self._die_with_parent
+                                          else None)
 
     def _wait_ready(self, deadline: float, proc: subprocess.Popen[bytes] | None) -> None:
         while True:
@@ -249,6 +254,14 @@ class EmbeddedRedis:
         log_part = "\n".join(tail) if tail else "(the log is empty)"
         return EmbeddedRedisError(f"embedded store in {self.data_dir} could not start: {what}."
                                   f"\nLast lines of {self.logfile}:\n{log_part}")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux for SIGTERM when the parent dies."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _read_pid(path: Path) -> int | None:

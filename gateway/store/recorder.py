@@ -154,13 +154,15 @@ class Recorder:
         self._tasks = [asyncio.create_task(self._work(c), name=f"recorder:{c}")
                        for c in self.consumers]
 
-    async def stop(self) -> None:
-        """Stop the workers after their current step; entries not yet applied stay pending."""
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop the workers after their current step (a blocked read ends within block_ms);
+        after `timeout` seconds they are cancelled. Entries not applied stay pending."""
         self._stopping.set()
         tasks, self._tasks = self._tasks, []
         if not tasks:
             return
-        _done, late = await asyncio.wait(tasks, timeout=self.block_ms / 1000 + 5)
+        wait = self.block_ms / 1000 + 5 if timeout is None else max(0.0, timeout)
+        _done, late = await asyncio.wait(tasks, timeout=wait)
         for task in late:
             task.cancel()  # e.g. stuck on a dead connection; its entries stay pending
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -171,7 +173,7 @@ class Recorder:
         for the next start or another replica."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        await self.stop()
+        await self.stop(timeout)
         try:
             async with asyncio.timeout_at(deadline):
                 return await self.process_available()
@@ -247,8 +249,8 @@ class Recorder:
         finished = 0
         cursor = "0"
         while True:
-            reply = await self._redis.xreadgroup(self.keys.group, consumer,
-                                                 {self.keys.records: cursor}, count=self.batch)
+            reply = await self._group_call(self._redis.xreadgroup, self.keys.group, consumer,
+                                           {self.keys.records: cursor}, count=self.batch)
             entries = _entries(reply)
             if not entries:
                 break
@@ -265,9 +267,9 @@ class Recorder:
         finished = claimed = 0
         cursor = "0-0"
         for _ in range(1000):  # bounded: each page advances the cursor
-            reply = await self._redis.xautoclaim(self.keys.records, self.keys.group, consumer,
-                                                 self.claim_idle_ms, start_id=cursor,
-                                                 count=self.batch)
+            reply = await self._group_call(self._redis.xautoclaim, self.keys.records,
+                                           self.keys.group, consumer, self.claim_idle_ms,
+                                           start_id=cursor, count=self.batch)
             cursor, entries = reply[0], reply[1]
             for entry_id, fields in entries:
                 if entry_id is None:
@@ -281,14 +283,27 @@ class Recorder:
         return finished, claimed
 
     async def _read_new(self, consumer: str, block_ms: int | None) -> tuple[int, int]:
-        reply = await self._redis.xreadgroup(self.keys.group, consumer,
-                                             {self.keys.records: ">"}, count=self.batch,
-                                             block=block_ms)
+        reply = await self._group_call(self._redis.xreadgroup, self.keys.group, consumer,
+                                       {self.keys.records: ">"}, count=self.batch,
+                                       block=block_ms)
         entries = _entries(reply)
         finished = 0
         for entry_id, fields in entries:
             finished += await self._handle(consumer, entry_id, fields)
         return finished, len(entries)
+
+    async def _group_call(self, command: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await command(*args, **kwargs)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+        # The stream or its group was deleted under us (a FLUSHDB, an operator): make it again.
+        log.warning("recorder group %s on %s vanished; creating it again", self.keys.group,
+                    self.keys.records)
+        self._group_ready = False
+        await self.ensure_group()
+        return await command(*args, **kwargs)
 
     # -- one job -------------------------------------------------------------------------------
 
@@ -297,7 +312,9 @@ class Recorder:
         """Process one entry; 1 if it is finished (acked), 0 if it stays pending."""
         state = self._state[consumer].setdefault(entry_id, _EntryState())
         if not fields:
-            # The entry was deleted from the stream while pending: nothing left to apply.
+            # The entry was deleted from the stream while pending: nothing left to read here.
+            # Its turn is still in the pending hash; the gap check enqueues it again.
+            log.warning("record job %s was deleted from the stream while pending", entry_id)
             await self._ack(entry_id)
             self._state[consumer].pop(entry_id, None)
             return 1
@@ -420,7 +437,7 @@ class Recorder:
     async def _failed(self, entry_id: str, fields: dict[str, str], state: _EntryState,
                       exc: Exception) -> _Outcome:
         state.attempts += 1
-        if False:
+        if state.attempts >= self.max_attempts:
             log.error("record job %s failed %d times; dead-lettered", entry_id, state.attempts,
                       exc_info=exc)
             await self._dead_letter(entry_id, fields, state.attempts, exc)

@@ -32,7 +32,8 @@ def redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield external
         return
     # A short dir: the unix socket path must fit in 107 bytes.
-    server = EmbeddedRedis(tmp_path_factory.mktemp("store"))
+    # die_with_parent: a test run that is killed leaves no server behind.
+    server = EmbeddedRedis(tmp_path_factory.mktemp("store"), die_with_parent=True)
     server.start()
     try:
         yield server.url

@@ -1,0 +1,26 @@
+"""`python -m bench <benchmark> [args]`: dispatch to the benchmark's own command line.
+
+Each benchmark is a module with `main(argv) -> int`; add one by adding a line to BENCHMARKS.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "locomo": "bench.locomo.cli",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in BENCHMARKS:
+        print(f"usage: python -m bench {{{','.join(BENCHMARKS)}}} [options]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(BENCHMARKS[args[0]])
+    return int(module.main(args[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""`python -m bench locomo`: run the benchmark and write FILE.json, FILE.md and FILE.png.
+
+    python -m bench locomo [--data PATH] [--conversations ID,...] [--limit N]
+                           [--budgets 1000,2000,4000,8000] [--modes stateless,stateful]
+                           [--store URL] --out FILE.json
+
+The gateway runs in this process (uvicorn on a loopback port, background recorder) against
+a store: by default an embedded Valkey in a fresh temporary directory, removed afterwards.
+Progress goes to stderr; the markdown report is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import gateway
+from bench.locomo import report
+from bench.locomo.data import Conversation, file_sha256, load
+from bench.locomo.replay import MODES, Outcome, Replayer, gateway_config
+from bench.locomo.results import rows
+from bench.locomo.server import serve
+from bench.locomo.upstream import ScriptedUpstream
+from gateway.app import create_app
+from gateway.store.embedded import EmbeddedRedis
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO.parent / "shared" / "bench-data" / "locomo-dev.json"
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench locomo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help="a LoCoMo-schema JSON file (default: %(default)s)")
+    parser.add_argument("--conversations", type=_csv, default=None,
+                        help="sample ids to run, comma-separated (default: all)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="at most N questions per conversation")
+    parser.add_argument("--budgets", type=lambda v: [int(b) for b in _csv(v)],
+                        default=[1000, 2000, 4000, 8000], help="prompt budgets in tokens")
+    parser.add_argument("--modes", type=_csv, default=list(MODES),
+                        help="client modes: stateless,stateful")
+    parser.add_argument("--store", default=None,
+                        help="redis:// or unix:// URL (default: embedded Valkey in a temp dir)")
+    parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
+    args = parser.parse_args(argv)
+    if bad := set(args.modes) - set(MODES):
+        parser.error(f"unknown modes {sorted(bad)}; choose from {', '.join(MODES)}")
+    if not args.budgets or min(args.budgets) <= 0:
+        parser.error("budgets must be positive integers")
+    return args
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu_model": cpu, "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def versions() -> dict[str, str]:
+    out = {"gateway": gateway.__version__}
+    for name in ("litellm", "tiktoken"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _progress(text: str) -> None:
+    print(f"[locomo] {text}", file=sys.stderr, flush=True)
+
+
+async def run_all(conversations: Sequence[Conversation], replayer: Replayer,
+                  limit: int | None) -> list[Outcome]:
+    outcomes = []
+    for conversation in conversations:
+        outcomes.append(await replayer.run(conversation, limit))
+    return outcomes
+
+
+def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes: Sequence[str],
+        limit: int | None, store: str | None) -> list[Outcome]:
+    """Start the store (unless given) and the gateway, replay and probe every conversation."""
+    tmp = embedded = None
+    if store is None:
+        tmp = tempfile.mkdtemp(prefix="cgbench-")  # short: a unix socket path must fit
+        embedded = EmbeddedRedis(tmp)
+        embedded.start()
+        store = embedded.url
+    try:
+        upstream = ScriptedUpstream()
+        with serve(create_app(gateway_config(store, budgets), upstream=upstream)) as url:
+            replayer = Replayer(url, upstream, store, budgets, modes, progress=_progress)
+            return asyncio.run(run_all(conversations, replayer, limit))
+    finally:
+        if embedded is not None:
+            embedded.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    started, clock = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
+    conversations = load(args.data)
+    if args.conversations:
+        unknown = set(args.conversations) - {c.sample_id for c in conversations}
+        if unknown:
+            _progress(f"unknown conversations: {', '.join(sorted(unknown))}")
+            return 2
+        conversations = [c for c in conversations if c.sample_id in args.conversations]
+    _progress(f"{len(conversations)} conversations from {args.data}")
+    outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
+                   store=args.store)
+    questions = [q for c in conversations
+                 for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
+    meta = {
+        "machine": machine(),
+        "versions": versions(),
+        "config": {"budgets": args.budgets, "modes": args.modes, "data": str(args.data),
+                   "data_sha256": file_sha256(args.data),
+                   "conversations": [c.sample_id for c in conversations], "limit": args.limit,
+                   "reserve_completion_tokens": 1000, "last_n_messages": 20,
+                   "gateway_context": "gateway defaults besides the budget"},
+        "started": started.isoformat(timespec="seconds"),
+        "duration_s": round(time.perf_counter() - clock, 1),
+        "counts": {
+            "questions": len(questions),
+            "with_evidence": sum(1 for q in questions if q.evidence),
+            "unresolved_evidence_refs": sum(q.unresolved for q in questions),
+            "answer_eligible": sum(len(o.eligible) for o in outcomes),
+            "gateway_requests": sum(o.requests for o in outcomes),
+            "mode_mismatches_by_budget": {
+                str(b): sum(o.mode_mismatches.get(b, 0) for o in outcomes) for b in args.budgets},
+            "token_header_mismatches": sum(o.header_mismatches for o in outcomes),
+        },
+    }
+    results = rows(outcomes)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=1, ensure_ascii=False)
+                   + "\n", encoding="utf-8")
+    text = report.markdown(results, meta)
+    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    report.plot(results, out.with_suffix(".png"))
+    _progress(f"wrote {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')} "
+              f"in {meta['duration_s']} s")
+    print(text)
+    return 0

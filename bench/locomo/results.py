@@ -1,0 +1,70 @@
+"""Aggregating observations into the result rows of the JSON file.
+
+One row per (strategy, mode, budget, category) with the stable keys
+`strategy, mode, budget, category, n, evidence_recall, answer_containment, date_recall,
+forwarded_tokens_mean, prefix_reuse` (plus `evidence_recall_verbatim` and `n_eligible`).
+- `category` is "1".."5", or "all" = categories 1–4 together;
+- `mode` is None for the baselines (computed from the client's history, mode-independent);
+  `budget` is None for `full` and `last-n`, which do not depend on it;
+- `n`: questions in the row; `evidence_recall` over those with resolvable evidence;
+  `answer_containment` over the eligible ones (`n_eligible`), None for category 5;
+  `date_recall` over the temporal (category 2) ones, None where there are none;
+- `forwarded_tokens_mean`: mean count_messages of the whole forwarded prompt per question;
+- `prefix_reuse`: mean over the replay requests (not per category: the same on every row of
+  the strategy/mode/budget).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import fmean
+from typing import Any, Iterable, Sequence
+
+from bench.locomo.replay import Key, Observation, Outcome
+
+CATEGORY_KEYS = ("1", "2", "3", "4", "5", "all")
+STRATEGY_ORDER = ("full", "last-n", "truncate", "gateway")
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(fmean(present), 4) if present else None
+
+
+def _sort_key(key: Key) -> tuple[int, str, int]:
+    strategy, mode, budget = key
+    return (STRATEGY_ORDER.index(strategy) if strategy in STRATEGY_ORDER else 99,
+            mode or "", budget or 0)
+
+
+def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    by_key: dict[Key, list[Observation]] = defaultdict(list)
+    reuse: dict[Key, list[float]] = defaultdict(list)
+    for outcome in outcomes:
+        for obs in outcome.observations:
+            by_key[obs.key].append(obs)
+        for key, values in outcome.prefix_reuse.items():
+            reuse[key].extend(values)
+    out = []
+    for key in sorted(by_key, key=_sort_key):
+        strategy, mode, budget = key
+        for category in CATEGORY_KEYS:
+            group = [o for o in by_key[key]
+                     if (str(o.question.category) == category
+                         or (category == "all" and o.question.category <= 4))]
+            if not group:
+                continue
+            answers = [o.score.answer_containment for o in group]
+            out.append({
+                "strategy": strategy, "mode": mode, "budget": budget, "category": category,
+                "n": len(group),
+                "evidence_recall": _mean(o.score.evidence_recall for o in group),
+                "answer_containment": _mean(answers),
+                "date_recall": _mean(o.score.date_recall for o in group),
+                "forwarded_tokens_mean": round(fmean(o.tokens for o in group), 1),
+                "prefix_reuse": _mean(reuse.get(key, [])),
+                "evidence_recall_verbatim": _mean(o.score.evidence_recall_verbatim
+                                                  for o in group),
+                "n_eligible": sum(1 for a in answers if a is not None),
+            })
+    return out

@@ -1,0 +1,7 @@
+"""`python -m bench.overhead` (same as `python -m bench overhead`)."""
+
+import sys
+
+from bench.overhead.cli import main
+
+sys.exit(main())

@@ -1,0 +1,175 @@
+"""Child servers of a benchmark run: started on free loopback ports, optionally pinned to a core,
+waited for until they answer, and always stopped — politely first, then by force.
+
+Every child gets its own session (process group), so a Ctrl-C in the terminal reaches only the
+benchmark, which then stops its children in order; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A loopback port free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """Which cores the server under test and the load side (generator + fake upstream) use.
+
+    `None` cores mean no pinning (fewer than two cores, or no `taskset`)."""
+
+    server_core: int | None
+    load_core: int | None
+
+    @property
+    def used(self) -> bool:
+        return self.server_core is not None
+
+    @classmethod
+    def detect(cls, enabled: bool = True) -> Pinning:
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if not enabled or len(cores) < 2 or shutil.which("taskset") is None:
+            return cls(None, None)
+        return cls(server_core=cores[-1], load_core=cores[0])
+
+    def prefix(self, core: int | None) -> list[str]:
+        """The argv prefix that pins a child to `core` (empty without pinning)."""
+        return [] if core is None else ["taskset", "-c", str(core)]
+
+    def pin_self(self) -> None:
+        """Pin this process (the load generator) to the load core."""
+        if self.load_core is not None:
+            os.sched_setaffinity(0, {self.load_core})
+
+
+@dataclass
+class ChildServer:
+    """One server process: `argv` is started by `start()` and must answer `ready_url` with 200."""
+
+    name: str
+    argv: list[str]
+    ready_url: str
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    startup_timeout: float = 60.0
+    stop_timeout: float = 20.0
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env}, cwd=self.cwd, start_new_session=True)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self._proc.returncode} during "
+                                   f"start-up; see {self.log_path}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.ready_url, timeout=1.0) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready after {self.startup_timeout:.0f} s "
+                           f"({self.ready_url}); see {self.log_path}:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """SIGINT (graceful: the gateway drains and stops its store), then SIGTERM, then SIGKILL
+        of the child's own process group."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, grace in ((signal.SIGINT, self.stop_timeout), (signal.SIGTERM, 5.0),
+                           (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig) if sig == signal.SIGKILL else proc.send_signal(sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # leftovers in the group (e.g. worker processes) once the leader is gone
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class ChildServers:
+    """Started servers, stopped in reverse order on exit — also on errors and Ctrl-C."""
+
+    def __init__(self) -> None:
+        self._started: list[ChildServer] = []
+
+    def start(self, server: ChildServer) -> ChildServer:
+        self._started.append(server)  # before start(): a half-started child is stopped too
+        server.start()
+        return server
+
+    def stop_all(self) -> None:
+        while self._started:
+            self._started.pop().stop()
+
+    def __enter__(self) -> ChildServers:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop_all()
+
+
+def stop_pidfile_process(pidfile: Path) -> None:
+    """Stop a grandchild that outlived its parent (the gateway's embedded store), by the pid
+    its own pid file names. Does nothing if the file is gone or the process has ended."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
