@@ -38,13 +38,13 @@ def texts(messages) -> list[str]:
 
 
 @pytest.fixture
-def store(redis_client) -> RedisStore:
-    return RedisStore(redis_client)
+def store(store_client) -> RedisStore:
+    return RedisStore(store_client)
 
 
 @pytest.fixture
-def recorder(redis_client) -> Recorder:
-    return Recorder(redis_client, consumer_prefix="test", backoff_seconds=0.01,
+def recorder(store_client) -> Recorder:
+    return Recorder(store_client, consumer_prefix="test", backoff_seconds=0.01,
                     block_ms=20, claim_idle_ms=30_000)
 
 
@@ -76,7 +76,7 @@ async def enqueue_raw(client, key: ConversationKey, payload: str) -> str:
 
 
 async def test_a_resent_and_a_retried_turn_store_each_message_once(store, recorder,
-                                                                   redis_client):
+                                                                   store_client):
     first = chain(None, [user("one"), assistant("1")], created_at=1.0)
     await store.record(KEY, after(None, user("one"), assistant("1")))
     second = after(first[-1].id, user("two"), assistant("2"))
@@ -88,12 +88,12 @@ async def test_a_resent_and_a_retried_turn_store_each_message_once(store, record
     loaded = await store.load(KEY)
     assert texts(loaded) == ["one", "1", "two", "2"]
     assert loaded == chain(None, [m.message for m in loaded], created_at=1.0)
-    assert await redis_client.llen(store.keys.conversation(KEY).transcript) == 4
+    assert await store_client.llen(store.keys.conversation(KEY).transcript) == 4
     assert await store.branches(KEY) == ()
     assert await store.applied_seq(KEY) == 4
     assert await store.pending_count(KEY) == 0
     assert recorder.applied == 4
-    await assert_queue_empty(redis_client)
+    await assert_queue_empty(store_client)
 
 
 async def test_a_fork_archives_the_old_branch_and_keeps_it_readable(store, recorder):
@@ -133,41 +133,41 @@ async def test_meta_names_the_owner_and_counts_messages(store, recorder):
 
 
 async def test_a_duplicate_delivery_of_an_applied_job_is_acked_and_skipped(store, recorder,
-                                                                           redis_client):
+                                                                           store_client):
     await store.record(KEY, append(user("once")))
-    ((_, fields),) = await redis_client.xrange("gw:records")
+    ((_, fields),) = await store_client.xrange("gw:records")
     await recorder.process_available()
-    await redis_client.xadd("gw:records", fields)  # delivered again, e.g. by a replay
+    await store_client.xadd("gw:records", fields)  # delivered again, e.g. by a replay
     assert await recorder.process_available() == 1
     assert texts(await store.load(KEY)) == ["once"]
     assert recorder.duplicates == 1
-    await assert_queue_empty(redis_client)
+    await assert_queue_empty(store_client)
 
 
-async def test_an_entry_left_pending_by_a_vanished_consumer_is_reclaimed(store, redis_client):
-    crashed = Recorder(redis_client, consumer_prefix="crashed", claim_idle_ms=100, block_ms=10)
+async def test_an_entry_left_pending_by_a_vanished_consumer_is_reclaimed(store, store_client):
+    crashed = Recorder(store_client, consumer_prefix="crashed", claim_idle_ms=100, block_ms=10)
     await crashed.ensure_group()
     await store.record(KEY, append(user("survives")))
     # The crashed consumer read the job and died before applying or acking it.
-    await redis_client.xreadgroup("recorders", "crashed-0", {"gw:records": ">"}, count=10)
-    assert (await redis_client.xpending("gw:records", "recorders"))["pending"] == 1
+    await store_client.xreadgroup("recorders", "crashed-0", {"gw:records": ">"}, count=10)
+    assert (await store_client.xpending("gw:records", "recorders"))["pending"] == 1
 
-    restarted = Recorder(redis_client, consumer_prefix="elsewhere", claim_idle_ms=100,
+    restarted = Recorder(store_client, consumer_prefix="elsewhere", claim_idle_ms=100,
                          block_ms=10)
     assert await restarted.process_available() == 0  # not idle long enough: its owner may live
     await asyncio.sleep(0.15)
     assert await restarted.process_available() == 1
     assert restarted.reclaimed == 1
     assert texts(await store.load(KEY)) == ["survives"]
-    await assert_queue_empty(redis_client)
+    await assert_queue_empty(store_client)
 
 
-async def test_a_restarted_consumer_re_reads_its_own_pending_entries_first(store, redis_client):
-    await Recorder(redis_client, consumer_prefix="host-7").ensure_group()
+async def test_a_restarted_consumer_re_reads_its_own_pending_entries_first(store, store_client):
+    await Recorder(store_client, consumer_prefix="host-7").ensure_group()
     await store.record(KEY, append(user("mine")))
-    await redis_client.xreadgroup("recorders", "host-7-0", {"gw:records": ">"}, count=10)
+    await store_client.xreadgroup("recorders", "host-7-0", {"gw:records": ">"}, count=10)
     # Same consumer name after a restart, claim_idle_ms far away: no claim is needed.
-    again = Recorder(redis_client, consumer_prefix="host-7", claim_idle_ms=60_000, block_ms=20)
+    again = Recorder(store_client, consumer_prefix="host-7", claim_idle_ms=60_000, block_ms=20)
     await again.start()
     try:
         await until(lambda: _applied(store, 1))
@@ -178,8 +178,8 @@ async def test_a_restarted_consumer_re_reads_its_own_pending_entries_first(store
 
 
 async def test_concurrent_records_on_one_conversation_lose_nothing_and_keep_seq_order(
-        store, redis_client):
-    recorders = [Recorder(redis_client, consumer_prefix=name, block_ms=10, claim_idle_ms=5000,
+        store, store_client):
+    recorders = [Recorder(store_client, consumer_prefix=name, block_ms=10, claim_idle_ms=5000,
                           batch=4) for name in ("r1", "r2")]
     for r in recorders:
         await r.start()
@@ -196,15 +196,15 @@ async def test_concurrent_records_on_one_conversation_lose_nothing_and_keep_seq_
     assert texts(await store.load(KEY)) == by_seq
     assert sum(r.applied for r in recorders) == 50
     assert await store.pending_count(KEY) == 0
-    await assert_queue_empty(redis_client)
+    await assert_queue_empty(store_client)
 
 
 async def test_a_poison_job_is_dead_lettered_and_does_not_block_later_jobs(store, recorder,
-                                                                           redis_client,
+                                                                           store_client,
                                                                            caplog):
     recorder.max_attempts = 3
     await store.record(KEY, append(user("before")))
-    poison_id = await enqueue_raw(redis_client, KEY, "{not json")
+    poison_id = await enqueue_raw(store_client, KEY, "{not json")
     await store.record(KEY, append(user("after")))
     with caplog.at_level(logging.WARNING, logger="gateway.recorder"):
         async with asyncio.timeout(10):  # a job retried forever would hang here
@@ -213,7 +213,7 @@ async def test_a_poison_job_is_dead_lettered_and_does_not_block_later_jobs(store
     assert texts(await store.load(KEY)) == ["before", "after"]
     assert recorder.dead_lettered == 1 and recorder.retried == 2
     assert await store.dead_letter_count() == 1
-    ((_, dead),) = await redis_client.xrange("gw:records:dead")
+    ((_, dead),) = await store_client.xrange("gw:records:dead")
     assert dead["entry_id"] == poison_id
     assert dead["attempts"] == "3"
     assert "CodecError" in dead["error"]
@@ -222,17 +222,17 @@ async def test_a_poison_job_is_dead_lettered_and_does_not_block_later_jobs(store
     assert await store.pending_count(KEY) == 0
     failures = [r for r in caplog.records if r.name == "gateway.recorder" and r.exc_info]
     assert len(failures) == 3
-    await assert_queue_empty(redis_client)
+    await assert_queue_empty(store_client)
 
 
 async def test_a_lost_seq_is_skipped_instead_of_blocking_the_conversation(store, recorder,
-                                                                          redis_client):
+                                                                          store_client):
     await store.record(KEY, append(user("one")))
     lost = await store.record(KEY, append(user("two")))
     await store.record(KEY, append(user("three")))
     # Lose job 2 entirely: neither pending nor in the stream.
-    await redis_client.xdel("gw:records", lost)
-    await redis_client.hdel(store.keys.conversation(KEY).pending, "2")
+    await store_client.xdel("gw:records", lost)
+    await store_client.hdel(store.keys.conversation(KEY).pending, "2")
     assert await recorder.process_available() == 2
     assert texts(await store.load(KEY)) == ["one", "three"]
     assert recorder.skipped == 1
@@ -240,18 +240,18 @@ async def test_a_lost_seq_is_skipped_instead_of_blocking_the_conversation(store,
 
 
 async def test_a_pending_turn_whose_stream_entry_vanished_is_enqueued_again(store,
-                                                                           redis_client):
-    recorder = Recorder(redis_client, consumer_prefix="t", gap_timeout_ms=50, block_ms=10,
+                                                                           store_client):
+    recorder = Recorder(store_client, consumer_prefix="t", gap_timeout_ms=50, block_ms=10,
                         claim_idle_ms=1000)
     vanished = await store.record(KEY, append(user("one")))
     await store.record(KEY, append(user("two")))
-    await redis_client.xdel("gw:records", vanished)  # still in the pending hash
+    await store_client.xdel("gw:records", vanished)  # still in the pending hash
     assert await recorder.process_available() == 0  # job 2 waits for job 1
     await asyncio.sleep(0.06)
     assert await recorder.process_available() == 2
     assert recorder.reenqueued == 1
     assert texts(await store.load(KEY)) == ["one", "two"]
-    await assert_queue_empty(redis_client)
+    await assert_queue_empty(store_client)
 
 
 async def test_conversations_with_one_id_under_other_users_or_tenants_never_mix(store,
@@ -267,8 +267,8 @@ async def test_conversations_with_one_id_under_other_users_or_tenants_never_mix(
         assert (await store.meta(key))["user"] == key.user
 
 
-async def test_drain_applies_everything_enqueued_before_it(store, redis_client):
-    recorder = Recorder(redis_client, consumer_prefix="d", workers=2, block_ms=500,
+async def test_drain_applies_everything_enqueued_before_it(store, store_client):
+    recorder = Recorder(store_client, consumer_prefix="d", workers=2, block_ms=500,
                         claim_idle_ms=5000)
     await recorder.start()
     keys = [ConversationKey("acme", f"user{n}", "c") for n in range(5)]
@@ -279,7 +279,7 @@ async def test_drain_applies_everything_enqueued_before_it(store, redis_client):
     for key in keys:
         assert texts(await store.load(key)) == [f"{key.user}-{i}" for i in range(4)]
         assert await store.applied_seq(key) == 4
-    await assert_queue_empty(redis_client)
+    await assert_queue_empty(store_client)
 
 
 async def test_background_workers_apply_without_being_asked(store, recorder):
@@ -305,12 +305,12 @@ async def test_a_deleted_conversation_is_not_brought_back_by_jobs_still_queued(s
 
 
 async def test_a_worker_recreates_its_group_when_the_stream_is_deleted(store, recorder,
-                                                                       redis_client):
+                                                                       store_client):
     await recorder.start()
     try:
         await store.record(KEY, append(user("one")))
         await until(lambda: _applied(store, 1))
-        await redis_client.delete("gw:records")  # stream and group gone
+        await store_client.delete("gw:records")  # stream and group gone
         await store.record(KEY, append(user("two")))  # XADD makes a stream with no group
         await until(lambda: _applied(store, 2))
     finally:

@@ -32,8 +32,8 @@ def turn(*messages: Message, parent: str | None = None, mode: str = "after") -> 
 
 
 @pytest.fixture
-def store(redis_client) -> RedisStore:
-    return RedisStore(redis_client)
+def store(store_client) -> RedisStore:
+    return RedisStore(store_client)
 
 
 # -- codec -------------------------------------------------------------------------------------
@@ -77,9 +77,9 @@ def test_conversation_keys_never_collide_across_tenant_user_conversation_splits(
 
 # -- store ---------------------------------------------------------------------------------------
 
-async def test_record_enqueues_one_stream_entry_and_returns_its_id(store, redis_client):
+async def test_record_enqueues_one_stream_entry_and_returns_its_id(store, store_client):
     entry_id = await store.record(KEY, turn(user("hi"), assistant("hello")))
-    entries = await redis_client.xrange("gw:records")
+    entries = await store_client.xrange("gw:records")
     assert [e[0] for e in entries] == [entry_id]
     fields = entries[0][1]
     assert (fields["tenant"], fields["user"], fields["conversation"], fields["seq"]) == \
@@ -121,10 +121,10 @@ async def test_pending_turns_of_other_users_and_tenants_never_show(store):
         assert await store.load(other) == ()
 
 
-async def test_an_undecodable_pending_turn_is_skipped_by_load(store, redis_client):
+async def test_an_undecodable_pending_turn_is_skipped_by_load(store, store_client):
     ck = store.keys.conversation(KEY)
-    await redis_client.hset(ck.pending, "1", "garbage")
-    await redis_client.set(ck.seq, 1)
+    await store_client.hset(ck.pending, "1", "garbage")
+    await store_client.set(ck.seq, 1)
     await store.record(KEY, turn(user("fine")))
     assert [m.message.text for m in await store.load(KEY)] == ["fine"]
 
@@ -139,8 +139,8 @@ async def test_ping_succeeds_on_a_live_server_and_raises_on_a_dead_one(store, tm
         await dead.aclose()
 
 
-async def test_a_client_returning_bytes_is_refused(redis_url):
-    raw = redis.asyncio.Redis.from_url(redis_url)
+async def test_a_client_returning_bytes_is_refused(store_url):
+    raw = redis.asyncio.Redis.from_url(store_url)
     try:
         with pytest.raises(ValueError, match="decode_responses"):
             RedisStore(raw)
