@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.transcript import TurnRecord
 
@@ -97,3 +98,14 @@ def decode_branch(text: str | bytes) -> ArchivedBranch:
                               tuple(_stored_from_dict(m) for m in data["messages"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise CodecError(f"not an archived branch: {exc!r}") from exc
+
+
+def encode_key(key: ConversationKey) -> str:
+    return _dumps([key.tenant, key.user, key.conversation])
+
+
+def decode_key(text: str | bytes) -> ConversationKey:
+    data = _loads(text)
+    if not (isinstance(data, list) and len(data) == 3 and all(isinstance(p, str) for p in data)):
+        raise CodecError(f"not a conversation key: {text!r}")
+    return ConversationKey(*data)

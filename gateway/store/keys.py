@@ -78,6 +78,17 @@ class KeySpace:
         return f"{self.prefix}:records:dead"
 
     @property
+    def memory_dirty(self) -> str:
+        """Sorted set: conversations whose transcript changed since memory last processed them
+        (member: JSON [tenant, user, conversation], score: time of the change). Written in the
+        same transaction that applies a turn, so memory work is never lost, only coalesced."""
+        return f"{self.prefix}:memory:dirty"
+
+    def conversations_of(self, tenant: str, user: str) -> str:
+        """A SCAN pattern matching every conversation key of one user of one tenant."""
+        return f"{self.prefix}:c:{_part(tenant)}:{_part(user)}:*"
+
+    @property
     def dead_count(self) -> str:
         """Counter of dead-lettered jobs (never decremented; the stream may be trimmed)."""
         return f"{self.prefix}:records:dead:count"

@@ -37,7 +37,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.ids import ConversationKey
 from gateway.core.transcript import apply_turn
-from gateway.store.codec import decode_record, decode_stored, encode_branch, encode_stored
+from gateway.store.codec import (decode_record, decode_stored, encode_branch, encode_key,
+                                 encode_stored)
 from gateway.store.keys import ConversationKeys, KeySpace
 from gateway.store.redis_store import require_decoded
 
@@ -372,6 +373,7 @@ class Recorder:
                         "conversation": job.key.conversation, "updated_at": repr(now),
                         "message_count": edit.keep + len(edit.append)})
                     pipe.hsetnx(ck.meta, "created_at", repr(now))
+                    pipe.zadd(self.keys.memory_dirty, {encode_key(job.key): now})
                     self._queue_ack(pipe, job.entry_id)
                     await pipe.execute()
                     self.applied += 1

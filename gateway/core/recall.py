@@ -1,0 +1,27 @@
+"""What memory offers for one request: recollections, ranked by relevance to the question."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+RecollectionKind = Literal["turn", "chunk", "fact"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recollection:
+    """One item memory can put before the model.
+
+    `text` is what the model sees: redacted, and carrying its date anchor when it has one.
+    `source_ids` are the stored message ids it stems from, so an item already present verbatim
+    in the recent window is not sent twice.
+    """
+
+    kind: RecollectionKind
+    id: str
+    text: str
+    source_ids: tuple[str, ...]
+    position: int
+    """Place in the conversation (a turn's index, a chunk's first turn); -1 for facts."""
+    score: float
+    """Fused relevance to the current question; higher is better."""

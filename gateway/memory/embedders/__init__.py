@@ -1,0 +1,1 @@
+"""Embedders (see gateway.memory.ports.Embedder)."""

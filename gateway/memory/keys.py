@@ -1,0 +1,71 @@
+"""Every Redis key of the memory layers, built in one place (beside gateway/store/keys.py).
+
+Per conversation (one user of one tenant): keys extend the conversation's own key base, so
+erasing a user's conversations (SCAN `KeySpace.conversations_of`) removes them too.
+Per user: keys under `<prefix>:u:<tenant>:<user>:`, parts length-prefixed like the store's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.core.ids import ConversationKey
+from gateway.store.keys import KeySpace, _part
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationMemoryKeys:
+    turns: str
+    """Hash: stored message id -> JSON TurnEntry (redacted text, date anchor, position)."""
+    watermark: str
+    """String: how many transcript messages (from the start of the active branch) are indexed."""
+    vectors: str
+    """Hash: item id (turn id or chunk id) -> float32 vector bytes (the embedder's dimension)."""
+    version: str
+    """String counter: bumped on every change to turns/chunks/vectors; caches compare it."""
+    chunks: str
+    """List: JSON summary chunks, oldest first."""
+    lock: str
+    """String: held (SET NX PX) by the memory worker processing this conversation."""
+
+    def all(self) -> tuple[str, ...]:
+        return (self.turns, self.watermark, self.vectors, self.version, self.chunks, self.lock)
+
+
+@dataclass(frozen=True, slots=True)
+class UserMemoryKeys:
+    facts: str
+    """Hash: fact key -> JSON fact (value, type, importance, confidence, sources, history)."""
+    fact_vectors: str
+    """Hash: fact key -> float32 vector bytes."""
+    version: str
+    """String counter: bumped on every change to facts/vectors."""
+    profile: str
+    """Hash: profile field -> JSON value (language, answer_length, expertise, custom...)."""
+    settings: str
+    """Hash: memory (on/off), auto_extract (on/off)."""
+
+    def all(self) -> tuple[str, ...]:
+        return (self.facts, self.fact_vectors, self.version, self.profile, self.settings)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryKeySpace:
+    store: KeySpace = KeySpace()
+
+    def conversation(self, key: ConversationKey) -> ConversationMemoryKeys:
+        base = self.store.conversation(key).transcript.removesuffix(":transcript")
+        return ConversationMemoryKeys(
+            turns=f"{base}:m:turns", watermark=f"{base}:m:watermark",
+            vectors=f"{base}:m:vectors", version=f"{base}:m:version",
+            chunks=f"{base}:m:chunks", lock=f"{base}:m:lock")
+
+    def user(self, tenant: str, user: str) -> UserMemoryKeys:
+        base = f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}"
+        return UserMemoryKeys(facts=f"{base}:facts", fact_vectors=f"{base}:fact_vectors",
+                              version=f"{base}:version", profile=f"{base}:profile",
+                              settings=f"{base}:settings")
+
+    def user_pattern(self, tenant: str, user: str) -> str:
+        """A SCAN pattern matching every per-user memory key of one user."""
+        return f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}:*"

@@ -1,0 +1,57 @@
+"""The memory layers' interfaces: an embedder and searchable indexes, per namespace.
+
+A namespace is the hard partition of memory: conversation memory (older turns, summary chunks)
+belongs to tenant + user + conversation, facts to tenant + user. A search names exactly one
+namespace and can never return another's items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence
+
+import numpy as np
+
+from gateway.core.ids import ConversationKey
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    kind: Literal["conversation", "facts"]
+    tenant: str
+    user: str
+    conversation: str | None = None
+
+    @classmethod
+    def of_conversation(cls, key: ConversationKey) -> Namespace:
+        return cls("conversation", key.tenant, key.user, key.conversation)
+
+    @classmethod
+    def of_facts(cls, tenant: str, user: str) -> Namespace:
+        return cls("facts", tenant, user)
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+    related_threshold: float
+    """Cosine similarity above which two texts are about the same thing, for this model
+    (used for fact deduplication and topic-shift detection). Thresholds are per model."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) float32, rows L2-normalised. Blocking and CPU-bound: call it
+        through `EmbeddingService`, never on the event loop."""
+        ...
+
+
+class VectorIndex(Protocol):
+    async def search(self, namespace: Namespace, query: np.ndarray,
+                     k: int) -> list[tuple[str, float]]:
+        """Ids and cosine similarities of the k nearest items of one namespace, best first."""
+        ...
+
+
+class LexicalIndex(Protocol):
+    async def search(self, namespace: Namespace, query: str, k: int) -> list[tuple[str, float]]:
+        """Ids and BM25 scores of the k best-matching items of one namespace, best first."""
+        ...
