@@ -175,3 +175,22 @@ def test_first_request_with_history_is_pinned_to_the_start():
     assert rec.mode == "after" and rec.parent_id is None
     twice = apply_turn(stored_of(*HISTORY), rec.record([]))
     assert twice.append == ()  # a resent first request is not stored again
+
+
+@pytest.mark.parametrize("incoming", [
+    (u("x"),),                                   # stateful, no overlap
+    HISTORY + (u("x"),),                         # stateless continuation
+    (u("how are you"), a("fine"), u("x")),       # window overlapping the tail
+    (u("hi"), a("hello"), u("changed")),         # fork at a prefix
+    (u("how are you"), a("fine!!"), u("x")),     # window fork
+    (u("new"), a("topic"), u("x")),              # fork at the root
+])
+def test_conversation_ids_name_the_stored_messages_of_the_conversation(incoming):
+    stored = stored_of(*HISTORY)
+    by_id = {s.id: s.message for s in stored}
+    rec = reconcile(incoming, stored)
+    assert len(rec.conversation_ids) == len(rec.conversation)
+    for message, mid in zip(rec.conversation, rec.conversation_ids):
+        if mid is not None:
+            assert by_id[mid] == message
+    assert rec.conversation_ids[-1] is None  # the client's new message is not stored yet

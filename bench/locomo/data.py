@@ -93,7 +93,8 @@ def canonical_id(ref: str) -> str | None:
     return f"D{int(match[1])}:{int(match[2])}"
 
 
-def parse_evidence(refs: list[Any], known: set[str] | frozenset[str]) -> tuple[tuple[str, ...], int]:
+def parse_evidence(refs: list[Any], known: set[str] | frozenset[str]
+                   ) -> tuple[tuple[str, ...], int]:
     """(resolved canonical ids, deduplicated and in order; number of unresolved references)."""
     resolved: list[str] = []
     unresolved = 0

@@ -20,7 +20,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _label(row: Row) -> tuple[str, str, str]:
-    return row["strategy"], row["mode"] or "–", "–" if row["budget"] is None else str(row["budget"])
+    budget = "–" if row["budget"] is None else str(row["budget"])
+    return row["strategy"], row["mode"] or "–", budget
 
 
 def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:

@@ -47,6 +47,8 @@ class Reconciliation:
     """Incoming messages not stored yet (the reply is added to these when recording)."""
     mode: Literal["after", "append"]
     parent_id: str | None
+    conversation_ids: tuple[str | None, ...] = ()
+    """The stored id of each message of `conversation` (None where not stored yet)."""
 
     def record(self, reply: Sequence[Message], *, created_at: float = 0.0, request_id: str = "",
                incomplete_reply: bool = False) -> TurnRecord:
@@ -80,8 +82,9 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
         # Only a client that sends history pins its messages to the start: concurrent first
         # messages of a stateful client must all land, not fork each other away.
         return Reconciliation("new", incoming, incoming, "after" if sends_history else "append",
-                              None)
+                              None, _unknown(incoming))
     known = tuple(s.message for s in stored)
+    ids = tuple(s.id for s in stored)
 
     p = _common_prefix(incoming, known)
     # Starting at the transcript's start means resending history — unless the client sends no
@@ -95,12 +98,14 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
             kind = "regenerate"  # it resent a prefix: the reply it asks for starts a branch
         else:
             kind = "fork"  # it changed a later turn: its version wins, the old one is kept
-        return Reconciliation(kind, incoming, incoming[p:], "after", parent)
+        return Reconciliation(kind, incoming, incoming[p:], "after", parent,
+                              ids[:p] + _unknown(incoming[p:]))
 
     k = _suffix_overlap(known, incoming)
     if k:
         # A window of recent messages plus what is new: the store supplies the rest.
-        return Reconciliation("stateful", known + incoming[k:], incoming[k:], "append", None)
+        return Reconciliation("stateful", known + incoming[k:], incoming[k:], "append", None,
+                              ids + _unknown(incoming[k:]))
 
     if sends_history:
         # The client sends its own history, which differs from the stored one. Align it at the
@@ -109,11 +114,16 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
             if known[j] == incoming[0]:
                 n = _common_prefix(incoming, known[j:])
                 return Reconciliation("fork", known[:j] + incoming, incoming[n:], "after",
-                                      stored[j + n - 1].id)
-        return Reconciliation("fork", incoming, incoming, "after", None)
+                                      stored[j + n - 1].id, ids[:j + n] + _unknown(incoming[n:]))
+        return Reconciliation("fork", incoming, incoming, "after", None, _unknown(incoming))
 
     # Only new user/tool messages: a stateful client.
-    return Reconciliation("stateful", known + incoming, incoming, "append", None)
+    return Reconciliation("stateful", known + incoming, incoming, "append", None,
+                          ids + _unknown(incoming))
+
+
+def _unknown(messages: Sequence[Message]) -> tuple[None, ...]:
+    return (None,) * len(messages)
 
 
 @dataclass(frozen=True, slots=True)

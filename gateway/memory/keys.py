@@ -27,9 +27,12 @@ class ConversationMemoryKeys:
     """List: JSON summary chunks, oldest first."""
     lock: str
     """String: held (SET NX PX) by the memory worker processing this conversation."""
+    processed: str
+    """String "<count>:<last id>": the transcript prefix the memory worker has processed."""
 
     def all(self) -> tuple[str, ...]:
-        return (self.turns, self.watermark, self.vectors, self.version, self.chunks, self.lock)
+        return (self.turns, self.watermark, self.vectors, self.version, self.chunks, self.lock,
+                self.processed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,7 @@ class MemoryKeySpace:
         return ConversationMemoryKeys(
             turns=f"{base}:m:turns", watermark=f"{base}:m:watermark",
             vectors=f"{base}:m:vectors", version=f"{base}:m:version",
-            chunks=f"{base}:m:chunks", lock=f"{base}:m:lock")
+            chunks=f"{base}:m:chunks", lock=f"{base}:m:lock", processed=f"{base}:m:processed")
 
     def user(self, tenant: str, user: str) -> UserMemoryKeys:
         base = f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}"
