@@ -10,6 +10,8 @@ import sys
 
 BENCHMARKS = {
     "locomo": "bench.locomo.cli",
+    "overhead": "bench.overhead.cli",
+    "recall-latency": "bench.recall_latency",
 }
 
 

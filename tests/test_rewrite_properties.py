@@ -1,8 +1,9 @@
 """Property tests of the rewrite's invariants over random conversations and policies.
 
 Random requests hold tool-call groups, long messages, multimodal content, messages before the
-first user message, tool results whose call is missing, and memory. Every invariant of
-gateway/core/rewrite.py is checked on each. The main suite counts with the fast `WordTokenizer`;
+first user message, tool results whose call is missing, and memory (summary chunks, a profile,
+recollections of turns, chunks and facts, some of them already in the history by id, and
+random memory shares). Every invariant of gateway/core/rewrite.py is checked on each. The main suite counts with the fast `WordTokenizer`;
 a smaller one repeats it with the real tiktoken tokenizer on arbitrary Unicode (CJK, emoji).
 """
 
@@ -11,9 +12,17 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.memory import MemoryContext, render_blocks
+from gateway.core.memory import (
+    MemoryContext,
+    one_line,
+    render_blocks,
+    render_profile,
+    render_recalled,
+    render_summary,
+)
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
+from gateway.core.recall import Recollection
 from gateway.core.rewrite import (
     TRUNCATION_MARKER,
     Rewrite,
@@ -21,7 +30,7 @@ from gateway.core.rewrite import (
     rewrite,
     truncate_message,
 )
-from gateway.core.tokens import Tokenizer, count_messages
+from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import WordTokenizer
 
@@ -75,12 +84,8 @@ def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequ
     current = [Message.of("user", draw(content))] + steps(allow_final_text=False)
     instructions = [Message.of(draw(st.sampled_from(["system", "developer"])), draw(texts))
                     for _ in range(draw(st.integers(0, 2)))]
-    memory = draw(st.one_of(st.just(MemoryContext()), st.builds(
-        MemoryContext,
-        summary_chunks=st.lists(texts, max_size=3).map(tuple),
-        profile=st.none() | texts,
-        recalled=st.lists(texts, max_size=3).map(tuple),
-    )))
+    ids = draw(history_ids(len(history)))
+    memory = draw(st.just(MemoryContext()) | memories(texts, ids) | memories(texts, ids))
     # Budgets around the interesting range: from a little less than instructions + current
     # need, to more than the whole request with its memory.
     fixed = count_messages(instructions + current, tok)
@@ -94,9 +99,42 @@ def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequ
         reserve_completion_tokens=reserve,
         max_recent_turns=draw(st.sampled_from(range(11))),
         truncate_message_tokens=draw(st.sampled_from(range(101))),
+        summary_share=draw(SHARES), profile_share=draw(SHARES), recall_share=draw(SHARES),
     )
     return RewriteRequest(instructions=tuple(instructions), history=tuple(history),
-                          current=tuple(current), policy=policy, memory=memory)
+                          current=tuple(current), policy=policy, memory=memory,
+                          history_ids=ids)
+
+
+SHARES = st.sampled_from([0.0, 0.05, 0.15, 0.3, 0.5, 1.0])
+
+
+def history_ids(n: int) -> st.SearchStrategy[tuple[str | None, ...]]:
+    """Unknown (empty), or an id per message with the newest few not stored yet (None)."""
+    stored = st.integers(0, 2).map(lambda unstored: tuple(
+        f"m{i}" if i < n - unstored else None for i in range(n)))
+    return st.just(()) | stored | stored
+
+
+@st.composite
+def memories(draw, texts: st.SearchStrategy[str],
+             ids: tuple[str | None, ...]) -> MemoryContext:
+    chunks = draw(st.lists(texts, max_size=3))
+    known = [i for i in ids if i is not None] + ["old1", "old2"]
+    recalled = []
+    for n in range(draw(st.integers(0, 6))):
+        kind = draw(st.sampled_from(["turn", "chunk", "fact"]))
+        id_ = f"{kind}{n}"
+        free = [i for i in known if i not in {r.id for r in recalled}]
+        if kind == "turn" and free and draw(st.booleans()):  # one of the history's messages
+            id_ = draw(st.sampled_from(free))
+        text = draw(texts | st.sampled_from(chunks)) if chunks else draw(texts)
+        recalled.append(Recollection(
+            kind=kind, id=id_, text=text,
+            source_ids=tuple(draw(st.lists(st.sampled_from(known), max_size=3, unique=True))),
+            position=-1 if kind == "fact" else draw(st.integers(0, 20)), score=0.0))
+    return MemoryContext(summary_chunks=chunks, profile=draw(st.none() | texts),
+                         recalled=recalled)
 
 
 # --- the invariants ---------------------------------------------------------------------------
@@ -124,15 +162,13 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
         return
     assert out.tokens_forwarded <= budget
 
-    # The middle: [summary] [profile] [recent history] [recalled], blocks as rendered.
+    # The middle: [summary] [profile] [recent history] [recalled].
     middle = messages[len(instructions):len(messages) - len(current)]
-    blocks = dict(render_blocks(request.memory).by_priority())
-    head = [blocks[n] for n in ("summary", "profile") if n in out.memory_blocks]
-    tail = [blocks[n] for n in ("recalled",) if n in out.memory_blocks]
-    assert list(middle[:len(head)]) == head
-    assert list(middle[len(middle) - len(tail):]) == tail
-    window = middle[len(head):len(middle) - len(tail)]
-    check_memory_blocks_fit_in_priority_order(request, out, blocks, tok)
+    n_head = sum(1 for name in out.memory_blocks if name != "recalled")
+    n_tail = int("recalled" in out.memory_blocks)
+    head, tail = middle[:n_head], middle[len(middle) - n_tail:]
+    window = middle[n_head:len(middle) - n_tail]
+    window_room = check_memory(request, out, head, window, tail, tok)
 
     # The window is a contiguous suffix of the history, each message whole or shortened.
     suffix = history[len(history) - len(window):] if window else ()
@@ -145,7 +181,7 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
     assert out.recent_turns == users <= policy.max_recent_turns
     check_tool_calls_travel_with_their_results(messages)
     check_window_starts_at_a_turn(history, window)
-    check_window_is_as_long_as_it_may_be(request, out, window, tok)
+    check_window_is_as_long_as_it_may_be(request, out, window, window_room, tok)
 
 
 def check_kept_message(kept: Message, original: Message, limit: int, tok: Tokenizer) -> None:
@@ -190,10 +226,10 @@ def check_window_starts_at_a_turn(history: tuple[Message, ...], window: tuple) -
         assert all(m.role == "tool" for m in history[:start])
 
 
-def check_window_is_as_long_as_it_may_be(request: RewriteRequest, out: Rewrite,
-                                         window: tuple, tok: Tokenizer) -> None:
+def check_window_is_as_long_as_it_may_be(request: RewriteRequest, out: Rewrite, window: tuple,
+                                         window_room: int, tok: Tokenizer) -> None:
     """Greedy: the next older turn (or, for a cut newest turn, the next older unit) was left
-    out because of the turn cap or the budget, not at random."""
+    out because of the turn cap or the room the window had, not at random."""
     history, policy = request.history, request.policy
     start = len(history) - len(window)
     if all(m.role == "tool" for m in history[:start]):
@@ -217,16 +253,74 @@ def check_window_is_as_long_as_it_may_be(request: RewriteRequest, out: Rewrite,
         if previous[0].role == "user" and out.recent_turns >= policy.max_recent_turns:
             return
     shortened = tuple(truncate_message(m, policy.truncate_message_tokens, tok) for m in previous)
-    assert count_messages(out.messages + shortened, tok) > policy.prompt_budget
+    assert cost(window + shortened, tok) > window_room
 
 
-def check_memory_blocks_fit_in_priority_order(request, out, blocks, tok) -> None:
-    granted = list(request.instructions + request.current)
-    for name, block in blocks.items():
-        fits = count_messages(granted + [block], tok) <= request.policy.prompt_budget
-        assert (name in out.memory_blocks) == fits
-        if fits:
-            granted.append(block)
+def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tuple, tail: tuple,
+                 tok: Tokenizer) -> int:
+    """Each block within its share, as large as its share allows, rendered from what it
+    reports; nothing recalled that the window or the summary already shows; the recalled block
+    packed best first into what is left. Returns the room the recent window was given."""
+    policy, memory = request.policy, request.memory
+    room = policy.prompt_budget - REPLY_PRIMING - cost(request.instructions + request.current, tok)
+
+    def share(fraction: float) -> int:
+        return max(0, int(fraction * room))
+
+    chunks = [c for c in memory.summary_chunks if c.strip()]
+    k = out.summary_chunks
+    summary = render_summary(chunks[len(chunks) - k:]) if k else None
+    assert all(cost((render_summary(chunks[-j:]),), tok) > share(policy.summary_share)
+               for j in range(k + 1, len(chunks) + 1))
+    profile = render_profile(memory.profile)
+    left = room - cost((summary,), tok)
+    if profile is not None and cost((profile,), tok) > min(share(policy.profile_share), left):
+        profile = None
+    left -= cost((profile,), tok)
+    assert head == tuple(b for b in (summary, profile) if b is not None)
+    assert (out.summary_tokens, out.profile_tokens) == (cost((summary,), tok),
+                                                        cost((profile,), tok))
+
+    offered = [r for r in memory.recalled if r.text.strip() and not (
+        r.kind == "chunk" and one_line(r.text) in {one_line(c) for c in chunks[len(chunks) - k:]})]
+    all_recalled = render_recalled(offered)
+    reserved = 0 if all_recalled is None else max(0, min(share(policy.recall_share), left,
+                                                         cost((all_recalled,), tok)))
+    window_room = left - reserved
+    assert cost(window, tok) <= window_room
+
+    # Nothing twice: no recalled turn is a window message, no recalled turn or chunk has all
+    # its sources in the window.
+    start = len(request.history) - len(window)
+    shown = {i for i in request.history_ids[start:] if i is not None}
+    by_id = {r.id: r for r in memory.recalled}
+    kept = [by_id[i] for i in out.recalled_ids]
+    assert not any(r.kind == "turn" and r.id in shown for r in kept)
+    assert not any(r.kind != "fact" and r.source_ids and shown.issuperset(r.source_ids)
+                   for r in kept)
+    assert tail == ((render_recalled(kept),) if kept else ())
+    assert out.recalled == len(kept) and out.recalled_tokens == cost(tail, tok)
+    facts = [r for r in kept if r.kind == "fact"]
+    assert kept[:len(facts)] == facts  # facts first, then chronologically
+    assert [r.position for r in kept[len(facts):]] == sorted(r.position for r in kept[len(facts):])
+
+    # Best first into what is left (the whole room when there is no history or block).
+    recall_room = left - cost(window, tok)
+    assert cost(tail, tok) <= recall_room
+    rank = {r.id: n for n, r in enumerate(memory.recalled)}
+    eligible = [r for r in offered if not (r.kind == "turn" and r.id in shown) and not (
+        r.kind != "fact" and r.source_ids and shown.issuperset(r.source_ids))]
+    assert all(r in eligible for r in kept)
+    for r in eligible:
+        if r.id not in out.recalled_ids:
+            higher = [x for x in kept if rank[x.id] < rank[r.id]]
+            assert cost((render_recalled(higher + [r]),), tok) > recall_room
+    return window_room
+
+
+def cost(messages, tok: Tokenizer) -> int:
+    """The summed count_message of `messages`, None counting 0."""
+    return sum(count_message(m, tok) for m in messages if m is not None)
 
 
 def check_everything_fits_means_unchanged(request: RewriteRequest, out: Rewrite,

@@ -1,20 +1,23 @@
 """What memory contributes to one request, and how it is shown to the model.
 
 `MemoryContext` is the seam the recall step fills (summary chunks of older turns, the user's
-profile, facts and chunks recalled for this query); the rewrite only places and budgets it.
+profile, recollections ranked for this query); the rewrite chooses what fits and places it.
 Each non-empty part becomes ONE `system` message — a "block" — whose text says what it is and
-that it is background data, not instructions, with every item inside its own tags. Item text is
-untrusted (it derives from what users and models wrote), so a tag in it that could open or
-close a block item is escaped: an item can never end its block early and pose as the gateway.
+that it is background data, not instructions, with its items inside ONE pair of tags (one tag
+pair per item would cost tokens for nothing). Item text is untrusted (it derives from what users
+and models wrote), so a tag in it that could open or close the block's wrapper is escaped: an
+item can never end its block early and pose as the gateway. A recalled item is one line
+("- " + its text, newlines made spaces), so it cannot pose as several items either.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Iterable, Literal, Sequence
 
 from gateway.core.messages import Message
+from gateway.core.recall import Recollection
 
 BlockName = Literal["summary", "profile", "recalled"]
 BLOCK_ROLE = "system"
@@ -30,15 +33,15 @@ RECALLED_HEADER = ("Context from earlier conversations or earlier in this conver
 
 @dataclass(frozen=True, slots=True)
 class MemoryContext:
-    """Memory for one request. Empty items (blank strings) are ignored; empty memory adds
-    nothing to the request."""
+    """Memory for one request. Blank items (blank strings, recollections with blank text) are
+    ignored; empty memory adds nothing to the request."""
 
     summary_chunks: tuple[str, ...] = ()
     """Summaries of older spans of this conversation, oldest first."""
     profile: str | None = None
     """The user's stable preferences, already rendered as text."""
-    recalled: tuple[str, ...] = ()
-    """Facts and chunks recalled for this query, most relevant first."""
+    recalled: tuple[Recollection, ...] = ()
+    """Turns, summary chunks and facts recalled for this query, most relevant first."""
 
     def __post_init__(self) -> None:
         # Accept any iterable but keep only immutable tuples, so no caller list is shared.
@@ -62,19 +65,47 @@ class MemoryBlocks:
 
 
 def render_blocks(memory: MemoryContext) -> MemoryBlocks:
-    return MemoryBlocks(
-        summary=_block(SUMMARY_HEADER, "summary", memory.summary_chunks),
-        profile=_block(PROFILE_HEADER, "profile", (memory.profile or "",)),
-        recalled=_block(RECALLED_HEADER, "memory", memory.recalled),
-    )
+    """All of `memory` rendered, whatever the budget (the rewrite renders what fits)."""
+    return MemoryBlocks(summary=render_summary(memory.summary_chunks),
+                        profile=render_profile(memory.profile),
+                        recalled=render_recalled(memory.recalled))
 
 
-def _block(header: str, tag: str, items: tuple[str, ...]) -> Message | None:
-    kept = [item.strip() for item in items if item and item.strip()]
+def render_summary(chunks: Iterable[str]) -> Message | None:
+    """The summary block: the chunks in the order given (oldest first), a blank line apart.
+    Blank lines inside a chunk are dropped, so the blank line only ever separates chunks."""
+    kept = [re.sub(r"\n\s*\n", "\n", c.strip()) for c in chunks if c and c.strip()]
+    return _block(SUMMARY_HEADER, "summary", "\n\n".join(kept)) if kept else None
+
+
+def render_profile(profile: str | None) -> Message | None:
+    if not profile or not profile.strip():
+        return None
+    return _block(PROFILE_HEADER, "profile", profile.strip())
+
+
+def render_recalled(items: Sequence[Recollection]) -> Message | None:
+    """The recalled block, one item per line, given the items in rank order. Rendered in a
+    stable, readable order whatever the ranking: facts first (in rank order), then chunks and
+    turns chronologically (by `position`)."""
+    kept = recalled_in_reading_order(r for r in items if r.text.strip())
     if not kept:
         return None
-    body = "\n".join(f"<{tag}>\n{_escape_tag(item, tag)}\n</{tag}>" for item in kept)
-    return Message.of(BLOCK_ROLE, f"{header}\n{body}")
+    return _block(RECALLED_HEADER, "memory", "\n".join(f"- {one_line(r.text)}" for r in kept))
+
+
+def recalled_in_reading_order(items: Iterable[Recollection]) -> tuple[Recollection, ...]:
+    # sorted() is stable: facts keep their rank order, equal positions too.
+    return tuple(sorted(items, key=lambda r: (0, 0) if r.kind == "fact" else (1, r.position)))
+
+
+def one_line(text: str) -> str:
+    """`text` stripped, each newline (with the blanks around it) made one space."""
+    return re.sub(r"\s*\n\s*", " ", text.strip())
+
+
+def _block(header: str, tag: str, body: str) -> Message:
+    return Message.of(BLOCK_ROLE, f"{header}\n<{tag}>\n{_escape_tag(body, tag)}\n</{tag}>")
 
 
 def _escape_tag(text: str, tag: str) -> str:

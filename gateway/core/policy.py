@@ -16,6 +16,17 @@ class ContextPolicy:
     truncate_message_tokens: int = 1000
     """A history message longer than this is forwarded shortened (the stored one is not)."""
 
+    # Memory shares: fractions of the room left after instructions and the current turn (and
+    # the reply priming). A share is a ceiling, not a reservation: what a block does not use
+    # goes to the recent window. Validated by config.py, not here.
+    summary_share: float = 0.15
+    """At most this much for the conversation summary block."""
+    profile_share: float = 0.05
+    """At most this much for the user profile block."""
+    recall_share: float = 0.5
+    """Held back from the recent window for recalled items (less if they need less); the
+    recalled block also gets whatever the window leaves unused."""
+
     @property
     def prompt_budget(self) -> int:
         return max(0, self.max_context_tokens - self.reserve_completion_tokens)

@@ -16,8 +16,14 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
   kept or dropped together, and a tool message is never forwarded without its call;
 - a history message longer than `policy.truncate_message_tokens` is forwarded as a shortened
   copy (its head plus `TRUNCATION_MARKER`); inputs are never altered;
-- memory blocks are added, in priority order summary, profile, recalled, each only if it fits
-  beside instructions and the current turn; recent history fills what is left;
+- memory is budgeted from the room left after instructions and the current turn, in this order:
+  the summary block (the newest chunks that fit `policy.summary_share` of the room), the
+  profile block (if it fits `policy.profile_share`), a reservation for recalled items (at most
+  `policy.recall_share`, less if showing them all costs less); the recent window gets the rest.
+  The recalled block then gets the reservation plus whatever the window left unused, packed
+  best first, skipping what does not fit; a share a block does not use goes to the window;
+- nothing is shown twice: a recalled turn is never one of the window's messages (by id), nor a
+  recalled chunk whose source messages are all in the window (see `packing.drop_redundant`);
 - with empty memory and everything fitting, the output is exactly instructions + history +
   current, the same `Message` values.
 """
@@ -27,8 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from gateway.core.memory import BlockName, MemoryContext, render_blocks
+from gateway.core.memory import BlockName, MemoryContext
 from gateway.core.messages import Message, thaw
+from gateway.core.packing import (
+    drop_redundant,
+    pack_profile,
+    pack_recalled,
+    pack_summary,
+    recall_reservation,
+    share,
+)
 from gateway.core.policy import ContextPolicy
 from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message
 
@@ -50,10 +64,16 @@ class RewriteRequest:
     """The last user message and everything after it (tool calls and results), verbatim."""
     policy: ContextPolicy
     memory: MemoryContext = MemoryContext()
+    history_ids: tuple[str | None, ...] = ()
+    """The stored message id of each history message (None for one not stored yet); empty when
+    unknown, and then no recollection can be recognised as already in the window."""
 
     def __post_init__(self) -> None:
-        for name in ("instructions", "history", "current"):
+        for name in ("instructions", "history", "current", "history_ids"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.history_ids and len(self.history_ids) != len(self.history):
+            raise ValueError(f"history_ids has {len(self.history_ids)} ids for "
+                             f"{len(self.history)} history messages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +93,16 @@ class Rewrite:
     """Instructions and the current turn alone exceed the budget; they were forwarded anyway."""
     memory_blocks: tuple[BlockName, ...] = ()
     """The memory blocks forwarded, in priority order."""
+    summary_chunks: int = 0
+    """Summary chunks forwarded (the newest ones)."""
+    recalled: int = 0
+    """Recollections forwarded."""
+    recalled_ids: tuple[str, ...] = ()
+    """Their ids, in the order shown (for logs and diagnostics)."""
+    summary_tokens: int = 0
+    """count_message of the summary block (0 without one); likewise the next two."""
+    profile_tokens: int = 0
+    recalled_tokens: int = 0
 
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
@@ -101,39 +131,53 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
 
     # Anything added makes the prompt non-empty, so the reply priming is always paid.
     room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
-    blocks = _fitting_blocks(request.memory, room, tokenizer)
-    blocks_cost = sum(count_message(b, tokenizer) for b in blocks.values())
-    window = _recent_window(request.history, room - blocks_cost, policy, tokenizer)
+    memory = request.memory
+    # Each grant is capped by what is left too, so shares that add up past 1 still fit.
+    summary = pack_summary(memory.summary_chunks, share(policy.summary_share, room), tokenizer)
+    left = room - summary.cost
+    profile = pack_profile(memory.profile, min(share(policy.profile_share, room), left),
+                           tokenizer)
+    left -= profile.cost
+    offered = drop_redundant(memory.recalled, frozenset(), summary.items)
+    reserved = recall_reservation(offered, min(share(policy.recall_share, room), left), tokenizer)
+    window = _recent_window(request.history, left - reserved, policy, tokenizer)
+    offered = drop_redundant(offered, _window_ids(request, window), ())
+    recalled = pack_recalled(offered, left - window.cost, tokenizer)
+
+    blocks: tuple[tuple[BlockName, Message | None], ...] = (
+        ("summary", summary.block), ("profile", profile.block), ("recalled", recalled.block))
     messages = (
         request.instructions
-        + tuple(blocks[n] for n in ("summary", "profile") if n in blocks)
+        + tuple(b for b in (summary.block, profile.block) if b is not None)
         + window.messages
-        + tuple(blocks[n] for n in ("recalled",) if n in blocks)
+        + tuple(b for b in (recalled.block,) if b is not None)
         + request.current
     )
+    memory_cost = summary.cost + profile.cost + recalled.cost
     return Rewrite(
         messages=messages,
         tokens_original=tokens_original,
-        tokens_forwarded=_total(fixed_cost + blocks_cost + window.cost, bool(messages)),
+        tokens_forwarded=_total(fixed_cost + memory_cost + window.cost, bool(messages)),
         recent_turns=sum(1 for m in window.messages if m.role == "user"),
         history_kept=len(window.messages),
         truncated=window.truncated,
         over_budget=False,
-        memory_blocks=tuple(blocks),
+        memory_blocks=tuple(name for name, block in blocks if block is not None),
+        summary_chunks=len(summary.items),
+        recalled=len(recalled.items),
+        recalled_ids=tuple(r.id for r in recalled.items),
+        summary_tokens=summary.cost,
+        profile_tokens=profile.cost,
+        recalled_tokens=recalled.cost,
     )
 
 
-def _fitting_blocks(memory: MemoryContext, room: int,
-                    tokenizer: Tokenizer) -> dict[BlockName, Message]:
-    """The memory blocks granted budget, in priority order: each one that fits what the blocks
-    before it left of `room`. (A later issue shares the budget out more finely.)"""
-    granted: dict[BlockName, Message] = {}
-    for name, block in render_blocks(memory).by_priority():
-        cost = count_message(block, tokenizer)
-        if cost <= room:
-            granted[name] = block
-            room -= cost
-    return granted
+def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:
+    """Stored ids of the history messages in the window (a suffix of the history)."""
+    if not request.history_ids or not window.messages:
+        return frozenset()
+    kept = request.history_ids[len(request.history) - len(window.messages):]
+    return frozenset(i for i in kept if i is not None)
 
 
 def truncate_message(message: Message, max_tokens: int, tokenizer: Tokenizer) -> Message:

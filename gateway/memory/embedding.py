@@ -1,0 +1,101 @@
+"""Embedding off the event loop: one dedicated thread runs the (blocking, CPU-bound) model.
+
+Why one thread: the model is CPU-bound numpy; two threads would only fight over the same
+cores and over the GIL between matmuls. Why batching: a sentence encoder embeds a batch of 32
+~1.3x-2.5x faster per sentence than one at a time, so calls that arrive while the thread is
+busy (concurrent requests' queries, the memory worker's turns) are embedded together.
+
+How batching works, with no background task: every call queues its texts and a future, then
+submits one "drain" job to the single-thread executor. A drain takes queued calls, oldest
+first, up to `max_batch` texts (always at least one call), embeds them in one model call and
+resolves their futures; a drain that finds the queue empty (earlier drains took its call)
+does nothing. As many drains run as calls were made, and each takes at least one call if any
+is queued, so every call is served, in order. A call cancelled while queued is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Sequence
+
+import numpy as np
+
+from gateway.memory.ports import Embedder
+
+
+class EmbeddingService:
+    """Async front of one `Embedder`. Invariant: `embed(texts)` returns exactly
+    `embedder.embed(texts)` (rows in order), whatever it was batched with."""
+
+    def __init__(self, embedder: Embedder, max_batch: int = 64):
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.embedder = embedder
+        self.max_batch = max_batch
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="embedding")
+        self._queue: deque[tuple[list[str], Future[np.ndarray]]] = deque()
+        self._queue_lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return self.embedder.dim
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) float32, L2-normalised rows. Model errors propagate."""
+        if not texts:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        result: Future[np.ndarray] = Future()
+        with self._queue_lock:
+            self._queue.append((list(texts), result))
+        self._executor.submit(self._drain)
+        return await asyncio.wrap_future(result)
+
+    async def embed_one(self, text: str) -> np.ndarray:
+        """(dim,) float32."""
+        return (await self.embed([text]))[0]
+
+    async def warm_up(self) -> None:
+        """Load the model now (a lazy model would otherwise load inside the first request)."""
+        await self.embed(["warm-up"])
+
+    def close(self) -> None:
+        """Stop the thread after the running batch; queued calls fail with CancelledError."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._queue_lock:
+            pending, self._queue = list(self._queue), deque()
+        for _, result in pending:
+            result.cancel()
+
+    def _take(self) -> list[tuple[list[str], Future[np.ndarray]]]:
+        taken: list[tuple[list[str], Future[np.ndarray]]] = []
+        size = 0
+        with self._queue_lock:
+            while self._queue and (not taken or size + len(self._queue[0][0]) <= self.max_batch):
+                texts, result = self._queue.popleft()
+                # False when the caller was cancelled while queued: skip its texts.
+                if result.set_running_or_notify_cancel():
+                    taken.append((texts, result))
+                    size += len(texts)
+        return taken
+
+    def _drain(self) -> None:
+        """Runs in the embedding thread."""
+        taken = self._take()
+        if not taken:
+            return
+        flat = [text for texts, _ in taken for text in texts]
+        try:
+            # One call larger than max_batch is embedded in slices of max_batch.
+            matrix = np.concatenate([self.embedder.embed(flat[i:i + self.max_batch])
+                                     for i in range(0, len(flat), self.max_batch)])
+        except BaseException as exc:  # noqa: BLE001 — not swallowed: each caller re-raises it
+            for _, result in taken:
+                result.set_exception(exc)
+            return
+        start = 0
+        for texts, result in taken:
+            result.set_result(matrix[start:start + len(texts)])
+            start += len(texts)

@@ -1,0 +1,181 @@
+"""Lexical search per namespace: BM25 (bm25s) over the namespace's texts in the store.
+
+Documents: for conversation memory, each turn entry's text (the `turns` hash, id = message
+id) and each summary chunk's text (the `chunks` list, id "chunk:<id>"); for facts,
+"<key>: <value>" per fact (the `facts` hash, id = fact key). Tokens come from
+`gateway.core.lexical` (words; character unigrams + bigrams for Chinese).
+
+Built lazily and cached per namespace like the dense index: one GET of the version counter
+per search, a rebuild when it moved. Turn texts never change under their id, so their tokens
+are kept across rebuilds and only new turns are fetched and tokenised; chunks and facts are
+always read again. bm25s has no incremental insert, so the BM25 matrix itself is rebuilt
+(measured ~17 ms at 1k turns, ~140 ms at 10k, on the index's own thread above a few
+thousand documents).
+
+Invariants: a search reads only its namespace's keys; results are ids with BM25 score > 0,
+best first; a query with no known token returns [] without scoring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import bm25s
+import numpy as np
+import redis.asyncio as aioredis
+
+from gateway.core.lexical import tokens
+from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
+from gateway.memory.ports import Namespace
+
+log = logging.getLogger(__name__)
+
+CHUNK_PREFIX = "chunk:"
+# Above this many documents a rebuild takes more than a few ms: it runs on the index's thread.
+OFFLOAD_ABOVE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class _Lexical:
+    ids: tuple[str, ...]
+    tokens: dict[str, list[str]]
+    """Per document id (reused by the next rebuild for immutable turn documents)."""
+    bm25: Any  # bm25s.BM25, None when the namespace has no document
+
+
+def chunk_id(raw_id: str) -> str:
+    """The item id of a summary chunk (vectors and recall use "chunk:<id>")."""
+    return raw_id if raw_id.startswith(CHUNK_PREFIX) else CHUNK_PREFIX + raw_id
+
+
+def _build(ids: tuple[str, ...], docs: dict[str, list[str]]) -> _Lexical:
+    if not ids:
+        return _Lexical((), {}, None)
+    bm25 = bm25s.BM25()
+    bm25.index([docs[i] for i in ids], show_progress=False)
+    return _Lexical(ids, docs, bm25)
+
+
+def _loads(raw: str | None) -> dict[str, Any] | None:
+    """A JSON object, or None for a missing or foreign value (logged by the caller)."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class Bm25LexicalIndex:
+    """`LexicalIndex` over the store's texts. Call `close()` at shutdown."""
+
+    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
+                 max_namespaces: int = 256, max_documents: int = 500_000):
+        self.redis = redis
+        self.keys = keys
+        self._cache: NamespaceCache[_Lexical] = NamespaceCache(max_namespaces, max_documents)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="bm25")
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def search(self, namespace: Namespace, query: str, k: int) -> list[tuple[str, float]]:
+        lexical = await self._current(namespace)
+        if lexical.bm25 is None or k <= 0:
+            return []
+        token_ids = lexical.bm25.get_tokens_ids(tokens(query))
+        if not token_ids:
+            return []
+        # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
+        scores = lexical.bm25.get_scores_from_ids(token_ids)
+        n = min(k, len(scores))
+        top = np.argpartition(-scores, n - 1)[:n]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(lexical.ids[i], float(scores[i])) for i in top if scores[i] > 0]
+
+    async def _current(self, namespace: Namespace) -> _Lexical:
+        nk = namespace_keys(self.keys, namespace)
+        version = await self.redis.get(nk.version)
+        cached = self._cache.get(namespace)
+        if cached is not None and cached.version == version:
+            return cached.value
+        lexical, version = await self._refresh(namespace, cached.value if cached else None)
+        self._cache.put(namespace, Cached(version, lexical, len(lexical.ids)))
+        return lexical
+
+    async def _refresh(self, namespace: Namespace,
+                       old: _Lexical | None) -> tuple[_Lexical, str | None]:
+        texts = (await self._conversation_texts(namespace, old) if namespace.kind == "conversation"
+                 else await self._fact_texts(namespace))
+        version, reused, fresh = texts
+        docs = dict(reused)
+        ids = tuple(list(reused) + list(fresh))
+        if len(fresh) > OFFLOAD_ABOVE or len(ids) > OFFLOAD_ABOVE:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._tokenise_and_build, ids, docs, fresh), version
+        return self._tokenise_and_build(ids, docs, fresh), version
+
+    @staticmethod
+    def _tokenise_and_build(ids: tuple[str, ...], docs: dict[str, list[str]],
+                            fresh: dict[str, str]) -> _Lexical:
+        for item, text in fresh.items():
+            docs[item] = tokens(text)
+        return _build(ids, docs)
+
+    async def _conversation_texts(
+            self, namespace: Namespace, old: _Lexical | None,
+    ) -> tuple[str | None, dict[str, list[str]], dict[str, str]]:
+        """(version, tokens of turns kept from `old`, texts to tokenise by id)."""
+        nk = namespace_keys(self.keys, namespace)
+        assert nk.chunks is not None
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(nk.version)
+            pipe.hkeys(nk.documents)
+            pipe.lrange(nk.chunks, 0, -1)
+            version, turn_ids, raw_chunks = await pipe.execute()
+        previous = old.tokens if old is not None else {}
+        reused = {i: previous[i] for i in turn_ids if i in previous}
+        wanted = [i for i in turn_ids if i not in previous]
+        fresh: dict[str, str] = {}
+        foreign = 0
+        for item, raw in zip(wanted, await self.redis.hmget(nk.documents, wanted)
+                             if wanted else []):
+            entry = _loads(raw)
+            if entry is None or not isinstance(entry.get("text"), str):
+                foreign += raw is not None  # None: deleted since HKEYS; not an error
+                continue
+            fresh[item] = entry["text"]
+        for raw in raw_chunks:
+            chunk = _loads(raw)
+            if chunk is None or not isinstance(chunk.get("text"), str) or "id" not in chunk:
+                foreign += 1
+                continue
+            fresh[chunk_id(str(chunk["id"]))] = chunk["text"]
+        if foreign:
+            log.warning("skipped %d unreadable memory entries in a conversation namespace",
+                        foreign)
+        return version, reused, fresh
+
+    async def _fact_texts(
+            self, namespace: Namespace,
+    ) -> tuple[str | None, dict[str, list[str]], dict[str, str]]:
+        nk = namespace_keys(self.keys, namespace)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(nk.version)
+            pipe.hgetall(nk.documents)
+            version, facts = await pipe.execute()
+        fresh: dict[str, str] = {}
+        for field, raw in sorted(facts.items()):
+            fact = _loads(raw)
+            if fact is None or "value" not in fact:
+                log.warning("skipped an unreadable fact in a facts namespace")
+                continue
+            fresh[field] = f"{fact.get('key', field)}: {fact['value']}"
+        return version, {}, fresh

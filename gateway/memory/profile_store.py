@@ -1,0 +1,53 @@
+"""A user's profile in Redis: one hash, field -> JSON value (see `Profile.to_dict`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Sequence
+
+import redis.asyncio as aioredis
+
+from gateway.core.messages import Message, StoredMessage
+from gateway.core.profile import Profile, update_profile
+from gateway.memory.keys import MemoryKeySpace
+
+log = logging.getLogger(__name__)
+
+
+class ProfileStore:
+    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    async def get(self, tenant: str, user: str) -> Profile:
+        """The stored profile; an empty one when there is none or it is unreadable."""
+        raw = await self.redis.hgetall(self.keys.user(tenant, user).profile)
+        try:
+            return Profile.from_dict({field: json.loads(value) for field, value in raw.items()})
+        except (ValueError, TypeError) as exc:
+            log.warning("stored profile of %s/%s is unreadable (%s); ignored", tenant, user, exc)
+            return Profile()
+
+    async def put(self, tenant: str, user: str, profile: Profile) -> None:
+        """Replace the stored profile (an empty profile deletes it)."""
+        key = self.keys.user(tenant, user).profile
+        fields = {name: json.dumps(value, ensure_ascii=False)
+                  for name, value in profile.to_dict().items() if value}
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            if fields:
+                pipe.hset(key, mapping=fields)
+            await pipe.execute()
+
+    async def update(self, tenant: str, user: str,
+                     messages: Sequence[Message | StoredMessage]) -> Profile:
+        """Learn from `messages` (core.profile.update_profile); writes only on a change."""
+        before = await self.get(tenant, user)
+        after = update_profile(before, messages)
+        if after != before:
+            await self.put(tenant, user, after)
+        return after
+
+    async def delete(self, tenant: str, user: str) -> None:
+        await self.redis.delete(self.keys.user(tenant, user).profile)

@@ -1,0 +1,43 @@
+"""Reciprocal-rank fusion with a mild recency weight."""
+
+import pytest
+
+from gateway.core.fusion import fuse, reciprocal_rank_fusion
+
+
+def test_rrf_sums_over_lists_and_counts_a_repeat_once():
+    scores = reciprocal_rank_fusion([["a", "b", "a"], ["b"]], k=60)
+    assert scores == pytest.approx({"a": 1 / 61, "b": 1 / 62 + 1 / 61})
+
+
+@pytest.mark.parametrize("rankings, positions, expected", [
+    # found by both searches beats found by one
+    ([["a", "b"], ["b", "c"]], {}, ["b", "a", "c"]),
+    # first in both beats second in both, even when much older
+    ([["old", "new"], ["old", "new"]], {"old": 3, "new": 299}, ["old", "new"]),
+    # a near-tie goes to the newer item
+    ([["old", "x"], ["new", "y"]], {"old": 3, "new": 299, "x": 10, "y": 20},
+     ["new", "old", "y", "x"]),
+    # an exact tie without positions is broken by id
+    ([["b"], ["a"]], {}, ["a", "b"]),
+    ([], {}, []),
+])
+def test_fused_order(rankings, positions, expected):
+    assert [i for i, _ in fuse(rankings, positions)] == expected
+
+
+def test_recency_weight_is_at_most_the_configured_share():
+    fused = dict(fuse([["old"], ["new"]], {"old": 0, "new": 100}, recency_weight=0.01))
+    assert fused["new"] / fused["old"] == pytest.approx(1.01)
+
+
+def test_items_without_a_position_get_no_boost():
+    fused = dict(fuse([["f", "x"], ["t"]], {"t": 100, "x": 0, "f": -1}))
+    assert fused["f"] == pytest.approx(1 / 61)
+    assert fused["t"] == pytest.approx(1.01 / 61)
+
+
+def test_fuse_does_not_mutate_its_inputs():
+    rankings, positions = [["a", "b"], ["b"]], {"a": 1, "b": 2}
+    fuse(rankings, positions)
+    assert rankings == [["a", "b"], ["b"]] and positions == {"a": 1, "b": 2}

@@ -1,0 +1,27 @@
+"""Tokens for lexical search."""
+
+import pytest
+
+from gateway.core.lexical import tokens
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("What is my locker number?", ["locker", "number"]),
+    ("Locker 4417, Caroline's", ["locker", "4417", "caroline"]),
+    ("我住在北京", ["我", "住", "在", "北", "京", "我住", "住在", "在北", "北京"]),
+    ("北京", ["北", "京", "北京"]),
+    ("iPhone 15在北京", ["iphone", "15", "在", "北", "京", "在北", "北京"]),
+    ("ＡＢＣ１２３", ["abc123"]),
+    ("", []),
+    ("  ...  ", []),
+])
+def test_tokens(text, expected):
+    assert tokens(text) == expected
+
+
+def test_stopwords_are_optional():
+    assert tokens("What is it", stopwords=frozenset()) == ["what", "is", "it"]
+
+
+def test_a_chinese_query_shares_bigrams_with_its_answer():
+    assert "北京" in set(tokens("我住在北京")) & set(tokens("你住在哪里？北京吗"))

