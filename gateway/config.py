@@ -95,11 +95,18 @@ class ContextConfig(Strict):
     reserve_completion_tokens: int = Field(1000, ge=0)
     max_recent_turns: int = Field(20, gt=0)
     truncate_message_tokens: int = Field(1000, gt=16)
+    # Shares of the room left after the client's system prompts and current message; what a
+    # layer does not use flows to the recent turns (and what they leave, to recall).
+    summary_share: float = Field(0.15, ge=0, le=1)
+    profile_share: float = Field(0.05, ge=0, le=1)
+    recall_share: float = Field(0.5, ge=0, le=1)
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> ContextConfig:
         if self.reserve_completion_tokens >= self.max_context_tokens:
             raise ValueError("reserve_completion_tokens must be smaller than max_context_tokens")
+        if self.summary_share + self.profile_share + self.recall_share > 1:
+            raise ValueError("summary_share + profile_share + recall_share must not exceed 1")
         return self
 
     def policy(self) -> ContextPolicy:
@@ -119,11 +126,74 @@ class HeaderConfig(Strict):
         return value
 
 
+class FactsConfig(Strict):
+    max_facts: int = Field(100, gt=0)
+    max_preferences: int = Field(50, gt=0)
+    half_life_days: float = Field(30.0, gt=0)
+    drop_below: float = Field(0.02, ge=0, lt=1)
+    """Facts whose decayed importance falls below this are forgotten."""
+
+
+class CompactionConfig(Strict):
+    min_rounds: int = Field(5, gt=0)
+    """Summarise the turns beyond the recent window once they are this many user turns..."""
+    min_tokens: int = Field(1200, gt=0)
+    """...or this many tokens, whichever comes first."""
+    recent_window_turns: int = Field(4, ge=0)
+    """Turns never summarised: they are forwarded verbatim anyway."""
+    max_chunks: int = Field(30, gt=1)
+    """Beyond this, the oldest chunks are merged."""
+    chunk_max_tokens: int = Field(300, gt=16)
+    topic_shift: bool = True
+    """Also compact early when the new message leaves the recent window's topic."""
+
+
+class TenantMemoryConfig(Strict):
+    enabled: bool = True
+    """Off: only the transcript's recent turns are used (no recall, summaries, facts, profile)."""
+    recall_top_k: int = Field(50, ge=0, le=500)
+    summarizer_model: str | None = None
+    """A model alias of this tenant summarising older turns; none: extractive summaries."""
+    extractor_model: str | None = None
+    """A model alias of this tenant extracting facts; none: heuristic extraction."""
+    keywords: list[str] = Field(default_factory=list)
+    """Domain words that make a sentence worth keeping in an extractive summary."""
+    compaction: CompactionConfig = CompactionConfig()
+    facts: FactsConfig = FactsConfig()
+
+
 class TenantConfig(Strict):
     api_keys: list[ApiKey] = Field(min_length=1)
     models: dict[str, ModelConfig] = Field(min_length=1)
     context: ContextConfig = ContextConfig()
     headers: HeaderConfig = HeaderConfig()
+    memory: TenantMemoryConfig = TenantMemoryConfig()
+
+    @model_validator(mode="after")
+    def _memory_models_exist(self) -> TenantConfig:
+        for field in ("summarizer_model", "extractor_model"):
+            alias = getattr(self.memory, field)
+            if alias is not None and alias not in self.models:
+                raise ValueError(f"memory.{field}: {alias!r} is not one of this tenant's models")
+        return self
+
+
+class EmbedderConfig(Strict):
+    kind: Literal["use", "hash"] = "use"
+    """`use`: USE multilingual v3 (bundled, torch-free). `hash`: a test stand-in, not a model."""
+    threads: int = Field(1, ge=1, le=16)
+
+
+class MemoryWorkerConfig(Strict):
+    poll_seconds: float = Field(0.2, gt=0)
+    max_attempts: int = Field(5, ge=1)
+    backoff_seconds: float = Field(0.5, gt=0)
+    lock_seconds: float = Field(60.0, gt=0)
+
+
+class MemoryConfig(Strict):
+    embedder: EmbedderConfig = EmbedderConfig()
+    worker: MemoryWorkerConfig = MemoryWorkerConfig()
 
 
 class Config(Strict):
@@ -131,6 +201,7 @@ class Config(Strict):
     store: str = "embedded"
     """`embedded` (a bundled server in server.data_dir) or a redis://, rediss:// or unix:// URL."""
     recorder: RecorderConfig = RecorderConfig()
+    memory: MemoryConfig = MemoryConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
 
     @field_validator("store")

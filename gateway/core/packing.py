@@ -81,7 +81,7 @@ def drop_redundant(recalled: Sequence[Recollection], window_ids: frozenset[str],
         shown = r.kind != "fact" and (
             (r.kind == "turn" and r.id in window_ids)
             or (bool(r.source_ids) and window_ids.issuperset(r.source_ids))
-            or (False))
+            or (r.kind == "chunk" and one_line(r.text) in summary_texts))
         if not shown and (r.kind, r.id) not in seen:
             kept.append(r)
             seen.add((r.kind, r.id))

@@ -17,6 +17,7 @@ import asyncio
 import json
 from typing import Any
 
+import numpy as np
 import redis.asyncio as aioredis
 
 from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, fuse
@@ -45,8 +46,10 @@ class Recaller:
         self.depth = depth
 
     async def recall(self, key: ConversationKey, query: str, *, k: int = 50,
-                     exclude_ids: frozenset[str] = frozenset()) -> list[Recollection]:
-        """The k items of the conversation most relevant to `query`, best first."""
+                     exclude_ids: frozenset[str] = frozenset(),
+                     query_vector: np.ndarray | None = None) -> list[Recollection]:
+        """The k items of the conversation most relevant to `query`, best first.
+        `query_vector`: the query's embedding, when the caller already has it."""
         ck = self.keys.conversation(key)
         if k <= 0 or not await self.redis.exists(ck.turns, ck.chunks):
             return []
@@ -55,7 +58,8 @@ class Recaller:
         depth = max(self.depth or max(k, 20), k) + len(exclude_ids)
 
         async def dense() -> list[tuple[str, float]]:
-            vector = await self.embedding.embed_one(query)
+            vector = query_vector if query_vector is not None \
+                else await self.embedding.embed_one(query)
             return await self.vector_index.search(namespace, vector, depth)
 
         dense_hits, lexical_hits = await asyncio.gather(
