@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
+from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.observability import Metrics
 from gateway.pipeline import Pipeline
 from gateway.ports import Upstream
@@ -45,10 +46,25 @@ class Gateway:
     store: RedisStore
     recorder: Recorder
     metrics: Metrics
+    memory: MemoryRuntime | None = None
 
     def refresh_metrics(self) -> None:
         self.metrics.recorder_applied.set(self.recorder.applied)
         self.metrics.recorder_dead.set(self.recorder.dead_lettered)
+
+
+class InlineProcessing:
+    """`recorder.mode: inline` (tests): apply the turn and derive its memory before answering."""
+
+    def __init__(self, recorder: Recorder, memory: MemoryRuntime | None):
+        self.recorder = recorder
+        self.memory = memory
+
+    async def process_available(self) -> int:
+        applied = await self.recorder.process_available()
+        if self.memory is not None:
+            await self.memory.worker.process_available()
+        return applied
 
 
 def store_url(config: Config) -> tuple[str, EmbeddedRedis | None]:
@@ -89,13 +105,22 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                             claim_idle_ms=int(config.recorder.claim_idle_seconds * 1000))
         inline = config.recorder.mode == "inline"
         tasks, metrics = TaskTracker(), Metrics()
-        pipeline = Pipeline(store=store, upstream=upstream or routing_upstream(config),
+        tenants = TenantDirectory(config)
+        chat_upstream = upstream or routing_upstream(config)
+        memory = None
+        if any(t.memory.enabled for t in config.tenants.values()):
+            memory = build_memory(config, redis, chat_upstream, tenants)
+            await memory.embedding.warm_up()
+        pipeline = Pipeline(store=store, upstream=chat_upstream,
                             tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
-                            inline_recorder=recorder if inline else None)
-        app.state.gateway = Gateway(config, TenantDirectory(config), pipeline, store, recorder,
-                                    metrics)
+                            inline_recorder=InlineProcessing(recorder, memory) if inline else None,
+                            memory=memory.service if memory else None,
+                            recall_settings=memory.recall if memory else None)
+        app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory)
         if not inline:
             await recorder.start()
+            if memory is not None:
+                await memory.worker.start()
         try:
             yield
         finally:
@@ -103,6 +128,9 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
             await tasks.drain(drain)
             await recorder.drain(drain)
             await recorder.stop()
+            if memory is not None:
+                await memory.worker.drain(drain)
+                memory.close()
             await redis.aclose()
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)

@@ -139,13 +139,16 @@ class CompactionConfig(Strict):
     """Summarise the turns beyond the recent window once they are this many user turns..."""
     min_tokens: int = Field(1200, gt=0)
     """...or this many tokens, whichever comes first."""
-    recent_window_turns: int = Field(4, ge=0)
-    """Turns never summarised: they are forwarded verbatim anyway."""
+    recent_window_turns: int = Field(4, ge=1)
+    """The newest user turns never summarised: they are forwarded verbatim anyway."""
     max_chunks: int = Field(30, gt=1)
     """Beyond this, the oldest chunks are merged."""
     chunk_max_tokens: int = Field(300, gt=16)
-    topic_shift: bool = True
-    """Also compact early when the new message leaves the recent window's topic."""
+    topic_shift_min_rounds: int = Field(2, ge=1)
+    """When the new message leaves the recent turns' topic, compact once this many rounds wait."""
+    topic_shift_similarity: float = Field(0.3, ge=-1, le=1)
+    """A new message less similar than this to every recent message changes the topic.
+    Per embedder: for USE, unrelated sentences score up to ~0.43, paraphrases ~0.85."""
 
 
 class TenantMemoryConfig(Strict):

@@ -31,10 +31,17 @@ class RequestLog:
     truncated: int | None = None
     over_budget: bool | None = None
     persisted: bool | None = None
+    recalled: int | None = None
+    """Memory items (older turns, chunks, facts) forwarded in the recalled block."""
+    summary_chunks: int | None = None
+    memory_tokens: dict[str, int] | None = None
+    """Tokens each memory layer used: summary, profile, recalled."""
+    memory_error: str | None = None
     passthrough: str | None = None
     """Why the request was forwarded without memory (no_conversation_id, store_unavailable)."""
     error: str | None = None
     load_ms: float | None = None
+    recall_ms: float | None = None
     rewrite_ms: float | None = None
     upstream_ms: float | None = None
     """Until the upstream's answer (streaming: its first chunk)."""
@@ -46,7 +53,7 @@ class RequestLog:
     @property
     def overhead_ms(self) -> float:
         """Time the gateway spent before handing the request upstream."""
-        return round((self.load_ms or 0) + (self.rewrite_ms or 0), 3)
+        return round((self.load_ms or 0) + (self.recall_ms or 0) + (self.rewrite_ms or 0), 3)
 
     def headers(self) -> dict[str, str]:
         out = {"x-gateway-request-id": self.request_id,
@@ -55,6 +62,8 @@ class RequestLog:
             out["x-gateway-tokens-original"] = str(self.tokens_original)
         if self.tokens_forwarded is not None:
             out["x-gateway-tokens-forwarded"] = str(self.tokens_forwarded)
+        if self.recalled is not None:
+            out["x-gateway-memory-recalled"] = str(self.recalled)
         if self.passthrough:
             out["x-gateway-passthrough"] = self.passthrough
         return out

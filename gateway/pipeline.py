@@ -14,16 +14,18 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Mapping, Protocol
 
 from gateway.chat_request import ChatRequest
 from gateway.core.ids import ConversationKey
-from gateway.core.messages import Message
+from gateway.core.memory import MemoryContext
+from gateway.core.messages import Message, StoredMessage
 from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.tokens import Tokenizer, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import UpstreamError
+from gateway.memory.service import RecallSettings
 from gateway.observability import Metrics, RequestLog
 from gateway.ports import ConversationStore, Upstream, UpstreamCall
 from gateway.tasks import TaskTracker
@@ -34,6 +36,11 @@ logger = logging.getLogger("gateway.pipeline")
 
 class InlineRecorder(Protocol):
     async def process_available(self) -> int: ...
+
+
+class Memory(Protocol):
+    async def context_for(self, key: ConversationKey, query: str,
+                          recall: RecallSettings) -> MemoryContext: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,8 @@ class Pipeline:
     def __init__(self, *, store: ConversationStore, upstream: Upstream,
                  tokenizer_for: Callable[[str], Tokenizer], tasks: TaskTracker,
                  metrics: Metrics, inline_recorder: InlineRecorder | None = None,
+                 memory: Memory | None = None,
+                 recall_settings: Mapping[str, RecallSettings] | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -61,6 +70,9 @@ class Pipeline:
         self.tasks = tasks
         self.metrics = metrics
         self.inline_recorder = inline_recorder
+        self.memory = memory
+        self.recall_settings = recall_settings or {}
+        """Per tenant with memory enabled; others get the transcript's recent turns only."""
         self.clock = clock
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
@@ -79,9 +91,8 @@ class Pipeline:
                 log.passthrough, log.error = "store_unavailable", repr(exc)
             else:
                 log.load_ms = (time.perf_counter() - started) * 1000
-                started = time.perf_counter()
-                reconciliation, messages = self._rewrite(chat, tenant, stored, tokenizer, log)
-                log.rewrite_ms = (time.perf_counter() - started) * 1000
+                reconciliation, messages = await self._rewrite(chat, tenant, key, stored,
+                                                               tokenizer, log)
         if reconciliation is None:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
         call = UpstreamCall(model=route.model,
@@ -90,20 +101,45 @@ class Pipeline:
                             timeout=route.timeout, extra=dict(route.litellm_params))
         return Prepared(call, key, reconciliation, persist)
 
-    @staticmethod
-    def _rewrite(chat: ChatRequest, tenant: Tenant, stored, tokenizer: Tokenizer,
-                 log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
+    async def _rewrite(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey,
+                       stored: tuple[StoredMessage, ...], tokenizer: Tokenizer,
+                       log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
         instructions = tuple(m for m in chat.messages if m.is_instruction)
         incoming = tuple(m for m in chat.messages if not m.is_instruction)
         reconciliation = reconcile(incoming, stored)
         history, current = split_current(reconciliation.conversation)
-        result = rewrite(RewriteRequest(instructions=instructions, history=history,
-                                        current=current, policy=tenant.policy), tokenizer)
+        memory = await self._recall(key, tenant, current, log)
+        started = time.perf_counter()
+        result = rewrite(RewriteRequest(
+            instructions=instructions, history=history, current=current, policy=tenant.policy,
+            memory=memory, history_ids=reconciliation.conversation_ids[:len(history)]),
+            tokenizer)
+        log.rewrite_ms = (time.perf_counter() - started) * 1000
         log.reconcile = reconciliation.kind
+        log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
+        log.memory_tokens = {"summary": result.summary_tokens, "profile": result.profile_tokens,
+                             "recalled": result.recalled_tokens}
         log.tokens_original, log.tokens_forwarded = result.tokens_original, result.tokens_forwarded
         log.recent_turns, log.truncated = result.recent_turns, result.truncated
         log.over_budget = result.over_budget
         return reconciliation, result.messages
+
+    async def _recall(self, key: ConversationKey, tenant: Tenant, current: tuple[Message, ...],
+                      log: RequestLog) -> MemoryContext:
+        """What memory offers for this request; nothing (logged) if it cannot be read."""
+        settings = self.recall_settings.get(tenant.name)
+        if self.memory is None or settings is None:
+            return MemoryContext()
+        query = next((m.text for m in current if m.role == "user"), "")
+        started = time.perf_counter()
+        try:
+            return await self.memory.context_for(key, query, settings)
+        except Exception as exc:  # noqa: BLE001 — memory failures fail open, logged
+            logger.warning("memory unavailable for request %s: %r", log.request_id, exc)
+            log.memory_error = repr(exc)
+            return MemoryContext()
+        finally:
+            log.recall_ms = (time.perf_counter() - started) * 1000
 
     async def complete(self, prepared: Prepared, log: RequestLog) -> dict[str, Any]:
         started = time.perf_counter()

@@ -55,6 +55,9 @@ class TenantDirectory:
         }
         self._by_digest = config.key_digests()
 
+    def tenant(self, name: str) -> Tenant:
+        return self._tenants[name]
+
     def authenticate(self, authorization: str | None) -> Tenant:
         scheme, _, key = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not key.strip():

@@ -603,6 +603,11 @@ def test_history_ids_must_match_the_history():
                        history_ids=("m1",))
 
 
+def test_a_recollection_repeated_is_shown_once():
+    again = fact("f1", "user_location: 北京 (again)")
+    assert run((), memory=MemoryContext(recalled=(LOCATION, again))).recalled_ids == ("f1",)
+
+
 def test_recalled_chunk_already_in_the_summary_block_is_not_sent_twice():
     memory = MemoryContext(summary_chunks=("They prefer trains.",),
                            recalled=(chunk("c1", "They prefer\ntrains.", 0), LOCATION))

@@ -3,8 +3,9 @@
 Random requests hold tool-call groups, long messages, multimodal content, messages before the
 first user message, tool results whose call is missing, and memory (summary chunks, a profile,
 recollections of turns, chunks and facts, some of them already in the history by id, and
-random memory shares). Every invariant of gateway/core/rewrite.py is checked on each. The main suite counts with the fast `WordTokenizer`;
-a smaller one repeats it with the real tiktoken tokenizer on arbitrary Unicode (CJK, emoji).
+random memory shares). Every invariant of gateway/core/rewrite.py is checked on each. The main
+suite counts with the fast `WordTokenizer`; a smaller one repeats it with the real tiktoken
+tokenizer on arbitrary Unicode (CJK, emoji).
 """
 
 from __future__ import annotations
@@ -281,8 +282,9 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     assert (out.summary_tokens, out.profile_tokens) == (cost((summary,), tok),
                                                         cost((profile,), tok))
 
-    offered = [r for r in memory.recalled if r.text.strip() and not (
-        r.kind == "chunk" and one_line(r.text) in {one_line(c) for c in chunks[len(chunks) - k:]})]
+    forwarded = {one_line(c) for c in chunks[len(chunks) - k:]}
+    offered = [r for r in memory.recalled
+               if r.text.strip() and not (r.kind == "chunk" and one_line(r.text) in forwarded)]
     all_recalled = render_recalled(offered)
     reserved = 0 if all_recalled is None else max(0, min(share(policy.recall_share), left,
                                                          cost((all_recalled,), tok)))
@@ -290,14 +292,18 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     assert cost(window, tok) <= window_room
 
     # Nothing twice: no recalled turn is a window message, no recalled turn or chunk has all
-    # its sources in the window.
+    # its sources in the window, no recalled chunk is a forwarded summary chunk.
     start = len(request.history) - len(window)
     shown = {i for i in request.history_ids[start:] if i is not None}
+
+    def in_window(r: Recollection) -> bool:
+        return r.kind != "fact" and ((r.kind == "turn" and r.id in shown) or (
+            bool(r.source_ids) and shown.issuperset(r.source_ids)))
+
+    eligible = [r for r in offered if not in_window(r)]
     by_id = {r.id: r for r in memory.recalled}
     kept = [by_id[i] for i in out.recalled_ids]
-    assert not any(r.kind == "turn" and r.id in shown for r in kept)
-    assert not any(r.kind != "fact" and r.source_ids and shown.issuperset(r.source_ids)
-                   for r in kept)
+    assert all(r in eligible for r in kept)
     assert tail == ((render_recalled(kept),) if kept else ())
     assert out.recalled == len(kept) and out.recalled_tokens == cost(tail, tok)
     facts = [r for r in kept if r.kind == "fact"]
@@ -308,9 +314,6 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     recall_room = left - cost(window, tok)
     assert cost(tail, tok) <= recall_room
     rank = {r.id: n for n, r in enumerate(memory.recalled)}
-    eligible = [r for r in offered if not (r.kind == "turn" and r.id in shown) and not (
-        r.kind != "fact" and r.source_ids and shown.issuperset(r.source_ids))]
-    assert all(r in eligible for r in kept)
     for r in eligible:
         if r.id not in out.recalled_ids:
             higher = [x for x in kept if rank[x.id] < rank[r.id]]

@@ -214,8 +214,9 @@ class Replayer:
                 for q in questions)
 
     async def _drained(self) -> None:
-        """Wait until the recorder has applied every enqueued turn: the record stream is empty
-        and its group has nothing pending. Raises TimeoutError after `drain_timeout`."""
+        """Wait until the recorder has applied every enqueued turn (the record stream is empty
+        and its group has nothing pending) and the memory worker has processed them (no
+        conversation left dirty). Raises TimeoutError after `drain_timeout`."""
         keys = KeySpace()
         redis = connect(self.store_url)
         deadline = time.monotonic() + self.drain_timeout
@@ -226,11 +227,12 @@ class Replayer:
                     pending = (await redis.xpending(keys.records, keys.group))["pending"]
                 except ResponseError:  # no group yet: nothing was ever read
                     pending = 0
-                if length == 0 and pending == 0:
+                dirty = await redis.zcard(keys.memory_dirty)
+                if length == 0 and pending == 0 and dirty == 0:
                     return
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"recorder not drained after {self.drain_timeout}s: "
-                                       f"{length} entries, {pending} pending")
+                                       f"{length} entries, {pending} pending, {dirty} dirty")
                 await asyncio.sleep(0.05)
         finally:
             await redis.aclose()

@@ -4,8 +4,8 @@ A conversation's chunks summarise its older turns (DESIGN.md, "Memory layers"). 
 oldest first and, together, cover a prefix of the active branch's transcript:
 
 - chunk k covers the transcript positions `first_position..last_position` (inclusive), and the
-  next chunk starts right after it: chunks never overlap and leave no gap (except where a user
-  deleted one: then the chunk stays as a blank tombstone, so its span is not summarised again);
+  next chunk starts right after it: chunks never overlap and leave no gap (a chunk a user
+  deleted stays as a blank tombstone, so its span stays covered and is not summarised again);
 - a span always starts at a turn boundary (a user message, or position 0) and ends just before
   one, so a tool call is never separated from its result and a turn is never split;
 - the newest `recent_window_turns` user turns are never summarised: they stay verbatim.

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 import redis.asyncio as aioredis
 
+from gateway.core.compaction import render_chunk
 from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, fuse
 from gateway.core.ids import ConversationKey
 from gateway.core.recall import Recollection
+from gateway.memory.chunk_store import chunk_from_json
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import CHUNK_PREFIX, chunk_id
@@ -98,14 +100,15 @@ class Recaller:
         if wants_chunks:
             wanted = set(candidates)
             for raw in raw_chunks:
-                chunk = _object(raw)
-                if chunk is None or "id" not in chunk or not isinstance(chunk.get("text"), str):
-                    continue
-                cid = chunk_id(str(chunk["id"]))
-                if cid in wanted:
-                    sources = tuple(str(s) for s in chunk.get("source_ids") or ())
-                    items[cid] = Recollection("chunk", cid, chunk["text"], sources,
-                                              _chunk_position(chunk), 0.0)
+                try:
+                    chunk = chunk_from_json(raw)
+                except ValueError:
+                    continue  # unreadable: left out, like a vanished turn
+                cid = chunk_id(chunk.id)
+                text = render_chunk(chunk)  # with its date span; "" once deleted by the user
+                if cid in wanted and text:
+                    items[cid] = Recollection("chunk", cid, text, chunk.source_ids,
+                                              chunk.first_position, 0.0)
         return items
 
 
@@ -117,14 +120,6 @@ def _object(raw: str | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _chunk_position(chunk: dict[str, Any]) -> int:
-    for field in ("position", "start_position", "first_position"):
-        value = chunk.get(field)
-        if isinstance(value, int):
-            return value
-    return -1
 
 
 def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:

@@ -27,6 +27,8 @@ def gateway_config(store: str, *, context: dict[str, Any] | None = None,
                    models: dict[str, Any] | None = None, **top: Any) -> Config:
     tenant = {"models": {**MODELS, **(models or {})},
               "context": context or {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
+    # The test embedder: memory works the same, without loading a model per app start.
+    top.setdefault("memory", {"embedder": {"kind": "hash"}})
     return parse_config({
         "store": store,
         "recorder": recorder or {"mode": "inline"},

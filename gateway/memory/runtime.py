@@ -1,0 +1,163 @@
+"""Building the memory layers from the config: one place that wires adapters to processors.
+
+The app's lifespan calls `build_memory` once per process and `close` at shutdown. Per-tenant
+policy (compaction thresholds, fact caps, summariser and extractor models) becomes per-tenant
+processor instances; the embedder, indexes and stores are shared by all tenants (their data
+is partitioned by namespace, never by instance).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import redis.asyncio as aioredis
+
+from gateway.config import Config, TenantConfig
+from gateway.core.compaction import CompactionPolicy
+from gateway.core.facts import FactPolicy
+from gateway.core.ids import ANONYMOUS_USER
+from gateway.memory.chunk_store import ChunkStore
+from gateway.memory.compactor import Compactor
+from gateway.memory.embedders import build_embedder
+from gateway.memory.embedding import EmbeddingService
+from gateway.memory.extractor import LlmFactExtractor
+from gateway.memory.facts_store import FactStore
+from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.knowledge import KnowledgeProcessor
+from gateway.memory.lexical_index import Bm25LexicalIndex
+from gateway.memory.profile_store import ProfileStore
+from gateway.memory.recaller import Recaller
+from gateway.memory.service import MemoryService, RecallSettings
+from gateway.memory.settings_store import SettingsStore
+from gateway.memory.summarizer import LlmSummarizer, Summarizer
+from gateway.memory.turn_index import TurnIndexer
+from gateway.memory.vector_index import FaissVectorIndex
+from gateway.memory.worker import MemoryUpdate, MemoryWorker
+from gateway.ports import Upstream
+from gateway.store.codec import encode_key
+from gateway.tenants import TenantDirectory
+from gateway.tokenizer import tokenizer_for_model
+
+
+@dataclass
+class MemoryRuntime:
+    service: MemoryService
+    worker: MemoryWorker
+    embedding: EmbeddingService
+    vector_index: FaissVectorIndex
+    lexical_index: Bm25LexicalIndex
+    recall: Mapping[str, RecallSettings]
+    """Per tenant; a tenant with memory disabled is absent."""
+
+    def close(self) -> None:
+        self.embedding.close()
+        self.vector_index.close()
+        self.lexical_index.close()
+
+
+class _ForTenants:
+    """A processor applied only to tenants with memory enabled, each with its own instance."""
+
+    def __init__(self, name: str, by_tenant: Mapping[str, Callable[[MemoryUpdate], object]]):
+        self.name = name
+        self._by_tenant = by_tenant
+
+    async def process(self, update: MemoryUpdate) -> None:
+        handler = self._by_tenant.get(update.key.tenant)
+        if handler is not None:
+            await handler(update)  # type: ignore[misc]
+
+
+def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
+                 tenants: TenantDirectory, *, clock: Callable[[], float] = time.time
+                 ) -> MemoryRuntime:
+    keys = MemoryKeySpace()
+    embedder = build_embedder(config.memory.embedder.kind,
+                              **({"threads": config.memory.embedder.threads}
+                                 if config.memory.embedder.kind == "use" else {}))
+    embedding = EmbeddingService(embedder)
+    vectors = FaissVectorIndex(redis, embedder.dim, keys)
+    lexical = Bm25LexicalIndex(redis, keys)
+    chunks, profiles = ChunkStore(redis, keys), ProfileStore(redis, keys)
+    settings = SettingsStore(redis, keys)
+    enabled = {name: t for name, t in config.tenants.items() if t.memory.enabled}
+    facts = {name: FactStore(redis, keys, embedding.embed,
+                             related_threshold=embedder.related_threshold,
+                             policy=_fact_policy(t), clock=clock)
+             for name, t in enabled.items()}
+    indexer = TurnIndexer(redis, embedding, keys)
+    compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock)
+                  for name, t in enabled.items()}
+    knowledge = {name: KnowledgeProcessor(facts[name], profiles,
+                                          _extractor(name, t, upstream, tenants), clock)
+                 for name, t in enabled.items()}
+    processors = [
+        _ForTenants("turn_index", {n: lambda u: indexer.sync(u.key, u.transcript)
+                                   for n in enabled}),
+        _ForTenants("compaction", {n: (lambda c: lambda u: _compact(c, u, redis, keys))(c)
+                                   for n, c in compactors.items()}),
+        # Facts and the profile span a user's conversations: only for identified users.
+        _ForTenants("knowledge", {n: (lambda k: lambda u: k.process(
+            u.key, u.transcript, u.new,
+            u.settings.auto_extract and u.key.user != ANONYMOUS_USER))(k)
+            for n, k in knowledge.items()}),
+    ]
+    worker_config = config.memory.worker
+    worker = MemoryWorker(redis, processors, keys=keys, settings=settings,
+                          poll_seconds=worker_config.poll_seconds,
+                          lock_ms=int(worker_config.lock_seconds * 1000),
+                          max_attempts=worker_config.max_attempts,
+                          backoff_seconds=worker_config.backoff_seconds, clock=clock)
+    service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
+                                                                   redis, keys),
+                            vector_index=vectors, chunks=chunks, profiles=profiles,
+                            settings=settings, facts=facts)
+    recall = {name: RecallSettings(top_k=t.memory.recall_top_k) for name, t in enabled.items()}
+    return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
+
+
+async def _compact(compactor: Compactor, update: MemoryUpdate, redis: aioredis.Redis,
+                   keys: MemoryKeySpace) -> None:
+    result = await compactor.process(update.key, update.transcript)
+    if result.pending:
+        # One run makes a bounded number of chunks; mark the conversation again for the rest.
+        await redis.zadd(keys.store.memory_dirty, {encode_key(update.key): time.time()})
+
+
+def _fact_policy(tenant: TenantConfig) -> FactPolicy:
+    f = tenant.memory.facts
+    return FactPolicy(max_facts=f.max_facts, max_preferences=f.max_preferences,
+                      half_life_days=f.half_life_days, drop_below=f.drop_below)
+
+
+def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
+               embedding: EmbeddingService, upstream: Upstream,
+               tenants: TenantDirectory, clock: Callable[[], float]) -> Compactor:
+    c = tenant.memory.compaction
+    llm = None
+    if tenant.memory.summarizer_model is not None:
+        route = tenants.tenant(name).route(tenant.memory.summarizer_model)
+        llm = LlmSummarizer(upstream, route.model, api_base=route.api_base,
+                            api_key=route.api_key, timeout=min(route.timeout, 60.0),
+                            extra=route.litellm_params)
+    # Summaries are counted like prompts; cl100k is a fair measure for any model.
+    tokenizer = tokenizer_for_model("")
+    return Compactor(chunks, Summarizer(tokenizer, llm, keywords=tenant.memory.keywords),
+                     embedding.embed, tokenizer,
+                     CompactionPolicy(min_rounds=c.min_rounds, min_tokens=c.min_tokens,
+                                      recent_window_turns=c.recent_window_turns,
+                                      max_chunks=c.max_chunks,
+                                      chunk_max_tokens=c.chunk_max_tokens,
+                                      topic_shift_min_rounds=c.topic_shift_min_rounds),
+                     related_threshold=c.topic_shift_similarity, clock=clock)
+
+
+def _extractor(name: str, tenant: TenantConfig, upstream: Upstream,
+               tenants: TenantDirectory) -> LlmFactExtractor | None:
+    if tenant.memory.extractor_model is None:
+        return None
+    route = tenants.tenant(name).route(tenant.memory.extractor_model)
+    return LlmFactExtractor(upstream, route.model, api_base=route.api_base,
+                            api_key=route.api_key, timeout=min(route.timeout, 30.0))
