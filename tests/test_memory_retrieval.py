@@ -13,6 +13,9 @@ from typing import AsyncIterator, Sequence
 import numpy as np
 import pytest
 
+from gateway.core.compaction import SummaryChunk, render_chunk
+from gateway.memory.chunk_store import ChunkStore
+
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
 from gateway.memory.embedders import build_embedder
@@ -259,15 +262,17 @@ async def test_chunks_are_recalled_and_dropped_when_their_sources_are_shown(redi
     k = KEYS.conversation(KEY)
     transcript = conversation(filler(4))
     await memory.indexer.sync(KEY, transcript)
-    chunk = {"id": "c1", "text": "Summary: the user adopted a tortoise named Sheldon.",
-             "source_ids": [transcript[0].id, transcript[1].id], "position": 0}
-    await redis_client.rpush(k.chunks, json.dumps(chunk))
-    await put_vectors(redis_client, k.vectors, k.version, ["chunk:c1"],
-                      HashEmbedder().embed([chunk["text"]]))
+    chunk = SummaryChunk(id="c1", text="Summary: the user adopted a tortoise named Sheldon.",
+                         source_ids=(transcript[0].id, transcript[1].id), first_position=0,
+                         last_position=1, start_date="2023-05-08", end_date=None, tokens=12,
+                         created_at=0.0, method="extractive")
+    assert await ChunkStore(redis_client, KEYS).append(KEY, chunk,
+                                                       HashEmbedder().embed([chunk.text])[0])
     recalled = await memory.recaller.recall(KEY, "tortoise named Sheldon", k=2)
     assert (recalled[0].kind, recalled[0].id, recalled[0].source_ids) == \
-        ("chunk", "chunk:c1", tuple(chunk["source_ids"]))
-    shown = frozenset(chunk["source_ids"])
+        ("chunk", "chunk:c1", chunk.source_ids)
+    assert recalled[0].text == render_chunk(chunk)  # dated, as the summary block shows it
+    shown = frozenset(chunk.source_ids)
     again = await memory.recaller.recall(KEY, "tortoise named Sheldon", exclude_ids=shown)
     assert {r.id for r in again} == {m.id for m in transcript[2:]}
 

@@ -634,3 +634,31 @@ def test_rewrite_is_deterministic():
     request = RewriteRequest(instructions=INSTR, history=HISTORY + TOOL_TURN, current=NOW,
                              policy=policy(budget=60, truncate=2), memory=MEMORY)
     assert rewrite(request, TOK) == rewrite(request, TOK)
+
+
+# --- the recent window after the summary ---------------------------------------------------------
+
+def test_summarised_turns_are_not_forwarded_again_when_the_summary_is_shown():
+    memory = MemoryContext(summary_chunks=("q1 and q2 were asked.",), summarized_through="m4")
+    out = run(HISTORY, memory=memory, history_ids=HISTORY_IDS)
+    assert out.memory_blocks == ("summary",)
+    assert out.messages[len(INSTR) + 1:-len(NOW)] == T3 + T4
+
+
+def test_window_prefix_stays_put_between_compactions():
+    # Two requests in a row with the same summary: the earlier one's prompt, minus its current
+    # message, is a prefix of the later one's (what an upstream prompt cache reuses).
+    memory = MemoryContext(summary_chunks=("q1 and q2 were asked.",), summarized_through="m4")
+    first = run(HISTORY[:6], current=T4[:1], memory=memory, history_ids=HISTORY_IDS[:6])
+    second = run(HISTORY, memory=memory, history_ids=HISTORY_IDS)
+    assert second.messages[:len(first.messages) - 1] == first.messages[:-1]
+
+
+@pytest.mark.parametrize("memory, ids", [
+    (MemoryContext(summarized_through="m4"), HISTORY_IDS),  # no summary block shown
+    (MemoryContext(summary_chunks=("s",), summarized_through="elsewhere"), HISTORY_IDS),  # fork
+    (MemoryContext(summary_chunks=("s",), summarized_through="m4"), ()),  # ids unknown
+])
+def test_window_may_reach_back_when_the_summary_boundary_does_not_apply(memory, ids):
+    out = run(HISTORY, memory=memory, history_ids=ids)
+    assert out.history_kept == len(HISTORY)

@@ -42,6 +42,10 @@ class MemoryContext:
     """The user's stable preferences, already rendered as text."""
     recalled: tuple[Recollection, ...] = ()
     """Turns, summary chunks and facts recalled for this query, most relevant first."""
+    summarized_through: str | None = None
+    """The stored id of the last message the summary chunks cover. When the summary block is
+    shown, the recent window starts after it: summarised turns are not forwarded twice, and
+    the prompt's prefix stays the same until the next compaction (upstream caches hit)."""
 
     def __post_init__(self) -> None:
         # Accept any iterable but keep only immutable tuples, so no caller list is shared.

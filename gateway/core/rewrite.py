@@ -140,7 +140,8 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     left -= profile.cost
     offered = drop_redundant(memory.recalled, frozenset(), summary.items)
     reserved = recall_reservation(offered, min(share(policy.recall_share, room), left), tokenizer)
-    window = _recent_window(request.history, left - reserved, policy, tokenizer)
+    window = _recent_window(_unsummarized(request, summary.block is not None), left - reserved,
+                            policy, tokenizer)
     offered = drop_redundant(offered, _window_ids(request, window), ())
     recalled = pack_recalled(offered, left - window.cost, tokenizer)
 
@@ -170,6 +171,16 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
     )
+
+
+def _unsummarized(request: RewriteRequest, summary_shown: bool) -> tuple[Message, ...]:
+    """The history the recent window may draw from: after the last summarised message when
+    the summary block is shown (and that message is found in this request's history — after a
+    fork it may not be), else all of it."""
+    boundary = request.memory.summarized_through
+    if not summary_shown or boundary is None or boundary not in request.history_ids:
+        return request.history
+    return request.history[request.history_ids.index(boundary) + 1:]
 
 
 def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:

@@ -58,9 +58,10 @@ class MemoryService:
             self.chunks.list(key),
             self.profiles.get(key.tenant, key.user) if _identified(key) else _nothing(),
             self._recall(key, query, recall))
+        last = chunks[-1].source_ids[-1] if chunks and chunks[-1].source_ids else None
         return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
                              profile=render_profile(profile) if profile else None,
-                             recalled=recalled)
+                             recalled=recalled, summarized_through=last)
 
     async def _recall(self, key: ConversationKey, query: str,
                       recall: RecallSettings) -> tuple[Recollection, ...]:
