@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -34,6 +35,7 @@ logger = logging.getLogger("gateway")
 # workers where it is through this variable, so they share one server.
 STORE_URL_ENV = "GATEWAY_STORE_URL"
 CONFIG_ENV = "GATEWAY_CONFIG"
+LOG_LEVEL_ENV = "GATEWAY_LOG_LEVEL"
 
 
 @dataclass
@@ -143,8 +145,16 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=exception_handlers)
 
 
+def configure_logging(level: str) -> None:
+    """One line per record on stdout: the gateway's own loggers at `level`, libraries (litellm
+    logs every call at INFO) at WARNING."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+    logging.getLogger("gateway").setLevel(level.upper())
+    os.environ[LOG_LEVEL_ENV] = level
+
+
 def app_from_env() -> Starlette:
     """Factory for uvicorn workers: `uvicorn --factory gateway.app:app_from_env`."""
     # Worker processes start fresh: give them the same one-line-per-record log output.
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"))
     return create_app(load_config(os.environ.get(CONFIG_ENV, "config.yaml")))

@@ -55,13 +55,13 @@ def _check(path: str) -> int:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from gateway.app import CONFIG_ENV, STORE_URL_ENV, store_url
+    from gateway.app import CONFIG_ENV, STORE_URL_ENV, configure_logging, store_url
 
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         sys.exit(f"gateway: {exc}")
-    logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stdout)
+    configure_logging(args.log_level)
     host = args.host or config.server.host
     port = args.port or config.server.port
     workers = args.workers or config.server.workers

@@ -662,3 +662,13 @@ def test_window_prefix_stays_put_between_compactions():
 def test_window_may_reach_back_when_the_summary_boundary_does_not_apply(memory, ids):
     out = run(HISTORY, memory=memory, history_ids=ids)
     assert out.history_kept == len(HISTORY)
+
+
+def test_recalled_items_of_one_date_share_a_date_line():
+    items = (Recollection("turn", "t1", "[8 May, 2023] Ann: I adopted a cat.", ("t1",), 1, 0.9),
+             Recollection("turn", "t2", "[8 May, 2023] Bob: Nice!", ("t2",), 2, 0.8),
+             Recollection("turn", "t3", "[9 May, 2023] Ann: Her name is Kiki.", ("t3",), 5, 0.7),
+             Recollection("turn", "t0", "Ann: Hi.", ("t0",), 0, 0.1))
+    body = render_recalled(items).content.split("<memory>\n")[1].split("\n</memory>")[0]
+    assert body == ("- Ann: Hi.\n[8 May, 2023]\n- Ann: I adopted a cat.\n- Bob: Nice!\n"
+                    "[9 May, 2023]\n- Ann: Her name is Kiki.")

@@ -215,6 +215,23 @@ async def test_unreachable_upstream_becomes_502(upstream):
     assert caught.value.status == 502
 
 
+async def test_a_connection_that_fails_once_is_retried_once(upstream, mock):
+    route = mock.post(URL).mock(side_effect=[
+        httpx.RemoteProtocolError("Server disconnected without sending a response."),
+        httpx.Response(200, json=COMPLETION)])
+    result = await upstream.complete(call())
+    assert result["choices"][0]["message"]["content"] == "Hi!"
+    assert route.call_count == 2
+
+
+async def test_an_upstream_error_answer_is_never_retried(upstream, mock):
+    route = mock.post(URL).mock(
+        return_value=httpx.Response(500, json={"error": {"message": "boom", "type": "server"}}))
+    with pytest.raises(UpstreamError):
+        await upstream.complete(call())
+    assert route.call_count == 1
+
+
 async def test_stream_refused_by_upstream_raises_on_first_chunk(upstream, mock):
     error = {"message": "boom", "type": "server_error", "param": None, "code": None}
     mock.post(URL).respond(500, json={"error": error})

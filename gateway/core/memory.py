@@ -95,7 +95,37 @@ def render_recalled(items: Sequence[Recollection]) -> Message | None:
     kept = recalled_in_reading_order(r for r in items if r.text.strip())
     if not kept:
         return None
-    return _block(RECALLED_HEADER, "memory", "\n".join(f"- {one_line(r.text)}" for r in kept))
+    return _block(RECALLED_HEADER, "memory", "\n".join(_dated_lines(kept)))
+
+
+_ANCHOR = re.compile(r"\[([^\[\]\n]{1,60})\] ")
+
+
+def split_anchor(text: str) -> tuple[str | None, str]:
+    """(date anchor, the rest) of an item's one-line text; (None, text) without an anchor."""
+    match = _ANCHOR.match(text)
+    return (None, text) if match is None else (match.group(1), text[match.end():])
+
+
+def item_line(rest: str) -> str:
+    return f"- {rest}"
+
+
+def date_line(anchor: str) -> str:
+    return f"[{anchor}]"
+
+
+def _dated_lines(items: Sequence[Recollection]) -> list[str]:
+    """One line per item; items carrying the same date anchor as the one before it share one
+    `[date]` line above them instead of repeating it (dates are many tokens each)."""
+    lines, current = [], None
+    for item in items:
+        anchor, rest = split_anchor(one_line(item.text))
+        if anchor is not None and anchor != current:
+            lines.append(date_line(anchor))
+        current = anchor
+        lines.append(item_line(rest))
+    return lines
 
 
 def recalled_in_reading_order(items: Iterable[Recollection]) -> tuple[Recollection, ...]:

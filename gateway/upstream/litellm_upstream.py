@@ -22,7 +22,10 @@ What litellm 1.106.2 would otherwise do to a request, and how this adapter keeps
 - litellm re-labels errors by their message text (a 400 whose message mentions a rate limit
   becomes a 429) and connection failures as 500; the status and body are taken from the
   upstream's own HTTP response further down the exception chain instead.
-- The openai SDK's own retries are off (`max_retries=0`): the client decides about retrying.
+- The openai SDK's own retries are off (`max_retries=0`): the client decides about retrying
+  answers. One failure is retried here, once: not reaching the upstream at all (a refused
+  connection, or a pooled keep-alive connection the upstream had closed) — the request was
+  not processed, and the client could not tell this hiccup from a real outage.
 """
 
 from __future__ import annotations
@@ -69,19 +72,13 @@ class LitellmUpstream:
                                  | {"extra_body", "drop_params"}) - _OPENAI_CHAT_PARAMS
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
-        try:
-            response = await self._litellm.acompletion(**self._arguments(call, stream=False))
-        except Exception as exc:  # litellm raises many types; all become one UpstreamError
-            raise upstream_error(exc) from exc
+        response = await self._call(call, stream=False)
         return completion_dict(response.model_dump())
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
         # An async generator: nothing runs until the first __anext__, so an upstream that
         # refuses the request raises there, before the caller has committed to a status.
-        try:
-            response = await self._litellm.acompletion(**self._arguments(call, stream=True))
-        except Exception as exc:  # see complete()
-            raise upstream_error(exc) from exc
+        response = await self._call(call, stream=True)
         try:
             async for chunk in response:
                 yield chunk_dict(chunk.model_dump())
@@ -89,6 +86,18 @@ class LitellmUpstream:
             raise upstream_error(exc) from exc
         finally:
             await response.aclose()
+
+    async def _call(self, call: UpstreamCall, *, stream: bool) -> Any:
+        for attempt in (1, 2):
+            try:
+                return await self._litellm.acompletion(**self._arguments(call, stream=stream))
+            except Exception as exc:  # litellm raises many types; all become one UpstreamError
+                error = upstream_error(exc)
+                if attempt == 1 and error.code == "upstream_unreachable":
+                    log.warning("upstream unreachable, retrying once: %s", error.message)
+                    continue
+                raise error from exc
+        raise AssertionError("unreachable")
 
     def _arguments(self, call: UpstreamCall, *, stream: bool) -> dict[str, Any]:
         body = call.body
