@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable
 
 import anyio
 from starlette.applications import Starlette
@@ -18,6 +20,7 @@ from gateway.errors import GatewayError
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.observability import Metrics
 from gateway.pipeline import Pipeline
+from gateway.record_buffer import RecordBuffer
 from gateway.ports import Upstream
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.store import connect
@@ -49,10 +52,16 @@ class Gateway:
     recorder: Recorder
     metrics: Metrics
     memory: MemoryRuntime | None = None
+    buffer: RecordBuffer | None = None
 
     def refresh_metrics(self) -> None:
         self.metrics.recorder_applied.set(self.recorder.applied)
         self.metrics.recorder_dead.set(self.recorder.dead_lettered)
+        if self.buffer is not None:
+            self.metrics.buffer_held.set(len(self.buffer))
+            self.metrics.buffer_buffered.set(self.buffer.buffered)
+            self.metrics.buffer_flushed.set(self.buffer.flushed)
+            self.metrics.buffer_dropped.set(self.buffer.dropped)
 
 
 class InlineProcessing:
@@ -113,12 +122,16 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         if any(t.memory.enabled for t in config.tenants.values()):
             memory = build_memory(config, redis, chat_upstream, tenants)
             await memory.embedding.warm_up()
+        buffer = RecordBuffer(store, config.recorder.buffer_capacity,
+                              retry_max_seconds=config.recorder.buffer_retry_max_seconds)
         pipeline = Pipeline(store=store, upstream=chat_upstream,
                             tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
                             inline_recorder=InlineProcessing(recorder, memory) if inline else None,
                             memory=memory.service if memory else None,
-                            recall_settings=memory.recall if memory else None)
-        app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory)
+                            recall_settings=memory.recall if memory else None, buffer=buffer)
+        app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory,
+                                    buffer)
+        await buffer.start()
         if not inline:
             await recorder.start()
             if memory is not None:
@@ -126,16 +139,26 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         try:
             yield
         finally:
+            # uvicorn runs this once it has stopped accepting and in-flight requests have
+            # finished (or server.shutdown_timeout_seconds passed). Order: the turns of those
+            # requests (stream records finishing in the background), then the buffer into the
+            # store, then the recorder applies what it can. Every step tolerates a store that
+            # is gone: it logs and shutdown goes on — turns already enqueued are in the store.
             drain = config.recorder.drain_timeout_seconds
-            await tasks.drain(drain)
-            await recorder.drain(drain)
-            await recorder.stop()
+            await _step("background tasks", tasks.drain(drain))
+            await _step("record buffer", buffer.drain(drain))
+            await _step("recorder", recorder.drain(drain))
+            await _step("recorder consumers", recorder.remove_consumers(
+                stale_after_ms=max(60_000, 4 * int(config.recorder.claim_idle_seconds * 1000))))
             if memory is not None:
-                await memory.worker.drain(drain)
+                await _step("memory worker", memory.worker.drain(drain))
                 memory.close()
-            await redis.aclose()
+            await _step("store connection", redis.aclose())
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
+            logger.info(json.dumps({
+                "event": "shutdown_complete", "recorder_applied": recorder.applied,
+                "buffer_flushed": buffer.flushed, "buffer_dropped": buffer.dropped}))
 
     exception_handlers: dict[Any, Any] = {
         HTTPException: on_http_exception,
@@ -143,6 +166,15 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         Exception: on_unexpected,
     }
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=exception_handlers)
+
+
+async def _step(name: str, work: Awaitable[Any], timeout: float = 10.0) -> None:
+    """One shutdown step, bounded: its failure is logged and the next step runs."""
+    try:
+        await asyncio.wait_for(work, timeout + 1)  # steps bound themselves; a hung store too
+    except Exception as exc:  # noqa: BLE001 — shutdown must finish; each failure is logged
+        logger.warning(json.dumps({"event": "shutdown_step_failed", "step": name,
+                                   "error": repr(exc)}))
 
 
 def configure_logging(level: str) -> None:

@@ -72,8 +72,11 @@ def _serve(args: argparse.Namespace) -> None:
     if embedded is not None:
         logging.getLogger("gateway").info('{"event": "embedded_store", "url": "%s"}', url)
     try:
+        # SIGTERM: stop accepting, give in-flight requests (streams too) the shutdown timeout,
+        # then the lifespan drains the recorder and the record buffer (gateway.app).
         uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port,
-                    workers=workers, log_level=args.log_level, access_log=False)
+                    workers=workers, log_level=args.log_level, access_log=False,
+                    timeout_graceful_shutdown=config.server.shutdown_timeout_seconds)
     finally:
         if embedded is not None:
             embedded.stop()

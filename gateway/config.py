@@ -36,6 +36,9 @@ class ServerConfig(Strict):
     workers: int = Field(1, ge=1, le=64)
     data_dir: Path = Path("./data")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    shutdown_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    """On SIGTERM: how long in-flight requests (streams included) may take to finish before
+    they are cancelled; then the recorder and the record buffer are drained."""
 
 
 class RecorderConfig(Strict):
@@ -46,6 +49,11 @@ class RecorderConfig(Strict):
     backoff_seconds: float = Field(0.2, gt=0)
     claim_idle_seconds: float = Field(30.0, gt=0)
     drain_timeout_seconds: float = Field(10.0, ge=0)
+    buffer_capacity: int = Field(10_000, ge=1, le=1_000_000)
+    """Turns held in process while the store cannot take them (an outage), flushed in order
+    when it is back; beyond this many, the oldest are dropped — logged and counted."""
+    buffer_retry_max_seconds: float = Field(5.0, gt=0, le=300)
+    """The longest pause between flush attempts while the store stays down."""
 
 
 class ApiKey(Strict):
@@ -95,6 +103,8 @@ class ContextConfig(Strict):
     reserve_completion_tokens: int = Field(1000, ge=0)
     max_recent_turns: int = Field(20, gt=0)
     truncate_message_tokens: int = Field(1000, gt=16)
+    min_recent_turns: int = Field(1, ge=0)
+    """The newest turns kept before recalled memory takes its share of the budget."""
     # Shares of the room left after the client's system prompts and current message; what a
     # layer does not use flows to the recent turns (and what they leave, to recall).
     summary_share: float = Field(0.15, ge=0, le=1)

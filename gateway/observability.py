@@ -31,6 +31,8 @@ class RequestLog:
     truncated: int | None = None
     over_budget: bool | None = None
     persisted: bool | None = None
+    record_buffered: bool | None = None
+    """The turn waits in the in-process record buffer (the store could not take it)."""
     recalled: int | None = None
     """Memory items (older turns, chunks, facts) forwarded in the recalled block."""
     summary_chunks: int | None = None
@@ -107,11 +109,30 @@ class Metrics:
                                       registry=self.registry)
         self.recorder_dead = Gauge("gateway_recorder_dead_lettered",
                                    "Turns dead-lettered by this process.", registry=self.registry)
+        self.store_unavailable = Counter("gateway_store_unavailable_total",
+                                         "Store operations that failed (the request went on "
+                                         "without the store), by operation.",
+                                         ["operation"], registry=self.registry)
+        self.buffer_held = Gauge("gateway_record_buffer_turns",
+                                 "Turns held in process until the store takes them.",
+                                 registry=self.registry)
+        self.buffer_buffered = Gauge("gateway_record_buffer_buffered",
+                                     "Turns this process ever put in its record buffer.",
+                                     registry=self.registry)
+        self.buffer_flushed = Gauge("gateway_record_buffer_flushed",
+                                    "Buffered turns this process enqueued once the store was back.",
+                                    registry=self.registry)
+        self.buffer_dropped = Gauge("gateway_record_buffer_dropped",
+                                    "Buffered turns this process gave up on (buffer full, a "
+                                    "failing turn, or left at shutdown): lost turns.",
+                                    registry=self.registry)
 
     def observe(self, log: RequestLog) -> None:
         self.requests.labels(log.tenant or "-", str(log.status), str(log.stream).lower()).inc()
         if log.passthrough:
             self.passthrough.labels(log.passthrough).inc()
+            if log.passthrough == "store_unavailable":
+                self.store_unavailable.labels("load").inc()
         if log.total_ms is not None:
             self.latency.observe(log.total_ms / 1000)
         self.overhead.observe(log.overhead_ms / 1000)

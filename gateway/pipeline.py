@@ -28,6 +28,7 @@ from gateway.errors import UpstreamError
 from gateway.memory.service import RecallSettings
 from gateway.observability import Metrics, RequestLog
 from gateway.ports import ConversationStore, Upstream, UpstreamCall
+from gateway.record_buffer import BufferedTurn, RecordBuffer
 from gateway.tasks import TaskTracker
 from gateway.tenants import Tenant
 
@@ -63,6 +64,7 @@ class Pipeline:
                  metrics: Metrics, inline_recorder: InlineRecorder | None = None,
                  memory: Memory | None = None,
                  recall_settings: Mapping[str, RecallSettings] | None = None,
+                 buffer: RecordBuffer | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -74,6 +76,8 @@ class Pipeline:
         self.recall_settings = recall_settings or {}
         """Per tenant with memory enabled; others get the transcript's recent turns only."""
         self.clock = clock
+        self.buffer = buffer
+        """Turns the store could not take; None: they are logged and not recorded."""
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
                       persist: bool, log: RequestLog) -> Prepared:
@@ -200,25 +204,69 @@ class Pipeline:
 
     async def record(self, prepared: Prepared, reply: list[Message], log: RequestLog, *,
                      incomplete: bool = False) -> None:
-        """Enqueue the turn durably (the recorder applies it later, or now when inline)."""
+        """Enqueue the turn durably (the recorder applies it later, or now when inline).
+
+        Never raises to the client. A turn the store cannot take goes to the record buffer,
+        flushed in order when the store is back; so does a turn of a conversation that
+        already has turns waiting there (it must not overtake them), and a turn whose request
+        could not read the store (reconciled when flushed)."""
         log.persisted = False
-        if not prepared.records:
+        if not prepared.persist or prepared.key is None:
             return
-        assert prepared.key is not None and prepared.reconciliation is not None
-        record = prepared.reconciliation.record(reply, created_at=self.clock(),
-                                                request_id=log.request_id,
-                                                incomplete_reply=incomplete and bool(reply))
-        if not record.messages:
+        turn = self._buffered_turn(prepared, reply, log, incomplete)
+        if turn is None:
             return
+        if self.buffer is not None and (turn.record is None or self.buffer.holds(turn.key)):
+            self._buffer(turn, log)
+            return
+        if turn.record is None:
+            return  # no buffer (tests), and nothing reconciled: not recorded, as logged
         try:
-            await self.store.record(prepared.key, record)
-            if self.inline_recorder is not None:
-                await self.inline_recorder.process_available()
+            await self.store.record(turn.key, turn.record)
         except Exception as exc:  # noqa: BLE001 — the client already has its answer; log it
-            logger.error("could not record turn of request %s: %r", log.request_id, exc)
+            self.metrics.record_failures.inc()
+            self.metrics.store_unavailable.labels("record").inc()
             log.error = f"record failed: {exc!r}"
+            if self.buffer is None:
+                logger.error("could not record turn of request %s: %r", log.request_id, exc)
+                return
+            logger.warning("could not enqueue turn of request %s, buffering it: %r",
+                           log.request_id, exc)
+            self._buffer(turn, log)
             return
         log.persisted = True
+        if self.inline_recorder is not None:
+            try:
+                await self.inline_recorder.process_available()
+            except Exception as exc:  # noqa: BLE001 — enqueued durably; applied later
+                logger.error("inline recording of request %s failed: %r", log.request_id, exc)
+                log.error = f"inline record failed: {exc!r}"
+
+    def _buffered_turn(self, prepared: Prepared, reply: list[Message], log: RequestLog,
+                       incomplete: bool) -> BufferedTurn | None:
+        """The turn to record, or None if there is nothing to record."""
+        assert prepared.key is not None
+        created_at = self.clock()
+        if prepared.reconciliation is not None:
+            record = prepared.reconciliation.record(reply, created_at=created_at,
+                                                    request_id=log.request_id,
+                                                    incomplete_reply=incomplete and bool(reply))
+            if not record.messages:
+                return None
+            return BufferedTurn(prepared.key, log.request_id, record=record)
+        # A conversation id but no reconciliation: the store could not be read, and the
+        # client's own messages were forwarded unchanged (fail open) — those are the call's.
+        incoming = tuple(m for m in map(Message.from_openai, prepared.call.body["messages"])
+                         if not m.is_instruction)
+        if not incoming and not reply:
+            return None
+        return BufferedTurn(prepared.key, log.request_id, incoming=incoming, reply=tuple(reply),
+                            created_at=created_at, incomplete_reply=incomplete)
+
+    def _buffer(self, turn: BufferedTurn, log: RequestLog) -> None:
+        assert self.buffer is not None
+        self.buffer.add(turn)
+        log.record_buffered = True
 
 
 def _event(payload: dict[str, Any]) -> bytes:

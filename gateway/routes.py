@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
 
 logger = logging.getLogger("gateway.routes")
+
+READY_TIMEOUT_SECONDS = 2.0
+"""A store that does not answer a PING in this time (hung, not just down) is not ready."""
 
 
 def _gateway(request: Request) -> Gateway:
@@ -65,11 +69,16 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """503 while the store cannot be reached (chat requests are still served, fail-open);
+    the body says how many turns wait in this process's record buffer."""
+    gateway = _gateway(request)
+    held = {"record_buffer": len(gateway.buffer)} if gateway.buffer is not None else {}
     try:
-        await _gateway(request).store.ping()
+        await asyncio.wait_for(gateway.store.ping(), READY_TIMEOUT_SECONDS)
     except Exception as exc:  # noqa: BLE001 — readiness reports any store failure
-        return JSONResponse({"status": "unavailable", "store": repr(exc)}, status_code=503)
-    return JSONResponse({"status": "ready", "store": "ok"})
+        return JSONResponse({"status": "unavailable", "store": repr(exc), **held},
+                            status_code=503)
+    return JSONResponse({"status": "ready", "store": "ok", **held})
 
 
 async def metrics(request: Request) -> Response:

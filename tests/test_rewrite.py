@@ -672,3 +672,11 @@ def test_recalled_items_of_one_date_share_a_date_line():
     body = render_recalled(items).content.split("<memory>\n")[1].split("\n</memory>")[0]
     assert body == ("- Ann: Hi.\n[8 May, 2023]\n- Ann: I adopted a cat.\n- Bob: Nice!\n"
                     "[9 May, 2023]\n- Ann: Her name is Kiki.")
+
+
+def test_the_newest_turn_is_served_before_recall_takes_its_share():
+    item = Recollection("turn", "old", words(300, "r"), ("old",), 0, 1.0)
+    budget = budget_for(*INSTR, *T4, *NOW) + 40
+    out = run(HISTORY, memory=MemoryContext(recalled=(item,)), history_ids=HISTORY_IDS,
+              budget=budget, recall_share=1.0)
+    assert out.messages[len(INSTR):-len(NOW)] == T4  # recall would have taken everything

@@ -10,6 +10,8 @@ tokenizer on arbitrary Unicode (CJK, emoji).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,6 +102,7 @@ def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequ
         reserve_completion_tokens=reserve,
         max_recent_turns=draw(st.sampled_from(range(11))),
         truncate_message_tokens=draw(st.sampled_from(range(101))),
+        min_recent_turns=draw(st.sampled_from(range(3))),
         summary_share=draw(SHARES), profile_share=draw(SHARES), recall_share=draw(SHARES),
     )
     return RewriteRequest(instructions=tuple(instructions), history=tuple(history),
@@ -286,7 +289,14 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     offered = [r for r in memory.recalled
                if r.text.strip() and not (r.kind == "chunk" and one_line(r.text) in forwarded)]
     all_recalled = render_recalled(offered)
-    reserved = 0 if all_recalled is None else max(0, min(share(policy.recall_share), left,
+    # The newest `min_recent_turns` are served before recall's share: what the window alone
+    # takes of them (the rewrite without recollections and with that turn cap).
+    first = rewrite(replace(request, memory=replace(memory, recalled=()), policy=replace(
+        policy, max_recent_turns=min(policy.min_recent_turns, policy.max_recent_turns))), tok)
+    first_window = (first.tokens_forwarded - REPLY_PRIMING - first.summary_tokens
+                    - first.profile_tokens - cost(request.instructions + request.current, tok))
+    reserved = 0 if all_recalled is None else max(0, min(share(policy.recall_share),
+                                                         left - first_window,
                                                          cost((all_recalled,), tok)))
     window_room = left - reserved
     assert cost(window, tok) <= window_room

@@ -15,6 +15,9 @@ class ContextPolicy:
     """At most this many user turns of history are forwarded verbatim."""
     truncate_message_tokens: int = 1000
     """A history message longer than this is forwarded shortened (the stored one is not)."""
+    min_recent_turns: int = 1
+    """The newest user turns served before recall takes its share: a follow-up ("yes, do
+    that") needs the last exchange more than anything memory can recall."""
 
     # Memory shares: fractions of the room left after instructions and the current turn (and
     # the reply priming). A share is a ceiling, not a reservation: what a block does not use

@@ -30,7 +30,7 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from gateway.core.memory import BlockName, MemoryContext
@@ -139,9 +139,12 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
                            tokenizer)
     left -= profile.cost
     offered = drop_redundant(memory.recalled, frozenset(), summary.items)
-    reserved = recall_reservation(offered, min(share(policy.recall_share, room), left), tokenizer)
-    window = _recent_window(_unsummarized(request, summary.block is not None), left - reserved,
-                            policy, tokenizer)
+    candidates = _unsummarized(request, summary.block is not None)
+    first = _recent_window(candidates, left, replace(policy, max_recent_turns=min(
+        policy.min_recent_turns, policy.max_recent_turns)), tokenizer)
+    reserved = recall_reservation(offered, min(share(policy.recall_share, room),
+                                               left - first.cost), tokenizer)
+    window = _recent_window(candidates, left - reserved, policy, tokenizer)
     offered = drop_redundant(offered, _window_ids(request, window), ())
     recalled = pack_recalled(offered, left - window.cost, tokenizer)
 

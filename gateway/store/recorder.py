@@ -45,6 +45,17 @@ from gateway.store.redis_store import require_decoded
 log = logging.getLogger("gateway.recorder")
 
 _WATCH_RETRIES = 100  # optimistic transactions on one conversation; contention is short-lived
+_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+# KEYS: record stream. ARGV: group, consumer. Deletes the consumer only if nothing is pending
+# for it (DELCONSUMER would drop its pending entries); returns 1 if deleted. Atomic: no entry
+# can be delivered to it between the check and the delete.
+_DELCONSUMER_IF_IDLE_LUA = """
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #pending > 0 then return 0 end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
 
 
 class _Outcome(Enum):
@@ -171,7 +182,8 @@ class Recorder:
     async def drain(self, timeout: float) -> int:
         """Stop reading, then apply everything available, within `timeout` seconds.
         Returns the number of entries finished while draining; what is left stays pending
-        for the next start or another replica."""
+        for the next start or another replica. A store that cannot be reached ends the
+        drain (logged), never raises: nothing is lost, the jobs are in the store."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         await self.stop(timeout)
@@ -181,7 +193,38 @@ class Recorder:
         except TimeoutError:
             log.warning("recorder drain timed out after %.1fs; unapplied jobs stay queued",
                         timeout)
-            return 0
+        except _UNREACHABLE as exc:
+            log.warning("recorder drain skipped: the store is unreachable (%r); unapplied "
+                        "jobs stay queued in it", exc)
+        return 0
+
+    async def remove_consumers(self, stale_after_ms: int | None = None) -> list[str]:
+        """Delete this recorder's consumers from the group, and — with `stale_after_ms` —
+        other consumers idle that long (processes that died), each only if it has no pending
+        entries (checked and deleted atomically, so no entry is ever dropped from the
+        pending list). Call after `stop()`/`drain()`. Returns the names deleted; a store that
+        cannot be reached deletes nothing (logged)."""
+        try:
+            infos = await self._redis.xinfo_consumers(self.keys.records, self.keys.group)
+            own = set(self.consumers)
+            candidates = {i["name"] for i in infos if i["name"] in own or (
+                stale_after_ms is not None and int(i.get("idle", 0)) >= stale_after_ms)}
+            removed = []
+            for name in sorted(candidates):
+                if await self._redis.eval(_DELCONSUMER_IF_IDLE_LUA, 1, self.keys.records,
+                                          self.keys.group, name):
+                    removed.append(name)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                return []
+            raise
+        except _UNREACHABLE as exc:
+            log.warning("recorder consumers not removed: the store is unreachable (%r)", exc)
+            return []
+        if removed:
+            log.info("recorder removed idle consumers %s from group %s", ", ".join(removed),
+                     self.keys.group)
+        return removed
 
     async def process_available(self) -> int:
         """Apply everything that can be applied now: this recorder's own pending entries,

@@ -1,0 +1,1 @@
+"""Sustained load on 1..N gateway replicas sharing one redis-server (`python -m bench load`)."""
