@@ -31,7 +31,13 @@ def main(argv: list[str] | None = None) -> None:
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=int, default=9000)
 
+    bench = commands.add_parser("bench", add_help=False,
+                                help="run a benchmark from bench/ (locomo, overhead, ...)")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        sys.exit(_bench(args.rest))
     if args.command == "check-config":
         sys.exit(_check(args.path))
     if args.command == "fake-upstream":
@@ -40,6 +46,20 @@ def main(argv: list[str] | None = None) -> None:
         run_fake_upstream(args.host, args.port)
         return
     _serve(args)
+
+
+def _bench(argv: list[str]) -> int:
+    """`gateway bench X ...` is `python -m bench X ...`: the benchmarks live beside the package
+    in a source checkout, not in the installed package."""
+    if Path("bench", "__main__.py").is_file() and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        from bench.__main__ import main as bench_main
+    except ImportError:
+        print("gateway bench: run it from a source checkout (the bench/ folder is not "
+              "installed with the package)", file=sys.stderr)
+        return 2
+    return bench_main(argv)
 
 
 def _check(path: str) -> int:

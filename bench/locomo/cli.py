@@ -30,7 +30,7 @@ from bench.locomo import report
 from bench.locomo.data import Conversation, file_sha256, load
 from bench.locomo.replay import MODES, Outcome, Replayer, gateway_config
 from bench.locomo.results import rows
-from bench.locomo.server import serve
+from gateway.inprocess import serve
 from bench.locomo.upstream import ScriptedUpstream
 from gateway.app import create_app
 from gateway.store.embedded import EmbeddedRedis
@@ -112,7 +112,8 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         store = embedded.url
     try:
         upstream = ScriptedUpstream()
-        with serve(create_app(gateway_config(store, budgets), upstream=upstream)) as url:
+        with serve(create_app(gateway_config(store, budgets), upstream=upstream),
+                   startup_timeout=30.0, timeout_graceful_shutdown=5) as url:
             replayer = Replayer(url, upstream, store, budgets, modes, progress=_progress)
             return asyncio.run(run_all(conversations, replayer, limit))
     finally:

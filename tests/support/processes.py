@@ -250,9 +250,11 @@ class Processes:
 
 def gateway_config_file(path: Path, store: str, *, models: dict[str, Any] | None = None,
                         recorder: dict[str, Any] | None = None,
-                        server: dict[str, Any] | None = None) -> Path:
+                        server: dict[str, Any] | None = None,
+                        context: dict[str, Any] | None = None) -> Path:
     """A config for real gateway processes: tenant `acme` (key API_KEY), the in-process fake
-    models `echo`, `slow` (`fake/slow-300`) and `stream-slow`, the test embedder."""
+    models `echo`, `messages`, `slow` (`fake/slow-300`) and `stream-slow` (800 ms), the test
+    embedder; recorder: 2 workers per process, entries reclaimed after 1.5 s idle."""
     config = {
         "store": store,
         "server": {"data_dir": str(path.parent / "data"), **(server or {})},
@@ -262,9 +264,11 @@ def gateway_config_file(path: Path, store: str, *, models: dict[str, Any] | None
         "tenants": {TENANT: {
             "api_keys": [{"sha256": hash_key(API_KEY)}],
             "models": models or {"echo": {"model": "fake/echo"},
+                                 "messages": {"model": "fake/echo-messages"},
                                  "slow": {"model": "fake/slow-300"},
                                  "stream-slow": {"model": "fake/slow-800"}},
-            "context": {"max_context_tokens": 4000, "reserve_completion_tokens": 200},
+            "context": {"max_context_tokens": 4000, "reserve_completion_tokens": 200,
+                        **(context or {})},
         }},
     }
     path.write_text(yaml.safe_dump(config))
