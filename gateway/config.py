@@ -101,15 +101,15 @@ class ModelConfig(Strict):
 class ContextConfig(Strict):
     max_context_tokens: int = Field(8000, gt=0)
     reserve_completion_tokens: int = Field(1000, ge=0)
-    max_recent_turns: int = Field(20, gt=0)
+    max_recent_turns: int = Field(6, gt=0)
     truncate_message_tokens: int = Field(1000, gt=16)
     min_recent_turns: int = Field(1, ge=0)
     """The newest turns kept before recalled memory takes its share of the budget."""
     # Shares of the room left after the client's system prompts and current message; what a
     # layer does not use flows to the recent turns (and what they leave, to recall).
-    summary_share: float = Field(0.15, ge=0, le=1)
+    summary_share: float = Field(0.1, ge=0, le=1)
     profile_share: float = Field(0.05, ge=0, le=1)
-    recall_share: float = Field(0.5, ge=0, le=1)
+    recall_share: float = Field(0.8, ge=0, le=1)
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> ContextConfig:
@@ -153,7 +153,7 @@ class CompactionConfig(Strict):
     """The newest user turns never summarised: they are forwarded verbatim anyway."""
     max_chunks: int = Field(30, gt=1)
     """Beyond this, the oldest chunks are merged."""
-    chunk_max_tokens: int = Field(300, gt=16)
+    chunk_max_tokens: int = Field(400, gt=16)
     topic_shift_min_rounds: int = Field(2, ge=1)
     """When the new message leaves the recent turns' topic, compact once this many rounds wait."""
     topic_shift_similarity: float = Field(0.3, ge=-1, le=1)

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from gateway.chat_request import ChatRequest, parse_body, parse_chat_request
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
+from gateway.memory_api import memory_routes
 from gateway.observability import RequestLog
 from gateway.tenants import Tenant
 
@@ -154,4 +155,5 @@ routes = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    *memory_routes,
 ]

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.config import hash_key, load_config, parse_config
+from gateway.config import CompactionConfig, ContextConfig, hash_key, load_config, parse_config
+from gateway.core.compaction import CompactionPolicy
+from gateway.core.policy import ContextPolicy
 from gateway.errors import ConfigError
 from gateway.tenants import TenantDirectory
 
@@ -91,3 +93,11 @@ def test_check_config_command_prints_the_same_error(tmp_path):
     good = subprocess.run([sys.executable, "-m", "gateway", "check-config",
                            str(ROOT / "config.yaml")], capture_output=True, text=True, timeout=60)
     assert good.returncode == 0 and "OK" in good.stdout
+
+
+def test_core_policy_defaults_are_the_config_defaults():
+    assert ContextConfig().policy() == ContextPolicy()
+    policy = CompactionPolicy()
+    for name, value in CompactionConfig().model_dump().items():
+        if hasattr(policy, name):
+            assert getattr(policy, name) == value, name

@@ -450,10 +450,6 @@ def share_for(tokens: int, room: int = ROOM) -> float:
     return (tokens + 0.5) / room
 
 
-def test_default_shares():
-    p = ContextPolicy()
-    assert (p.summary_share, p.profile_share, p.recall_share) == (0.15, 0.05, 0.5)
-
 
 CHUNKS = tuple(words(10, f"s{i}_") for i in range(4))  # oldest first
 

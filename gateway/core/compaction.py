@@ -72,7 +72,7 @@ class CompactionPolicy:
     """The newest user turns that always stay verbatim (never summarised)."""
     max_chunks: int = 30
     """Beyond this many chunks, the oldest two are merged into one."""
-    chunk_max_tokens: int = 300
+    chunk_max_tokens: int = 400
     """Target length of one chunk's text (summaries and merges)."""
     topic_shift_min_rounds: int = 2
     """On a topic shift, summarise early once the span holds this many rounds."""

@@ -11,7 +11,7 @@ class ContextPolicy:
     """The model's whole window as the tenant wants it used: prompt plus completion."""
     reserve_completion_tokens: int = 1000
     """Kept free for the completion; the forwarded prompt gets the rest."""
-    max_recent_turns: int = 20
+    max_recent_turns: int = 6
     """At most this many user turns of history are forwarded verbatim."""
     truncate_message_tokens: int = 1000
     """A history message longer than this is forwarded shortened (the stored one is not)."""
@@ -22,11 +22,11 @@ class ContextPolicy:
     # Memory shares: fractions of the room left after instructions and the current turn (and
     # the reply priming). A share is a ceiling, not a reservation: what a block does not use
     # goes to the recent window. Validated by config.py, not here.
-    summary_share: float = 0.15
+    summary_share: float = 0.1
     """At most this much for the conversation summary block."""
     profile_share: float = 0.05
     """At most this much for the user profile block."""
-    recall_share: float = 0.5
+    recall_share: float = 0.8
     """Held back from the recent window for recalled items (less if they need less); the
     recalled block also gets whatever the window leaves unused."""
 

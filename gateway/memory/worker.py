@@ -31,6 +31,7 @@ from gateway.core.messages import StoredMessage
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.store.codec import CodecError, decode_key, decode_stored
+from gateway.store.redis_store import erased_before
 
 log = logging.getLogger("gateway.memory")
 
@@ -173,9 +174,12 @@ class MemoryWorker:
             return
         store_keys = self._keys.store.conversation(key)
         mem_keys = self._keys.conversation(key)
-        raw, seen = await asyncio.gather(self._redis.lrange(store_keys.transcript, 0, -1),
-                                         self._redis.get(mem_keys.processed))
+        raw, seen, erased = await asyncio.gather(
+            self._redis.lrange(store_keys.transcript, 0, -1), self._redis.get(mem_keys.processed),
+            self._redis.get(self._keys.store.erased(key.tenant, key.user)))
         transcript = tuple(decode_stored(item) for item in raw)
+        if erased is not None and all(erased_before(erased, m.created_at) for m in transcript):
+            return  # the user erased their memory, and nothing newer is here: write nothing
         update = MemoryUpdate(key, transcript, _new_since(transcript, seen), settings)
         for processor in self._processors:
             await processor.process(update)

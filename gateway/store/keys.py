@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from gateway.core.ids import ConversationKey
@@ -87,6 +88,13 @@ class KeySpace:
     def conversations_of(self, tenant: str, user: str) -> str:
         """A SCAN pattern matching every conversation key of one user of one tenant."""
         return f"{self.prefix}:c:{_part(tenant)}:{_part(user)}:*"
+
+    def erased(self, tenant: str, user: str) -> str:
+        """String: the time (ms, the store's clock) a user's memory was erased — a tombstone
+        that keeps turns created before it from being applied, loaded or learned from. Named
+        by a hash of (tenant, user): it must not hold the erased user's id in clear text."""
+        digest = hashlib.sha256(f"{_part(tenant)}{_part(user)}".encode()).hexdigest()
+        return f"{self.prefix}:erased:{digest}"
 
     @property
     def dead_count(self) -> str:

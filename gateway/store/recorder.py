@@ -37,10 +37,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.ids import ConversationKey
 from gateway.core.transcript import apply_turn
-from gateway.store.codec import (decode_record, decode_stored, encode_branch, encode_key,
-                                 encode_stored)
+from gateway.store.codec import (CodecError, decode_record, decode_stored, encode_branch,
+                                 encode_key, encode_stored)
 from gateway.store.keys import ConversationKeys, KeySpace
-from gateway.store.redis_store import require_decoded
+from gateway.store.redis_store import entry_ms, erased_before, require_decoded
 
 log = logging.getLogger("gateway.recorder")
 
@@ -92,6 +92,18 @@ def _parse(entry_id: str, fields: dict[str, str]) -> _Job:
         return _Job(entry_id, key, int(fields["seq"]), fields["payload"])
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedEntry(f"stream entry {entry_id} is malformed: {exc!r}") from exc
+
+
+def _predates_erase(tombstone: str | None, job: _Job) -> bool:
+    """Enqueued (stream time) or created (the turn's own time) at or before its user's erase."""
+    if tombstone is None:
+        return False
+    if entry_ms(job.entry_id) <= int(tombstone):
+        return True
+    try:
+        return erased_before(tombstone, decode_record(job.payload).created_at)
+    except CodecError:
+        return False
 
 
 def _entries(reply: Any) -> list[tuple[str, dict[str, str] | None]]:
@@ -384,7 +396,15 @@ class Recorder:
         async with self._redis.pipeline(transaction=True) as pipe:
             for _ in range(_WATCH_RETRIES):
                 try:
-                    await pipe.watch(ck.transcript, ck.applied)
+                    # Watching the tombstone too: an erase landing before our EXEC aborts it.
+                    erased_key = self.keys.erased(job.key.tenant, job.key.user)
+                    await pipe.watch(ck.transcript, ck.applied, erased_key)
+                    if _predates_erase(await pipe.get(erased_key), job):
+                        pipe.multi()  # the user erased their memory: drop it, write nothing
+                        pipe.hdel(ck.pending, str(job.seq))
+                        self._queue_ack(pipe, job.entry_id)
+                        await pipe.execute()
+                        return _Outcome.DONE
                     applied = int(await pipe.get(ck.applied) or 0)
                     if job.seq <= applied:
                         pipe.multi()

@@ -9,6 +9,9 @@ Invariants:
   `apply_turn` the recorder uses. The reads are one MULTI/EXEC, so a recorder applying a turn
   concurrently can never make it appear twice or not at all.
 - The store keeps only what a record says and never mutates its inputs (all frozen values).
+- Erasure: once a user's memory is erased (`mark_erased`, a tombstone holding the store's time
+  of the erase), turns created at or before that time are never enqueued again (`record`), never
+  shown (`load`), applied (recorder) or learned from (memory worker) — see `erased_before`.
 
 The client must be created with `decode_responses=True` (see `gateway.store.connect`).
 """
@@ -28,11 +31,15 @@ from gateway.store.keys import KeySpace
 
 log = logging.getLogger("gateway.store")
 
-# KEYS: seq counter, pending hash, record stream.
-# ARGV: tenant, user, conversation, payload.
-# Returns the stream entry id. Lua runs atomically, so seq order equals stream order per
-# conversation, and a seq is pending exactly while it is neither applied nor dead-lettered.
+# KEYS: seq counter, pending hash, record stream, the user's erase tombstone.
+# ARGV: tenant, user, conversation, payload, created_at (ms).
+# Returns the stream entry id (false: the turn predates an erase of its user and is dropped —
+# e.g. held in a record buffer while the store was down). Lua runs atomically, so seq order
+# equals stream order per conversation, and a seq is pending exactly while it is neither
+# applied nor dead-lettered.
 _RECORD_LUA = """
+local erased = redis.call('GET', KEYS[4])
+if erased and tonumber(ARGV[5]) <= tonumber(erased) then return false end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('HSET', KEYS[2], seq, ARGV[4])
 return redis.call('XADD', KEYS[3], '*', 'tenant', ARGV[1], 'user', ARGV[2],
@@ -47,6 +54,29 @@ local seq = redis.call('GET', KEYS[1])
 if seq then redis.call('SET', KEYS[2], seq) end
 return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 """
+
+# KEYS: the user's erase tombstone. ARGV: its time to live (ms). Returns the erase time (ms).
+# The store's own clock, so every replica compares against one time, as stream ids do.
+_MARK_ERASED_LUA = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('SET', KEYS[1], string.format('%d', ms), 'PX', ARGV[1])
+return ms
+"""
+
+ERASED_TTL_MS = 30 * 86_400_000
+"""How long an erase tombstone is kept: far longer than any turn can wait in a record buffer
+or the record stream (the erase also deletes the user's queued jobs)."""
+
+
+def erased_before(tombstone: str | None, created_at: float) -> bool:
+    """True if a turn created at `created_at` (seconds) predates the user's erase."""
+    return tombstone is not None and created_at * 1000 <= int(tombstone)
+
+
+def entry_ms(entry_id: str) -> int:
+    """The store time (ms) a stream entry was added at."""
+    return int(entry_id.partition("-")[0])
 
 
 def require_decoded(client: aioredis.Redis) -> None:
@@ -65,13 +95,15 @@ class RedisStore:
         self.keys = keys or KeySpace()
         self._record_script = client.register_script(_RECORD_LUA)
         self._delete_script = client.register_script(_DELETE_LUA)
+        self._mark_erased_script = client.register_script(_MARK_ERASED_LUA)
 
     async def record(self, key: ConversationKey, record: TurnRecord) -> str:
         ck = self.keys.conversation(key)
         entry_id = await self._record_script(
-            keys=[ck.seq, ck.pending, self.keys.records],
-            args=[key.tenant, key.user, key.conversation, encode_record(record)])
-        return str(entry_id)
+            keys=[ck.seq, ck.pending, self.keys.records, self.keys.erased(key.tenant, key.user)],
+            args=[key.tenant, key.user, key.conversation, encode_record(record),
+                  int(record.created_at * 1000)])
+        return "" if entry_id is None else str(entry_id)
 
     async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
         ck = self.keys.conversation(key)
@@ -79,7 +111,8 @@ class RedisStore:
             pipe.lrange(ck.transcript, 0, -1)
             pipe.hgetall(ck.pending)
             pipe.get(ck.applied)
-            raw_transcript, pending, applied = await pipe.execute()
+            pipe.get(self.keys.erased(key.tenant, key.user))
+            raw_transcript, pending, applied, erased = await pipe.execute()
         messages = tuple(decode_stored(text) for text in raw_transcript)
         done = int(applied or 0)
         for seq in sorted(int(s) for s in pending):
@@ -91,6 +124,8 @@ class RedisStore:
                 # A poison job: the recorder will dead-letter it; the conversation stays usable.
                 log.warning("skipping undecodable pending turn %s of %s", seq, key)
                 continue
+            if erased_before(erased, turn.created_at):
+                continue  # its user erased their memory since; the recorder drops it
             messages = apply_turn(messages, turn).applied_to(messages)
         return messages
 
@@ -100,6 +135,16 @@ class RedisStore:
         ck = self.keys.conversation(key)
         await self._delete_script(keys=[ck.seq, ck.applied, ck.transcript, ck.branches,
                                         ck.pending, ck.meta])
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The store's connection, for modules keeping their own keys beside the store's."""
+        return self._redis
+
+    async def mark_erased(self, tenant: str, user: str) -> int:
+        """Write the user's erase tombstone; returns the erase time (ms, the store's clock)."""
+        return int(await self._mark_erased_script(keys=[self.keys.erased(tenant, user)],
+                                                  args=[ERASED_TTL_MS]))
 
     async def ping(self) -> None:
         await self._redis.ping()

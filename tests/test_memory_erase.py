@@ -1,0 +1,241 @@
+"""Erasing a user (`DELETE /v1/memory`) leaves nothing of them in the store, and nothing of
+theirs comes back: not the turns still queued, not turns held back while the store was down,
+not a recorder or memory worker caught mid-way. Other users and tenants are untouched."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.config import hash_key, parse_config
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import Message
+from gateway.core.transcript import TurnRecord
+from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.worker import MemoryWorker
+from gateway.store import Recorder, RedisStore
+from gateway.store.codec import encode_key
+from gateway.store.keys import KeySpace
+from tests.support.gateway import KEYS, MODELS, running_gateway
+
+ERIN, BOB = "erin-7Q", "bob-5K"
+CANARY = {("acme", ERIN): "Zorblax", ("acme", BOB): "Quillon", ("globex", ERIN): "Vextra"}
+
+
+def memory_config(redis_url: str, headers: dict[str, dict[str, str]] | None = None):
+    """The real app, inline recording, and compaction after two rounds beyond one recent turn
+    (so a handful of turns makes summary chunks); `headers`: per tenant header names."""
+    memory = {"compaction": {"min_rounds": 2, "recent_window_turns": 1}}
+    tenant = {"models": MODELS, "memory": memory,
+              "context": {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
+    return parse_config({
+        "store": redis_url, "recorder": {"mode": "inline"},
+        "memory": {"embedder": {"kind": "hash"}},
+        "tenants": {name: {**tenant, "api_keys": [{"sha256": hash_key(key)}],
+                           "headers": (headers or {}).get(name, {})}
+                    for name, key in KEYS.items()}})
+
+
+def chat(url: str, tenant: str, user: str, conversation: str,
+         messages: list[dict[str, Any]]) -> dict[str, Any]:
+    response = httpx.post(url + "/v1/chat/completions", timeout=30,
+                          json={"model": "echo", "messages": messages},
+                          headers={"Authorization": f"Bearer {KEYS[tenant]}",
+                                   "X-User-Id": user, "X-Conversation-Id": conversation})
+    assert response.status_code == 200, response.text
+    # Without the reply's null fields (`refusal`): resent with them, each turn would fork.
+    return {k: v for k, v in response.json()["choices"][0]["message"].items() if v is not None}
+
+
+def converse(url: str, tenant: str, user: str, conversation: str,
+             texts: list[str]) -> list[dict[str, Any]]:
+    """A stateless client: resends the whole history every call; returns it."""
+    history: list[dict[str, Any]] = []
+    for text in texts:
+        history.append({"role": "user", "content": text})
+        history.append(chat(url, tenant, user, conversation, history))
+    return history
+
+
+def populate(url: str, tenant: str, user: str) -> None:
+    """Facts, profile, two conversations with summary chunks, and a fork (a branch)."""
+    word = CANARY[(tenant, user)]
+    history = converse(url, tenant, user, "c-one", [
+        f"My name is {word} Canary.", f"I live in {word}ville.",
+        *(f"{word} note {i}: the {word} garden needs water on day {i}." for i in range(5))])
+    # A client that edits its third message forks the conversation: the old tail is archived.
+    chat(url, tenant, user, "c-one", [*history[:4], {"role": "user",
+                                                      "content": f"Edited {word} question."}])
+    converse(url, tenant, user, "c-two", [f"{word} second chat, turn {i}." for i in range(4)])
+
+
+def dump(client_url: str) -> dict[str, Any]:
+    """Every key of the database with its value, whatever its type (sync client: one call)."""
+    import redis
+
+    out: dict[str, Any] = {}
+    with redis.Redis.from_url(client_url, decode_responses=True) as r:
+        for name in r.scan_iter(count=1000):
+            kind = r.type(name)
+            out[name] = {
+                "string": lambda: r.get(name), "hash": lambda: r.hgetall(name),
+                "list": lambda: r.lrange(name, 0, -1), "set": lambda: sorted(r.smembers(name)),
+                "zset": lambda: r.zrange(name, 0, -1),
+                "stream": lambda: r.xrange(name, "-", "+"),
+            }[kind]()
+    return out
+
+
+def owned_by(name: str, tenant: str, user: str) -> bool:
+    scope = f"{len(tenant)}:{tenant}:{len(user)}:{user}:"
+    return scope in name
+
+
+def mentions(value: Any, word: str) -> bool:
+    return word.lower() in repr(value).lower()
+
+
+def test_erase_leaves_nothing_of_the_user_and_nothing_of_others_changes(redis_url):
+    with running_gateway(memory_config(redis_url)) as url:
+        for tenant, user in CANARY:
+            populate(url, tenant, user)
+        before = dump(redis_url)
+        erin = ConversationKey("acme", ERIN, "c-one")
+        # Everything the erase must reach exists: facts, vectors, profile, chunks, branches.
+        mk, uk = MemoryKeySpace().conversation(erin), MemoryKeySpace().user("acme", ERIN)
+        assert {uk.facts, uk.fact_vectors, uk.profile, mk.chunks, mk.turns,
+                KeySpace().conversation(erin).branches} <= set(before)
+        assert mentions(before[mk.chunks], "zorblax")
+        assert mentions(before[uk.facts], "Zorblax Canary")
+        others = {n: v for n, v in before.items()
+                  if owned_by(n, "acme", BOB) or owned_by(n, "globex", ERIN)}
+        _dead_letters_and_a_queued_turn(redis_url, erin)
+
+        response = httpx.delete(url + "/v1/memory", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
+        assert response.status_code == 200, response.text
+        assert response.json()["complete"] is True
+        assert response.json()["keys_deleted"] > 10
+
+        after = dump(redis_url)
+        assert not [n for n in after if owned_by(n, "acme", ERIN)]
+        assert all(owned_by(n, "globex", ERIN) for n in after if ERIN in n)
+        assert not [n for n, v in after.items() if mentions(v, "zorblax") or
+                    mentions(n, "zorblax")]
+        assert {n: after.get(n) for n in others} == others
+        for word in ("Quillon", "Vextra"):
+            assert any(mentions(v, word) for v in after.values())
+
+        # A later request runs the recorder and the memory worker: nothing comes back.
+        converse(url, "acme", BOB, "c-three", ["Quillon third chat."])
+        assert not [n for n, v in dump(redis_url).items()
+                    if owned_by(n, "acme", ERIN) or mentions(v, "zorblax")]
+
+
+def _dead_letters_and_a_queued_turn(redis_url: str, key: ConversationKey) -> None:
+    import redis
+
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        r.xadd(KeySpace().dead, {"tenant": key.tenant, "user": key.user,
+                                 "conversation": key.conversation, "seq": "9",
+                                 "payload": '{"text": "Zorblax dead letter"}', "error": "boom"})
+        r.hset("gw:memory:dead", encode_key(key), "RuntimeError('Zorblax failed')")
+        # Another user's dead letters stay.
+        r.xadd(KeySpace().dead, {"tenant": "acme", "user": BOB, "conversation": "c-one",
+                                 "seq": "9", "payload": "Quillon dead", "error": "boom"})
+    # A turn enqueued and not yet applied (the inline recorder runs on the next request).
+    import asyncio
+
+    from gateway.store import connect
+
+    async def enqueue() -> None:
+        client = connect(redis_url)
+        try:
+            await RedisStore(client).record(key, TurnRecord("append", None, (
+                Message.of("user", "Zorblax queued"),), created_at=time.time()))
+        finally:
+            await client.aclose()
+    asyncio.run(enqueue())
+
+
+KEY = ConversationKey("acme", ERIN, "c1")
+
+
+def turn(text: str, created_at: float) -> TurnRecord:
+    return TurnRecord("append", None, (Message.of("user", text),
+                                       Message.of("assistant", "ok")), created_at=created_at)
+
+
+async def user_keys(redis_client) -> list[str]:
+    return [n async for n in redis_client.scan_iter(count=1000) if owned_by(n, "acme", ERIN)]
+
+
+async def test_a_queued_turn_created_before_the_erase_is_never_applied_nor_loaded(
+        redis_client):
+    store, recorder = RedisStore(redis_client), Recorder(redis_client, consumer_prefix="t")
+    await store.record(KEY, turn("Zorblax queued", time.time() - 1))
+    await store.mark_erased(KEY.tenant, KEY.user)
+    assert await store.load(KEY) == ()
+    # The erase's key sweep would delete the pending turn; here only the tombstone stops it.
+    assert await recorder.process_available() == 1
+    assert await redis_client.xlen(KeySpace().records) == 0
+    assert not await redis_client.exists(KeySpace().conversation(KEY).transcript,
+                                         KeySpace().memory_dirty)
+
+
+async def test_a_buffered_turn_created_before_the_erase_is_not_enqueued(redis_client):
+    store = RedisStore(redis_client)
+    await store.mark_erased(KEY.tenant, KEY.user)
+    assert await store.record(KEY, turn("Zorblax held back", time.time() - 5)) == ""
+    assert await user_keys(redis_client) == []
+    assert await redis_client.xlen(KeySpace().records) == 0
+
+
+async def test_turns_after_the_erase_are_recorded_and_remembered_again(redis_client):
+    store, recorder = RedisStore(redis_client), Recorder(redis_client, consumer_prefix="t")
+    await store.mark_erased(KEY.tenant, KEY.user)
+    time.sleep(0.01)
+    await store.record(KEY, turn("fresh start", time.time()))
+    await recorder.process_available()
+    assert [m.message.text for m in await store.load(KEY)] == ["fresh start", "ok"]
+
+
+class Recording:
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+
+    async def process(self, update: Any) -> None:
+        self.updates.append(update)
+
+
+async def test_the_memory_worker_writes_nothing_for_an_erased_user(redis_client):
+    processor = Recording()
+    worker = MemoryWorker(redis_client, [processor])
+    await RedisStore(redis_client).mark_erased(KEY.tenant, KEY.user)
+    # A dirty mark that outlived the erase (a compactor re-marking its conversation).
+    await redis_client.zadd(KeySpace().memory_dirty, {encode_key(KEY): time.time() - 1})
+    assert await worker.process_available() == 1
+    assert processor.updates == []
+    assert await user_keys(redis_client) == []
+    assert not await redis_client.exists(KeySpace().memory_dirty)
+
+
+async def test_the_tombstone_does_not_name_the_user(redis_client):
+    await RedisStore(redis_client).mark_erased(KEY.tenant, KEY.user)
+    (name,) = [n async for n in redis_client.scan_iter()]
+    assert ERIN not in name and ERIN not in await redis_client.get(name)
+    assert 0 < await redis_client.pttl(name)
+
+
+@pytest.mark.parametrize("tenant", ["acme", "globex"])
+def test_erasing_a_user_who_has_nothing_succeeds(redis_url, tenant):
+    with running_gateway(memory_config(redis_url)) as url:
+        response = httpx.delete(url + "/v1/memory", headers={
+            "Authorization": f"Bearer {KEYS[tenant]}", "X-User-Id": "nobody"})
+    assert response.status_code == 200
+    assert response.json()["keys_deleted"] == 0
