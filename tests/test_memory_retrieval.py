@@ -384,3 +384,20 @@ async def test_real_use_embedder_recalls_paraphrases_in_english_and_chinese(redi
         assert recalled[0].id == transcript[2].id
     finally:
         m.close()
+
+
+async def test_a_large_conversation_keeps_its_bm25_index_while_a_rebuild_runs(memory):
+    texts = filler(600)
+    await memory.indexer.sync(KEY, conversation(texts))
+    ns = Namespace.of_conversation(KEY)
+    assert await memory.lexical.search(ns, "zeppelin", 5) == []
+    grown = conversation(texts + ["We flew in a zeppelin over Lisbon."])
+    await memory.indexer.sync(KEY, grown)
+    # The first search after the change answers from the index it has (no zeppelin yet) ...
+    assert await memory.lexical.search(ns, "zeppelin", 5) == []
+    # ... while the rebuild runs beside it; then the new turn is found.
+    for _ in range(200):
+        if not memory.lexical._refreshing:
+            break
+        await asyncio.sleep(0.01)
+    assert [i for i, _ in await memory.lexical.search(ns, "zeppelin", 5)] == [grown[-1].id]
