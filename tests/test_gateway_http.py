@@ -288,3 +288,16 @@ def test_one_json_log_line_per_request(gateway_url, caplog):
         for field in ("request_id", "tokens_original", "tokens_forwarded", "recent_turns",
                       "load_ms", "rewrite_ms", "upstream_ms", "total_ms", "reconcile"):
             assert field in line, field
+
+
+async def test_sdk_client_resending_replies_as_returned_stores_one_branch(client, store):
+    history = []
+    for turn in range(3):
+        history.append(user(f"question {turn}"))
+        reply = client.chat.completions.create(model="echo", messages=history,
+                                               extra_headers={"X-Conversation-Id": "sdk-hist"})
+        history.append(reply.choices[0].message.model_dump())  # refusal: None, ...
+    key = conversation_key("sdk-hist")
+    assert [s.message.text for s in await store.load(key)] == [
+        "question 0", "question 0", "question 1", "question 1", "question 2", "question 2"]
+    assert await store.branches(key) == ()

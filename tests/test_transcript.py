@@ -194,3 +194,12 @@ def test_conversation_ids_name_the_stored_messages_of_the_conversation(incoming)
         if mid is not None:
             assert by_id[mid] == message
     assert rec.conversation_ids[-1] is None  # the client's new message is not stored yet
+
+
+def test_a_reply_resent_as_the_sdk_returned_it_is_the_stored_reply():
+    stored = chain(None, (u("hi"), Message.from_openai({"role": "assistant", "content": "hello"})))
+    as_returned = Message.from_openai({"role": "assistant", "content": "hello", "refusal": None,
+                                       "annotations": [], "tool_calls": None, "audio": None})
+    rec = reconcile((u("hi"), as_returned, u("next")), stored)
+    assert rec.kind == "stateless" and rec.new == (u("next"),)
+    assert apply_turn(stored, rec.record([a("r")])).keep == 2  # no fork

@@ -98,9 +98,13 @@ class Message:
         return self.role in INSTRUCTION_ROLES
 
     def canonical(self) -> str:
-        """Stable JSON text of the message: equal messages give equal text."""
-        return json.dumps(self.to_openai(), sort_keys=True, ensure_ascii=False,
-                          separators=(",", ":"))
+        """Stable JSON text of what the message says: messages that say the same give the same
+        text. Fields that are null or an empty list are left out, as OpenAI reads them as
+        absent: a client resending a reply as the SDK returned it (`"refusal": null`,
+        `"annotations": []`) resends the same message."""
+        data = {k: v for k, v in self.to_openai().items()
+                if k in ("role", "content") or (v is not None and v != [])}
+        return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def chain_id(parent_id: str | None, message: Message) -> str:

@@ -57,7 +57,7 @@ class Reconciliation:
                           request_id=request_id, incomplete_reply=incomplete_reply)
 
 
-def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -66,7 +66,7 @@ def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
     return n
 
 
-def _suffix_overlap(stored: Sequence[Message], incoming: Sequence[Message]) -> int:
+def _suffix_overlap(stored: Sequence[str], incoming: Sequence[str]) -> int:
     """Largest k with stored[-k:] == incoming[:k] (0 if none)."""
     for k in range(min(len(stored), len(incoming)), 0, -1):
         if tuple(stored[-k:]) == tuple(incoming[:k]):
@@ -85,8 +85,11 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
                               None, _unknown(incoming))
     known = tuple(s.message for s in stored)
     ids = tuple(s.id for s in stored)
+    # Messages are compared by what they say (their canonical text), not by their encoding.
+    incoming_keys = [m.canonical() for m in incoming]
+    known_keys = [m.canonical() for m in known]
 
-    p = _common_prefix(incoming, known)
+    p = _common_prefix(incoming_keys, known_keys)
     # Starting at the transcript's start means resending history — unless the client sends no
     # assistant message and stops short: then it is a stateful client whose new message
     # happens to equal the first stored one ("hi" again).
@@ -101,7 +104,7 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
         return Reconciliation(kind, incoming, incoming[p:], "after", parent,
                               ids[:p] + _unknown(incoming[p:]))
 
-    k = _suffix_overlap(known, incoming)
+    k = _suffix_overlap(known_keys, incoming_keys)
     if k:
         # A window of recent messages plus what is new: the store supplies the rest.
         return Reconciliation("stateful", known + incoming[k:], incoming[k:], "append", None,
@@ -111,8 +114,8 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
         # The client sends its own history, which differs from the stored one. Align it at the
         # latest place its first message occurs, else at the start; the old branch is kept.
         for j in range(len(known) - 1, -1, -1):
-            if known[j] == incoming[0]:
-                n = _common_prefix(incoming, known[j:])
+            if known_keys[j] == incoming_keys[0]:
+                n = _common_prefix(incoming_keys, known_keys[j:])
                 return Reconciliation("fork", known[:j] + incoming, incoming[n:], "after",
                                       stored[j + n - 1].id, ids[:j + n] + _unknown(incoming[n:]))
         return Reconciliation("fork", incoming, incoming, "after", None, _unknown(incoming))

@@ -243,7 +243,8 @@ class MemoryControl:
         kept (returned) so the caller can wait for their runs to end."""
         names = await self._user_keys(tenant, user)
         locks = [n for n in names if n.endswith(":m:lock")] if spare_locks else []
-        doomed = [n for n in names if n not in set(locks)]
+        spared = set(locks)
+        doomed = [n for n in names if n not in spared]
         deleted = 0
         for start in range(0, len(doomed), _PAGE):
             deleted += int(await self.redis.delete(*doomed[start:start + _PAGE]))
