@@ -203,3 +203,16 @@ def test_a_reply_resent_as_the_sdk_returned_it_is_the_stored_reply():
     rec = reconcile((u("hi"), as_returned, u("next")), stored)
     assert rec.kind == "stateless" and rec.new == (u("next"),)
     assert apply_turn(stored, rec.record([a("r")])).keep == 2  # no fork
+
+
+@pytest.mark.parametrize("x, y", [
+    ({"role": "assistant", "content": "hi"}, {"role": "assistant", "content": "hi", "refusal": None}),
+    ({"role": "assistant", "content": "hi"}, {"role": "assistant", "content": "hi", "annotations": []}),
+    ({"role": "user", "content": "a"}, {"role": "user", "content": "b"}),
+    ({"role": "user", "content": "a"}, {"role": "assistant", "content": "a"}),
+    ({"role": "user", "content": "a", "name": "x"}, {"role": "user", "content": "a"}),
+    ({"role": "user", "content": [{"type": "text", "text": "a"}]}, {"role": "user", "content": "a"}),
+])
+def test_message_key_and_canonical_text_agree(x, y):
+    mx, my = Message.from_openai(x), Message.from_openai(y)
+    assert (mx.key() == my.key()) == (mx.canonical() == my.canonical())

@@ -97,6 +97,12 @@ class Message:
     def is_instruction(self) -> bool:
         return self.role in INSTRUCTION_ROLES
 
+    def key(self) -> tuple[Any, ...]:
+        """A hashable value equal for messages that say the same (the same rule as
+        `canonical`, without encoding JSON: what reconciliation compares, per message)."""
+        return (self.role, self.content,
+                tuple((k, v) for k, v in self.extra if v is not None and v != ()))
+
     def canonical(self) -> str:
         """Stable JSON text of what the message says: messages that say the same give the same
         text. Fields that are null or an empty list are left out, as OpenAI reads them as

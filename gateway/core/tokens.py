@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-from gateway.core.messages import Message
+from gateway.core.messages import Message, thaw
 
 # OpenAI's chat format costs a few tokens per message beyond its text, and 3 to prime the reply
 # (the figures of OpenAI's cookbook for gpt-3.5/4-class models).
@@ -27,18 +27,16 @@ class Tokenizer(Protocol):
 
 def count_message(message: Message, tokenizer: Tokenizer) -> int:
     n = PER_MESSAGE + tokenizer.count(message.role) + tokenizer.count(message.text)
-    if not isinstance(message.content, (str, type(None))):
+    if message.content is not None and not isinstance(message.content, str):
         n += PER_NON_TEXT_PART * sum(
-            1 for part in message.to_openai()["content"]
-            if not (isinstance(part, dict) and part.get("type") == "text")
-        )
-    for key, value in message.to_openai().items():
-        if key in ("role", "content"):
-            continue
+            1 for part in thaw(message.content)
+            if not (isinstance(part, dict) and part.get("type") == "text"))
+    for key, frozen in message.extra:
         if key == "name":
             n += PER_NAME
+        value = thaw(frozen)
         n += tokenizer.count(value if isinstance(value, str)
-                                else json.dumps(value, ensure_ascii=False))
+                             else json.dumps(value, ensure_ascii=False))
     return n
 
 

@@ -12,10 +12,11 @@ branch rather than overwriting it. Both are pure; the store performs the edit th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from gateway.core.messages import Message, StoredMessage, chain
 
+Key = tuple[Any, ...]
 # How a request related to the stored transcript; logged, and used by tests.
 Kind = Literal["new", "stateless", "stateful", "fork", "regenerate"]
 
@@ -57,7 +58,7 @@ class Reconciliation:
                           request_id=request_id, incomplete_reply=incomplete_reply)
 
 
-def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+def _common_prefix(a: Sequence[Key], b: Sequence[Key]) -> int:
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -66,7 +67,7 @@ def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
     return n
 
 
-def _suffix_overlap(stored: Sequence[str], incoming: Sequence[str]) -> int:
+def _suffix_overlap(stored: Sequence[Key], incoming: Sequence[Key]) -> int:
     """Largest k with stored[-k:] == incoming[:k] (0 if none)."""
     for k in range(min(len(stored), len(incoming)), 0, -1):
         if tuple(stored[-k:]) == tuple(incoming[:k]):
@@ -85,9 +86,9 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
                               None, _unknown(incoming))
     known = tuple(s.message for s in stored)
     ids = tuple(s.id for s in stored)
-    # Messages are compared by what they say (their canonical text), not by their encoding.
-    incoming_keys = [m.canonical() for m in incoming]
-    known_keys = [m.canonical() for m in known]
+    # Messages are compared by what they say (`Message.key`), not by their encoding.
+    incoming_keys = [m.key() for m in incoming]
+    known_keys = [m.key() for m in known]
 
     p = _common_prefix(incoming_keys, known_keys)
     # Starting at the transcript's start means resending history — unless the client sends no
