@@ -12,6 +12,7 @@ BENCHMARKS = {
     "locomo": "bench.locomo.cli",
     "overhead": "bench.overhead.cli",
     "recall-latency": "bench.recall_latency",
+    "load": "bench.load.cli",
 }
 
 

@@ -108,9 +108,13 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Starting the embedded server blocks (a subprocess and its readiness wait).
         url, embedded = await anyio.to_thread.run_sync(store_url, config)
-        redis = connect(url)
+        # Request-path calls give up quickly on a hung store (the request then goes through
+        # without memory); the recorder's blocking reads get a connection of their own.
+        timeout = config.server.store_timeout_seconds
+        redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        worker_redis = connect(url, socket_connect_timeout=timeout)
         store = RedisStore(redis)
-        recorder = Recorder(redis, workers=config.recorder.workers,
+        recorder = Recorder(worker_redis, workers=config.recorder.workers,
                             max_attempts=config.recorder.max_attempts,
                             backoff_seconds=config.recorder.backoff_seconds,
                             claim_idle_ms=int(config.recorder.claim_idle_seconds * 1000))
@@ -154,6 +158,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                 await _step("memory worker", memory.worker.drain(drain))
                 memory.close()
             await _step("store connection", redis.aclose())
+            await _step("worker store connection", worker_redis.aclose())
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
             logger.info(json.dumps({

@@ -36,6 +36,9 @@ class ServerConfig(Strict):
     workers: int = Field(1, ge=1, le=64)
     data_dir: Path = Path("./data")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    store_timeout_seconds: float = Field(2.0, gt=0)
+    """A request-path store call slower than this fails open: the request goes through
+    without memory (and its turn waits in the record buffer)."""
     shutdown_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     """On SIGTERM: how long in-flight requests (streams included) may take to finish before
     they are cancelled; then the recorder and the record buffer are drained."""

@@ -8,3 +8,14 @@ os.environ.setdefault("DISABLE_AIOHTTP_TRANSPORT", "True")
 import gateway  # noqa: E402,F401  (sets the offline environment before litellm is imported)
 
 pytest_plugins = ["tests.support.redis"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Counts the scale-out and failure tests report (turns sent, stored, lost, ...), shown in
+    CI's log whether they pass or fail."""
+    from tests.support.processes import REPORTS
+
+    if REPORTS:
+        terminalreporter.section("scale-out and failure test counts")
+        for line in REPORTS:
+            terminalreporter.write_line(line)

@@ -257,9 +257,11 @@ def test_unknown_route_is_a_404_in_openai_shape(gateway_url):
     assert response.status_code == 404 and "error" in response.json()
 
 
-def test_store_down_fails_open(caplog):
-    # Nothing listens on this port: every store call fails.
-    config = gateway_config("redis://127.0.0.1:1/0")
+@pytest.mark.parametrize("mode", ["inline", "background"])
+def test_store_down_fails_open(caplog, mode):
+    # Nothing listens on this port: every store call fails, from start-up on.
+    config = gateway_config("redis://127.0.0.1:1/0",
+                            recorder={"mode": mode, "drain_timeout_seconds": 0.5})
     messages = [user("a"), {"role": "assistant", "content": "b"}, user("c")]
     with caplog.at_level(logging.INFO, logger="gateway.request"), running_gateway(config) as url:
         response = post(url, {"model": "messages", "messages": messages},

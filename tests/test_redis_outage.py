@@ -20,6 +20,7 @@ from tests.support.processes import (AUTH, Ledger, Processes, chat_body, gateway
 CLIENTS = 6
 TURNS = 16
 STOP_AFTER, RESTART_AFTER = 20, 55  # completed turns (of 96) before each step
+MIN_OUTAGE_S = 1.5
 
 
 def _metric(url: str, name: str) -> float:
@@ -63,7 +64,7 @@ def test_redis_stopped_and_restarted_under_load_fails_no_request_and_loses_no_tu
                         except httpx.HTTPError as exc:
                             ok, error = False, repr(exc)
                         ledger.sent(name, n, ok, error)
-                        await asyncio.sleep(0.02)
+                        await asyncio.sleep(0.2)  # a chat's pace: the outage spans many turns
                 await asyncio.gather(*(one(c) for c in range(CLIENTS)))
 
         def operator() -> None:
@@ -72,14 +73,16 @@ def test_redis_stopped_and_restarted_under_load_fails_no_request_and_loses_no_tu
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             redis.stop()
+            stopped = time.monotonic()
             during["stopped_at"] = completed()
             during["readyz"] = httpx.get(replicas[0].url + "/readyz", timeout=5).status_code
             during["healthz"] = httpx.get(replicas[0].url + "/healthz", timeout=5).status_code
-            while completed() < RESTART_AFTER:
+            while completed() < RESTART_AFTER or time.monotonic() - stopped < MIN_OUTAGE_S:
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             during["restarted_at"] = completed()
             redis.start()
+            during["outage_ms"] = int((time.monotonic() - stopped) * 1000)
 
         async def scenario() -> None:
             await asyncio.gather(chat(), asyncio.to_thread(operator))
@@ -96,6 +99,7 @@ def test_redis_stopped_and_restarted_under_load_fails_no_request_and_loses_no_tu
         report("redis outage (stop + restart under load, 2 replicas)",
                requests=CLIENTS * TURNS, requests_failed=counts["failed_requests"],
                sent_during_outage=during["restarted_at"] - during["stopped_at"],
+               outage_ms=during["outage_ms"],
                buffered=int(buffered), flushed=int(flushed), dropped=int(dropped),
                turns_lost=counts["lost"], duplicated=counts["duplicated"],
                out_of_order=counts["out_of_order"],

@@ -231,12 +231,7 @@ def summarise(run: Run, duration: float) -> dict[str, Any]:
     per_10s: dict[int, int] = {}
     for t in run.completed_at:
         per_10s[int(t // 10)] = per_10s.get(int(t // 10), 0) + 1
-    memory = {}
-    for name, series in run.rss.items():
-        if series:
-            memory[name] = {"start_mb": series[0][1], "end_mb": series[-1][1],
-                            "growth_mb": round(series[-1][1] - series[0][1], 1),
-                            "max_mb": max(mb for _, mb in series)}
+    memory = memory_summary(run.rss)
     return {
         "replicas": run.replicas, "requests": len(lat), "errors": len(run.errors),
         "error_examples": sorted(set(run.errors))[:5],
@@ -248,6 +243,20 @@ def summarise(run: Run, duration: float) -> dict[str, Any]:
     }
 
 
+def memory_summary(rss: dict[str, list[tuple[float, float]]]) -> dict[str, dict[str, float]]:
+    """Per process: resident MB at the end of the warm-up (t = 0) and at the end, the growth
+    between them, and the peak. Samples before t = 0 (start-up, first requests) are left out:
+    the first imports and caches are not growth."""
+    memory = {}
+    for name, series in rss.items():
+        measured = [(t, mb) for t, mb in series if t >= 0] or list(series)
+        if measured:
+            memory[name] = {"start_mb": measured[0][1], "end_mb": measured[-1][1],
+                            "growth_mb": round(measured[-1][1] - measured[0][1], 1),
+                            "max_mb": max(mb for _, mb in measured)}
+    return memory
+
+
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [f"# Load: {', '.join(str(r['replicas']) for r in rows)} replica(s) on one Redis",
              "", f"{meta['date']} · {meta['machine']} · Python {meta['python']} · "
@@ -257,6 +266,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              "Everything on one machine over loopback: redis-server (AOF), the standalone fake "
              "upstream, the gateways (one uvicorn worker each, through litellm) and the aiohttp "
              "load generator share its cores.", "",
+             "Memory is resident set size (VmRSS) sampled every few seconds, from the end of the "
+             "warm-up to the end of the run.", "",
              "| replicas | requests | errors | req/s | p50 ms | p99 ms | gateway RSS start → end "
              "(growth) MB | redis RSS start → end MB |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -173,7 +173,13 @@ class Recorder:
         """Spawn the worker tasks (one consumer each). They run until `stop()`/`drain()`."""
         if self._tasks:
             raise RuntimeError("recorder already started")
-        await self.ensure_group()
+        try:
+            await self.ensure_group()
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            # The gateway starts, and serves, with the store down: the workers create the
+            # group once it answers (a read on a missing group recreates it).
+            log.warning("store unreachable when the recorder started (%r); retrying in the "
+                        "background", exc)
         self._stopping.clear()
         self._tasks = [asyncio.create_task(self._work(c), name=f"recorder:{c}")
                        for c in self.consumers]
