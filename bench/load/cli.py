@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="upper bound on requests per run")
     parser.add_argument("--sample-seconds", type=float, default=5.0,
                         help="memory sampling interval")
+    parser.add_argument("--embedder", choices=("use", "hash"), default="use",
+                        help="the memory embedder: the product's default (use), or the test "
+                             "stand-in (hash) to measure everything but embedding")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.replicas = [int(r) for r in str(args.replicas).split(",") if r.strip()]
@@ -85,14 +88,14 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def write_config(path: Path, store: str, fake_url: str) -> Path:
+def write_config(path: Path, store: str, fake_url: str, embedder: str = "use") -> Path:
     import hashlib
 
     path.write_text(yaml.safe_dump({
         "store": store,
         "server": {"data_dir": str(path.parent / "data")},
         "recorder": {"workers": 1},
-        "memory": {"embedder": {"kind": "hash"}},
+        "memory": {"embedder": {"kind": embedder}},
         "tenants": {"bench": {
             "api_keys": [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest()}],
             "models": {"echo": {"model": "openai/echo", "api_base": fake_url + "/v1",
@@ -172,7 +175,7 @@ def measure(replicas: int, args: argparse.Namespace, workdir: Path) -> Run:
                               str(fake_port)], f"http://{HOST}:{fake_port}/healthz",
             work / "fake.log"))
         config = write_config(work / "config.yaml", f"redis://{HOST}:{redis_port}/0",
-                              f"http://{HOST}:{fake_port}")
+                              f"http://{HOST}:{fake_port}", args.embedder)
         pids = {"redis": redis_pid, "fake-upstream": fake.pid or 0}
         urls = []
         for i in range(replicas):
@@ -322,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "python": platform.python_version(), "concurrency": args.concurrency,
             "duration_s": args.duration, "warmup_s": args.warmup, "turns": args.turns,
-            "stream_every": args.stream_every,
+            "stream_every": args.stream_every, "embedder": args.embedder,
             "command": "python -m bench load " + " ".join(sys.argv[1:] if argv is None
                                                            else argv)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
