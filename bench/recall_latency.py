@@ -145,7 +145,9 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{r['warm_p50_ms']} | {r['warm_p99_ms']} | {r['after_turn_p50_ms']} | "
                      f"{r['after_turn_p99_ms']} | {r['embed_query_p50_ms']} |")
     lines += ["", "warm: caches built, nothing changed since. after-turn: first recall after "
-              "one more turn was indexed (incremental FAISS refresh; a conversation over 500 turns keeps its BM25 index while a rebuild runs beside it, which still competes for the CPU).", ""]
+              "one more turn was indexed (incremental FAISS refresh; a conversation over 500 "
+              "turns keeps its BM25 index while a rebuild runs beside it, which still competes "
+              "for the CPU).", ""]
     return "\n".join(lines)
 
 
