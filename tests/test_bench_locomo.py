@@ -20,7 +20,7 @@ from gateway.core.tokens import count_messages
 from gateway.tokenizer import tokenizer_for_encoding
 
 FIXTURES = Path(__file__).parent / "fixtures"
-ZH, EN = FIXTURES / "locomo_zh.json", FIXTURES / "locomo_tiny_en.json"
+ZH, EN = FIXTURES / "conversations_zh.json", FIXTURES / "conversations_tiny_en.json"
 RESULT_KEYS = {"strategy", "mode", "budget", "category", "n", "evidence_recall",
                "answer_containment", "date_recall", "forwarded_tokens_mean", "prefix_reuse"}
 

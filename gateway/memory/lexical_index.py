@@ -19,7 +19,6 @@ best first; a query with no known token returns [] without scoring.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from gateway.core.lexical import tokens
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import Namespace
+from gateway.store.codec import json_object
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +62,6 @@ def _build(ids: tuple[str, ...], docs: dict[str, list[str]]) -> _Lexical:
     bm25 = bm25s.BM25()
     bm25.index([docs[i] for i in ids], show_progress=False)
     return _Lexical(ids, docs, bm25)
-
-
-def _loads(raw: str | None) -> dict[str, Any] | None:
-    """A JSON object, or None for a missing or foreign value (logged by the caller)."""
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 class Bm25LexicalIndex:
@@ -178,13 +167,13 @@ class Bm25LexicalIndex:
         foreign = 0
         for item, raw in zip(wanted, await self.redis.hmget(nk.documents, wanted)
                              if wanted else []):
-            entry = _loads(raw)
+            entry = json_object(raw)
             if entry is None or not isinstance(entry.get("text"), str):
                 foreign += raw is not None  # None: deleted since HKEYS; not an error
                 continue
             fresh[item] = entry["text"]
         for raw in raw_chunks:
-            chunk = _loads(raw)
+            chunk = json_object(raw)
             if chunk is None or not isinstance(chunk.get("text"), str) or "id" not in chunk:
                 foreign += 1
                 continue
@@ -204,7 +193,7 @@ class Bm25LexicalIndex:
             version, facts = await pipe.execute()
         fresh: dict[str, str] = {}
         for field, raw in sorted(facts.items()):
-            fact = _loads(raw)
+            fact = json_object(raw)
             if fact is None or "value" not in fact:
                 log.warning("skipped an unreadable fact in a facts namespace")
                 continue

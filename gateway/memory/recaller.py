@@ -14,8 +14,6 @@ embedding anything; every error propagates (the pipeline fails open around recal
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -29,6 +27,7 @@ from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import CHUNK_PREFIX, chunk_id
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
+from gateway.store.codec import json_object
 
 
 class Recaller:
@@ -93,7 +92,7 @@ class Recaller:
         raw_chunks = results.pop(0) if wants_chunks else []
         items: dict[str, Recollection] = {}
         for item_id, raw in zip(turn_ids, raw_turns):
-            entry = _object(raw)
+            entry = json_object(raw)
             if entry is not None and isinstance(entry.get("text"), str):
                 items[item_id] = Recollection("turn", item_id, entry["text"], (item_id,),
                                               int(entry.get("position", -1)), 0.0)
@@ -110,16 +109,6 @@ class Recaller:
                     items[cid] = Recollection("chunk", cid, text, chunk.source_ids,
                                               chunk.first_position, 0.0)
         return items
-
-
-def _object(raw: str | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:

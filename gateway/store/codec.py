@@ -109,3 +109,15 @@ def decode_key(text: str | bytes) -> ConversationKey:
     if not (isinstance(data, list) and len(data) == 3 and all(isinstance(p, str) for p in data)):
         raise CodecError(f"not a conversation key: {text!r}")
     return ConversationKey(*data)
+
+
+def json_object(raw: str | None) -> dict[str, Any] | None:
+    """A stored JSON object, or None for a missing, unreadable or non-object value (callers
+    skip such entries rather than fail a search)."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
