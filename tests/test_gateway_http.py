@@ -303,3 +303,14 @@ async def test_sdk_client_resending_replies_as_returned_stores_one_branch(client
     assert [s.message.text for s in await store.load(key)] == [
         "question 0", "question 0", "question 1", "question 1", "question 2", "question 2"]
     assert await store.branches(key) == ()
+
+
+def test_a_users_facts_reach_their_other_conversations_and_no_one_elses(gateway_url):
+    post(gateway_url, {"model": "echo", "messages": [user("I live in Lisbon.")]},
+         headers={"X-Conversation-Id": "first", "X-User-Id": "alice"})
+    asked = {"model": "messages", "messages": [user("What is my location?")]}
+    own = post(gateway_url, asked, headers={"X-Conversation-Id": "second", "X-User-Id": "alice"})
+    other = post(gateway_url, asked, headers={"X-Conversation-Id": "second", "X-User-Id": "bob"})
+    assert "Lisbon" in own.json()["choices"][0]["message"]["content"]
+    assert int(own.headers["x-gateway-memory-recalled"]) >= 1
+    assert "Lisbon" not in other.text

@@ -56,3 +56,8 @@ def test_render_is_short_text_or_none_when_empty():
 def test_profile_round_trips_as_a_dict():
     p = Profile("en", "brief", "lawyer", (("format", "bullet points"),))
     assert Profile.from_dict(p.to_dict()) == p
+
+
+def test_a_profile_knowing_only_the_language_adds_no_block():
+    assert render_profile(Profile(language="en")) is None
+    assert render_profile(Profile(language="zh", answer_length="brief")) is not None

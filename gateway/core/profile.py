@@ -150,8 +150,9 @@ def update_profile(profile: Profile, messages: Sequence[Message | StoredMessage]
 
 
 def render_profile(profile: Profile) -> str | None:
-    """A few short lines for the model, or None when nothing is known."""
-    if profile.empty:
+    """A few short lines for the model, or None when nothing worth a block is known: the
+    language alone is not (the model reads it from the message it answers)."""
+    if profile.empty or not (profile.answer_length or profile.expertise or profile.custom):
         return None
     lines = []
     if profile.language:

@@ -31,9 +31,13 @@ from gateway.memory.settings_store import SettingsStore
 class RecallSettings:
     top_k: int = 50
     """Older turns and chunks offered to the rewrite (it packs what its budget allows)."""
-    facts_k: int = 8
-    fact_min_score: float = 0.3
-    """Facts scoring below this (similarity × decayed importance) are not relevant enough."""
+    facts_k: int = 6
+    """The user's facts offered with each request, most relevant first. A user has few facts
+    and each costs ~10 tokens; question-to-statement similarity is weak with small embedders
+    ("Where do I live?" vs "user location: Lisbon" scores 0.16 with USE), so a threshold would
+    hide exactly the facts long-term memory is for."""
+    fact_min_score: float = 0.0
+    """Facts scoring at or below this (similarity × decayed importance) are left out."""
 
 
 class MemoryService:
@@ -74,7 +78,7 @@ class MemoryService:
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
-        return tuple(f for f in known if f.score >= recall.fact_min_score) + tuple(turns)
+        return tuple(f for f in known if f.score > recall.fact_min_score) + tuple(turns)
 
 
 async def _nothing() -> list[Recollection]:
