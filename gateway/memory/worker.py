@@ -31,6 +31,7 @@ from gateway.core.messages import StoredMessage
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.store.codec import CodecError, decode_key, decode_stored
+from gateway.store.outage import OutageLog
 from gateway.store.redis_store import erased_before
 
 log = logging.getLogger("gateway.memory")
@@ -121,11 +122,13 @@ class MemoryWorker:
             log.warning("memory worker drain timed out; dirty conversations stay queued")
 
     async def _run(self) -> None:
+        outage = OutageLog(log, "memory worker")
         while not self._stopping.is_set():
             try:
                 handled = await self.process_available(limit=self._batch)
-            except Exception:  # noqa: BLE001 — the loop must survive a store outage; logged
-                log.exception("memory worker poll failed")
+                outage.succeeded()
+            except Exception as exc:  # noqa: BLE001 — the loop must survive a store outage
+                outage.failed(exc)
                 handled = 0
             if not handled:
                 try:

@@ -40,6 +40,7 @@ from gateway.core.transcript import apply_turn
 from gateway.store.codec import (CodecError, decode_record, decode_stored, encode_branch,
                                  encode_key, encode_stored)
 from gateway.store.keys import ConversationKeys, KeySpace
+from gateway.store.outage import OutageLog
 from gateway.store.redis_store import entry_ms, erased_before, require_decoded
 
 log = logging.getLogger("gateway.recorder")
@@ -271,6 +272,7 @@ class Recorder:
     async def _work(self, consumer: str) -> None:
         loop = asyncio.get_running_loop()
         next_claim = 0.0
+        outage = OutageLog(log, f"recorder worker {consumer}")
         while not self._stopping.is_set():
             try:
                 await self._own_pending(consumer)
@@ -280,12 +282,13 @@ class Recorder:
                 if self._stopping.is_set():
                     break
                 await self._read_new(consumer, block_ms=self._wait_ms(consumer))
+                outage.succeeded()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 # The worker must outlive store outages and bugs: whatever it held stays in
                 # the group's pending list (nothing is lost), so log, back off, go on.
-                log.exception("recorder worker %s failed; retrying", consumer)
+                outage.failed(exc)
                 try:
                     await asyncio.wait_for(self._stopping.wait(), self.backoff_seconds)
                 except TimeoutError:
