@@ -28,6 +28,16 @@ class ChatRequest:
     passthrough: dict[str, Any]
     """Every other field of the body, forwarded as sent (temperature, tools, ...)."""
 
+    @property
+    def instructions(self) -> tuple[Message, ...]:
+        """The client's system/developer messages, in order."""
+        return tuple(m for m in self.messages if m.is_instruction)
+
+    @property
+    def incoming(self) -> tuple[Message, ...]:
+        """Every other message: the conversation as this client sends it."""
+        return tuple(m for m in self.messages if not m.is_instruction)
+
 
 def parse_body(raw: bytes) -> dict[str, Any]:
     try:

@@ -51,11 +51,11 @@ class Prepared:
     call: UpstreamCall
     key: ConversationKey | None
     reconciliation: Reconciliation | None
+    """None when nothing was reconciled (no conversation id, or the store could not be read)."""
     persist: bool
-
-    @property
-    def records(self) -> bool:
-        return self.persist and self.key is not None and self.reconciliation is not None
+    incoming: tuple[Message, ...]
+    """The client's own non-instruction messages (recorded as they are when the store could
+    not be read and nothing was reconciled)."""
 
 
 class Pipeline:
@@ -103,19 +103,18 @@ class Pipeline:
                             body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist)
+        return Prepared(call, key, reconciliation, persist, chat.incoming)
 
     async def _rewrite(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey,
                        stored: tuple[StoredMessage, ...], tokenizer: Tokenizer,
                        log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
-        instructions = tuple(m for m in chat.messages if m.is_instruction)
-        incoming = tuple(m for m in chat.messages if not m.is_instruction)
-        reconciliation = reconcile(incoming, stored)
+        reconciliation = reconcile(chat.incoming, stored)
         history, current = split_current(reconciliation.conversation)
         memory = await self._recall(key, tenant, current, log)
         started = time.perf_counter()
         result = rewrite(RewriteRequest(
-            instructions=instructions, history=history, current=current, policy=tenant.policy,
+            instructions=chat.instructions, history=history, current=current,
+            policy=tenant.policy,
             memory=memory, history_ids=reconciliation.conversation_ids[:len(history)]),
             tokenizer)
         log.rewrite_ms = (time.perf_counter() - started) * 1000
@@ -255,9 +254,8 @@ class Pipeline:
                 return None
             return BufferedTurn(prepared.key, log.request_id, record=record)
         # A conversation id but no reconciliation: the store could not be read, and the
-        # client's own messages were forwarded unchanged (fail open) — those are the call's.
-        incoming = tuple(m for m in map(Message.from_openai, prepared.call.body["messages"])
-                         if not m.is_instruction)
+        # client's own messages were forwarded unchanged (fail open).
+        incoming = prepared.incoming
         if not incoming and not reply:
             return None
         return BufferedTurn(prepared.key, log.request_id, incoming=incoming, reply=tuple(reply),

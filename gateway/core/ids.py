@@ -22,3 +22,10 @@ class ConversationKey:
     tenant: str
     user: str
     conversation: str
+
+    @property
+    def identified(self) -> bool:
+        """Whether the request named its user. User-level memory (facts, profile) spans
+        conversations, so it needs one: requests without a user id share the anonymous user
+        and must never share its memory."""
+        return self.user != ANONYMOUS_USER

@@ -17,7 +17,6 @@ import redis.asyncio as aioredis
 from gateway.config import Config, TenantConfig
 from gateway.core.compaction import CompactionPolicy
 from gateway.core.facts import FactPolicy
-from gateway.core.ids import ANONYMOUS_USER
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.compactor import Compactor
 from gateway.memory.embedders import build_embedder
@@ -101,7 +100,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
         # Facts and the profile span a user's conversations: only for identified users.
         _ForTenants("knowledge", {n: (lambda k: lambda u: k.process(
             u.key, u.transcript, u.new,
-            u.settings.auto_extract and u.key.user != ANONYMOUS_USER))(k)
+            u.settings.auto_extract and u.key.identified))(k)
             for n, k in knowledge.items()}),
     ]
     worker_config = config.memory.worker

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from gateway.core.compaction import render_chunk
-from gateway.core.ids import ANONYMOUS_USER, ConversationKey
+from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext
 from gateway.core.profile import render_profile
 from gateway.core.recall import Recollection
@@ -60,7 +60,7 @@ class MemoryService:
             return MemoryContext()
         chunks, profile, recalled = await asyncio.gather(
             self.chunks.list(key),
-            self.profiles.get(key.tenant, key.user) if _identified(key) else _nothing(),
+            self.profiles.get(key.tenant, key.user) if key.identified else _nothing(),
             self._recall(key, query, recall))
         last = chunks[-1].source_ids[-1] if chunks and chunks[-1].source_ids else None
         return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
@@ -72,7 +72,7 @@ class MemoryService:
         if not query.strip() or recall.top_k <= 0:
             return ()
         vector = await self.embedding.embed_one(query)
-        facts = self.facts.get(key.tenant) if _identified(key) else None
+        facts = self.facts.get(key.tenant) if key.identified else None
         turns, known = await asyncio.gather(
             self.recaller.recall(key, query, k=recall.top_k, query_vector=vector),
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
@@ -83,9 +83,3 @@ class MemoryService:
 
 async def _nothing() -> list[Recollection]:
     return []
-
-
-def _identified(key: ConversationKey) -> bool:
-    """User-level memory (facts, profile) spans conversations, so it needs to know the user:
-    requests without a user id share the anonymous user, and must never share its memory."""
-    return key.user != ANONYMOUS_USER
