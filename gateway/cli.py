@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from gateway.app import CONFIG_ENV, STORE_URL_ENV, configure_logging, store_url
+    from gateway.store.embedded import EmbeddedRedisError
 
     try:
         config = load_config(args.config)
@@ -85,21 +87,91 @@ def _serve(args: argparse.Namespace) -> None:
     host = args.host or config.server.host
     port = args.port or config.server.port
     workers = args.workers or config.server.workers
-    # The store is started here, once, and shared by every worker process.
-    url, embedded = store_url(config)
+    exit_signals = _ExitSignals()
+    # The store is started here, once, and shared by every worker process. A signal that
+    # arrives meanwhile is held until the store is ours to stop (see _ExitSignals).
+    try:
+        url, embedded = store_url(config)
+    except EmbeddedRedisError as exc:
+        sys.exit(f"gateway: {exc}")
     os.environ[STORE_URL_ENV] = url
     os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
     if embedded is not None:
         logging.getLogger("gateway").info('{"event": "embedded_store", "url": "%s"}', url)
+    signalled: int | None = None
     try:
+        exit_signals.arm()
         # SIGTERM: stop accepting, give in-flight requests (streams too) the shutdown timeout,
         # then the lifespan drains the recorder and the record buffer (gateway.app).
         uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=args.log_level, access_log=False,
                     timeout_graceful_shutdown=config.server.shutdown_timeout_seconds)
+    except _Signalled as exc:
+        signalled = exc.signum
     finally:
+        # Every way out: a signal, a normal return (several workers: uvicorn's supervisor
+        # handles the signals itself), a start-up failure (SystemExit), an unexpected error.
+        exit_signals.disarm()
         if embedded is not None:
             embedded.stop()
+    if signalled is not None:
+        exit_signals.exit_by(signalled)
+
+
+class _Signalled(BaseException):
+    """SIGTERM or SIGINT ended the server; raised so that cleanup runs before the exit."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _ExitSignals:
+    """SIGTERM and SIGINT handling around uvicorn, so that every exit stops the store.
+
+    uvicorn catches these signals itself while it serves and, after its graceful shutdown,
+    restores the handlers it found and re-raises the signal. With Python's default SIGTERM
+    disposition that re-raise kills the process on the spot, skipping every `finally` — the
+    embedded store was left running. The handler installed here is the one uvicorn finds: it
+    turns the re-raised signal into `_Signalled`, so the caller stops the store and then exits
+    by the same signal (the exit status a supervisor expects). Before `arm()` (the store is
+    starting) and after `disarm()` (it is stopping) a signal is only noted: a second signal
+    never cuts the store's stop short; the stop itself is bounded.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._armed = False
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+        if self._armed:
+            self._armed = False
+            raise _Signalled(signum)
+        logging.getLogger("gateway").info(
+            '{"event": "signal_deferred", "signal": "%s"}', signal.Signals(signum).name)
+
+    def arm(self) -> None:
+        self._armed = True
+        if self.received:  # arrived while the store was starting
+            self._armed = False
+            raise _Signalled(self.received[0])
+
+    def disarm(self) -> None:
+        self._armed = False
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._handle)
+
+    @staticmethod
+    def exit_by(signum: int) -> None:
+        logging.shutdown()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+        sys.exit(128 + signum)  # not reached: the default disposition ends the process
 
 
 if __name__ == "__main__":

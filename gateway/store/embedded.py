@@ -14,8 +14,13 @@ Invariants:
   LOADING and is waited for, never killed.
 - `start()` never waits past its timeout; failures raise `EmbeddedRedisError` naming the data
   dir and the tail of the server log.
-- `stop()` stops only a server this object started (SIGTERM: Valkey flushes the AOF and
-  removes its socket and pid file).
+- Ownership is recorded in `<data_dir>/redis.owner` (pid and start time of the owning
+  process). A server that answers but whose owner is gone (a gateway killed with -9, or an
+  older version that never stopped it) is an orphan: `start()` adopts it and records this
+  process as its owner, so this process's `stop()` ends it. A server whose owner is alive
+  (another process, or another object in this one) is shared and never stopped by us.
+- `stop()` stops only a server this object started or adopted (SIGTERM: Valkey flushes the
+  AOF and removes its socket and pid file).
 
 The methods block (subprocess, sockets, sleeps); async callers run them in a thread.
 """
@@ -62,10 +67,12 @@ class EmbeddedRedis:
         self.pidfile = self.data_dir / "redis.pid"
         self.logfile = self.data_dir / "redis.log"
         self.lockfile = self.data_dir / "redis.lock"
+        self.ownerfile = self.data_dir / "redis.owner"
         self._binary = binary
         self._options = dict(options or {})
         self._die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
+        self._adopted: int | None = None  # pid of an orphaned server this object took over
 
     @property
     def url(self) -> str:
@@ -77,6 +84,11 @@ class EmbeddedRedis:
         if self._proc is None or self._proc.poll() is not None:
             return None
         return self._proc.pid
+
+    @property
+    def owns(self) -> bool:
+        """True if `stop()` will stop the server: this object started or adopted it."""
+        return self.pid is not None or self._adopted is not None
 
     def __enter__(self) -> EmbeddedRedis:
         self.start()
@@ -97,10 +109,11 @@ class EmbeddedRedis:
                 f"exceeds {_SUN_PATH_MAX} bytes; choose a shorter data dir")
         with self._locked(deadline):
             state = self.probe()
-            if state == "ready":
-                return False
             if state == "loading":
                 self._wait_ready(deadline, proc=None)  # someone's server replaying its AOF
+                state = "ready"
+            if state == "ready":
+                self._adopt_if_orphaned()
                 return False
             self._clear_stale()
             self._spawn()
@@ -109,8 +122,34 @@ class EmbeddedRedis:
             except BaseException:
                 self._terminate(grace=2.0)
                 raise
+            self._record_owner()
             log.info("embedded store started: pid %s, %s", self.pid, self.url)
             return True
+
+    def _adopt_if_orphaned(self) -> None:
+        """A server answers: share it if its owner lives, else take it over (see module doc)."""
+        owner = _read_owner(self.ownerfile)
+        if owner is not None and _identity(owner[0]) == owner:
+            return
+        server = _read_pid(self.pidfile)
+        if server is None or not self._is_ours(server):
+            found = self._socket_owners()
+            server = found[0] if len(found) == 1 else None
+        if server is None:
+            log.warning("embedded store on %s has no owner and its pid is unknown; "
+                        "sharing it without stopping it", self.socket_path)
+            return
+        log.warning("embedded store pid %d on %s was left running by a process that ended "
+                    "without stopping it (owner %s); adopting it: this process stops it on "
+                    "exit", server, self.socket_path, owner[0] if owner else "unrecorded")
+        self._adopted = server
+        self._record_owner()
+
+    def _record_owner(self) -> None:
+        me = _identity(os.getpid())
+        tmp = self.ownerfile.with_suffix(".owner.tmp")
+        tmp.write_text(f"{me[0]} {me[1]}\n" if me else f"{os.getpid()} 0\n")
+        tmp.replace(self.ownerfile)
 
     def _spawn(self) -> None:
         binary = self._binary or server_binary()
@@ -186,11 +225,17 @@ class EmbeddedRedis:
     # -- stopping ---------------------------------------------------------------------------
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server if this object started it; otherwise do nothing."""
-        if self._proc is None:
+        """Stop the server if this object started or adopted it; otherwise do nothing."""
+        if self._proc is None and self._adopted is None:
             return
         with self._locked(time.monotonic() + timeout):
             self._terminate(grace=timeout)
+            adopted, self._adopted = self._adopted, None
+            if adopted is not None and _alive(adopted) and self._is_ours(adopted):
+                _end(adopted, grace=timeout)
+            owner = _read_owner(self.ownerfile)
+            if owner is not None and owner[0] == os.getpid():
+                self.ownerfile.unlink(missing_ok=True)
         log.info("embedded store stopped: %s", self.url)
 
     def _terminate(self, grace: float) -> None:
@@ -269,6 +314,25 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _read_owner(path: Path) -> tuple[int, int] | None:
+    try:
+        pid, started = path.read_text().split()
+        return int(pid), int(started)
+    except (OSError, ValueError):
+        return None
+
+
+def _identity(pid: int) -> tuple[int, int] | None:
+    """(pid, start time in clock ticks) of a live process: a recycled pid does not match."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    if stat[0] == "Z":
+        return None
+    return pid, int(stat[19])  # field 22 of proc(5), counted from the state (field 3)
 
 
 def _alive(pid: int) -> bool:
