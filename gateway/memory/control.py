@@ -31,6 +31,7 @@ from gateway.memory.facts_store import FactStore
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.settings_store import SettingsStore, UserSettings
+from gateway.memory.user_index import UserRecallIndex
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
 from gateway.store.redis_store import RedisStore
@@ -87,6 +88,7 @@ class MemoryControl:
         self.facts = FactStore(redis, self.keys, _no_embedding)
         self.profiles = ProfileStore(redis, self.keys)
         self.chunks = ChunkStore(redis, self.keys)
+        self.user_index = UserRecallIndex(redis, self.keys)
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
@@ -142,14 +144,16 @@ class MemoryControl:
 
     async def delete_conversation(self, key: ConversationKey) -> bool:
         """Forget the conversation: transcript, branches, pending turns, meta and every memory
-        key derived from it (its queued jobs become duplicates: the seq counters stay).
-        Facts learned from it are the user's and stay until deleted themselves."""
+        key derived from it (its queued jobs become duplicates: the seq counters stay), and its
+        entries in the user-level recall index. Facts learned from it are the user's and stay
+        until deleted themselves."""
         if not await self.exists(key):
             return False
         await self.store.delete(key)
         memory = self.keys.conversation(key)
         await self._settle([memory.lock])
         await self.redis.delete(*memory.all())
+        await self.user_index.remove_conversation(key)
         await self.redis.zrem(self.keys.store.memory_dirty, encode_key(key))
         return True
 
@@ -178,7 +182,10 @@ class MemoryControl:
         return [_chunk_json(c, messages) for c in chunks]
 
     async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> bool:
-        return await self.chunks.delete(key, chunk_id)
+        if not await self.chunks.delete(key, chunk_id):
+            return False
+        await self.user_index.remove_chunk(key, chunk_id)
+        return True
 
     # -- export and erase --------------------------------------------------------------------
 

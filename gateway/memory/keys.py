@@ -2,7 +2,9 @@
 
 Per conversation (one user of one tenant): keys extend the conversation's own key base, so
 erasing a user's conversations (SCAN `KeySpace.conversations_of`) removes them too.
-Per user: keys under `<prefix>:u:<tenant>:<user>:`, parts length-prefixed like the store's.
+Per user: keys under `<prefix>:u:<tenant>:<user>:`, parts length-prefixed like the store's —
+facts, profile, settings and the user-level recall index (the turns and summary chunks of the
+user's conversations, mirrored by the memory worker), so erasing a user removes them all.
 """
 
 from __future__ import annotations
@@ -47,9 +49,26 @@ class UserMemoryKeys:
     """Hash: profile field -> JSON value (language, answer_length, expertise, custom...)."""
     settings: str
     """Hash: memory (on/off), auto_extract (on/off)."""
+    recall: str
+    """Hash: "<conversation>/<item id>" -> JSON entry of a turn or summary chunk of one of the
+    user's conversations (see gateway/memory/user_index.py): the user-level recall index."""
+    recall_vectors: str
+    """Hash: the same ids -> float32 vector bytes (copied from the conversation's vectors)."""
+    recall_version: str
+    """String counter: bumped on every change to recall/recall_vectors."""
+    recall_synced: str
+    """Hash: conversation id -> the conversation's memory version last mirrored."""
+    recall_members_base: str
+    """Prefix of the per-conversation sets of mirrored ids (`recall_members`)."""
+
+    def recall_members(self, conversation: str) -> str:
+        """Set: the ids of `recall` that belong to `conversation`."""
+        return f"{self.recall_members_base}:{_part(conversation)}"
 
     def all(self) -> tuple[str, ...]:
-        return (self.facts, self.fact_vectors, self.version, self.profile, self.settings)
+        """The fixed keys (the per-conversation member sets match `user_pattern` too)."""
+        return (self.facts, self.fact_vectors, self.version, self.profile, self.settings,
+                self.recall, self.recall_vectors, self.recall_version, self.recall_synced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +86,11 @@ class MemoryKeySpace:
         base = f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}"
         return UserMemoryKeys(facts=f"{base}:facts", fact_vectors=f"{base}:fact_vectors",
                               version=f"{base}:version", profile=f"{base}:profile",
-                              settings=f"{base}:settings")
+                              settings=f"{base}:settings", recall=f"{base}:recall",
+                              recall_vectors=f"{base}:recall_vectors",
+                              recall_version=f"{base}:recall_version",
+                              recall_synced=f"{base}:recall_synced",
+                              recall_members_base=f"{base}:recall_members")
 
     def user_pattern(self, tenant: str, user: str) -> str:
         """A SCAN pattern matching every per-user memory key of one user."""

@@ -12,8 +12,13 @@ always read again. bm25s has no incremental insert, so the BM25 matrix itself is
 (measured ~17 ms at 1k turns, ~140 ms at 10k, on the index's own thread above a few
 thousand documents).
 
+A user namespace (the turns and chunks of all of a user's conversations) holds both in its
+`recall` hash (ids "<conversation>/<item id>"); its chunks are re-read like facts, and a search
+may leave out one conversation's items (masked before the top k are taken).
+
 Invariants: a search reads only its namespace's keys; results are ids with BM25 score > 0,
-best first; a query with no known token returns [] without scoring.
+best first; a query with no known token returns [] without scoring; an excluded
+conversation's items are never returned.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from gateway.core.lexical import tokens
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import Namespace
+from gateway.memory.user_index import is_chunk, split_id
 from gateway.store.codec import json_object
 
 log = logging.getLogger(__name__)
@@ -49,6 +55,8 @@ class _Lexical:
     tokens: dict[str, list[str]]
     """Per document id (reused by the next rebuild for immutable turn documents)."""
     bm25: Any  # bm25s.BM25, None when the namespace has no document
+    groups: dict[str, np.ndarray] | None = None
+    """User namespaces: conversation -> a boolean mask of its documents."""
 
 
 def chunk_id(raw_id: str) -> str:
@@ -56,12 +64,16 @@ def chunk_id(raw_id: str) -> str:
     return raw_id if raw_id.startswith(CHUNK_PREFIX) else CHUNK_PREFIX + raw_id
 
 
-def _build(ids: tuple[str, ...], docs: dict[str, list[str]]) -> _Lexical:
+def _build(ids: tuple[str, ...], docs: dict[str, list[str]], grouped: bool = False) -> _Lexical:
     if not ids:
         return _Lexical((), {}, None)
     bm25 = bm25s.BM25()
     bm25.index([docs[i] for i in ids], show_progress=False)
-    return _Lexical(ids, docs, bm25)
+    groups = None
+    if grouped:
+        conversations = np.array([split_id(i)[0] for i in ids])
+        groups = {c: conversations == c for c in set(conversations.tolist())}
+    return _Lexical(ids, docs, bm25, groups)
 
 
 class Bm25LexicalIndex:
@@ -80,7 +92,8 @@ class Bm25LexicalIndex:
             task.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def search(self, namespace: Namespace, query: str, k: int) -> list[tuple[str, float]]:
+    async def search(self, namespace: Namespace, query: str, k: int, *,
+                     excluding: str | None = None) -> list[tuple[str, float]]:
         lexical = await self._current(namespace)
         if lexical.bm25 is None or k <= 0:
             return []
@@ -89,6 +102,8 @@ class Bm25LexicalIndex:
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
         scores = lexical.bm25.get_scores_from_ids(token_ids)
+        if lexical.groups and excluding is not None and excluding in lexical.groups:
+            scores = np.where(lexical.groups[excluding], 0.0, scores)
         n = min(k, len(scores))
         top = np.argpartition(-scores, n - 1)[:n]
         top = top[np.argsort(-scores[top], kind="stable")]
@@ -132,37 +147,41 @@ class Bm25LexicalIndex:
 
     async def _refresh(self, namespace: Namespace,
                        old: _Lexical | None) -> tuple[_Lexical, str | None]:
-        texts = (await self._conversation_texts(namespace, old) if namespace.kind == "conversation"
-                 else await self._fact_texts(namespace))
+        texts = (await self._fact_texts(namespace) if namespace.kind == "facts"
+                 else await self._conversation_texts(namespace, old))
         version, reused, fresh = texts
         docs = dict(reused)
         ids = tuple(list(reused) + list(fresh))
+        grouped = namespace.kind == "user"
         if len(fresh) > OFFLOAD_ABOVE or len(ids) > OFFLOAD_ABOVE:
             return await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._tokenise_and_build, ids, docs, fresh), version
-        return self._tokenise_and_build(ids, docs, fresh), version
+                self._executor, self._tokenise_and_build, ids, docs, fresh, grouped), version
+        return self._tokenise_and_build(ids, docs, fresh, grouped), version
 
     @staticmethod
     def _tokenise_and_build(ids: tuple[str, ...], docs: dict[str, list[str]],
-                            fresh: dict[str, str]) -> _Lexical:
+                            fresh: dict[str, str], grouped: bool) -> _Lexical:
         for item, text in fresh.items():
             docs[item] = tokens(text)
-        return _build(ids, docs)
+        return _build(ids, docs, grouped)
 
     async def _conversation_texts(
             self, namespace: Namespace, old: _Lexical | None,
     ) -> tuple[str | None, dict[str, list[str]], dict[str, str]]:
-        """(version, tokens of turns kept from `old`, texts to tokenise by id)."""
+        """(version, tokens of turns kept from `old`, texts to tokenise by id). A conversation
+        keeps its chunks in a list; a user namespace keeps them beside the turns (mutable)."""
         nk = namespace_keys(self.keys, namespace)
-        assert nk.chunks is not None
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.get(nk.version)
             pipe.hkeys(nk.documents)
-            pipe.lrange(nk.chunks, 0, -1)
-            version, turn_ids, raw_chunks = await pipe.execute()
+            if nk.chunks is not None:
+                pipe.lrange(nk.chunks, 0, -1)
+            version, turn_ids, *rest = await pipe.execute()
+        raw_chunks = rest[0] if rest else []
         previous = old.tokens if old is not None else {}
-        reused = {i: previous[i] for i in turn_ids if i in previous}
-        wanted = [i for i in turn_ids if i not in previous]
+        mutable = is_chunk if namespace.kind == "user" else (lambda _: False)
+        reused = {i: previous[i] for i in turn_ids if i in previous and not mutable(i)}
+        wanted = [i for i in turn_ids if i not in reused]
         fresh: dict[str, str] = {}
         foreign = 0
         for item, raw in zip(wanted, await self.redis.hmget(nk.documents, wanted)

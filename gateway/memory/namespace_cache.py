@@ -28,9 +28,9 @@ class NamespaceKeys:
     version: str
     vectors: str
     documents: str
-    """conversation: the `turns` hash; facts: the `facts` hash."""
+    """conversation: the `turns` hash; facts: the `facts` hash; user: the `recall` hash."""
     chunks: str | None
-    """conversation: the summary chunks list; facts: None."""
+    """conversation: the summary chunks list; facts and user: None."""
 
 
 def namespace_keys(keys: MemoryKeySpace, namespace: Namespace) -> NamespaceKeys:
@@ -45,6 +45,10 @@ def namespace_keys(keys: MemoryKeySpace, namespace: Namespace) -> NamespaceKeys:
         u = keys.user(namespace.tenant, namespace.user)
         return NamespaceKeys(version=u.version, vectors=u.fact_vectors, documents=u.facts,
                              chunks=None)
+    if namespace.kind == "user":
+        u = keys.user(namespace.tenant, namespace.user)
+        return NamespaceKeys(version=u.recall_version, vectors=u.recall_vectors,
+                             documents=u.recall, chunks=None)
     raise ValueError(f"unknown namespace kind {namespace.kind!r}")
 
 

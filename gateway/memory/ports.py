@@ -1,8 +1,9 @@
 """The memory layers' interfaces: an embedder and searchable indexes, per namespace.
 
 A namespace is the hard partition of memory: conversation memory (older turns, summary chunks)
-belongs to tenant + user + conversation, facts to tenant + user. A search names exactly one
-namespace and can never return another's items.
+belongs to tenant + user + conversation; facts, and the user-level recall index (the turns and
+chunks of all of an identified user's conversations, ids qualified by conversation), to
+tenant + user. A search names exactly one namespace and can never return another's items.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gateway.core.ids import ConversationKey
 
 @dataclass(frozen=True, slots=True)
 class Namespace:
-    kind: Literal["conversation", "facts"]
+    kind: Literal["conversation", "facts", "user"]
     tenant: str
     user: str
     conversation: str | None = None
@@ -29,6 +30,11 @@ class Namespace:
     @classmethod
     def of_facts(cls, tenant: str, user: str) -> Namespace:
         return cls("facts", tenant, user)
+
+    @classmethod
+    def of_user(cls, tenant: str, user: str) -> Namespace:
+        """The turns and summary chunks of all the user's conversations."""
+        return cls("user", tenant, user)
 
 
 class Embedder(Protocol):
@@ -45,13 +51,16 @@ class Embedder(Protocol):
 
 
 class VectorIndex(Protocol):
-    async def search(self, namespace: Namespace, query: np.ndarray,
-                     k: int) -> list[tuple[str, float]]:
-        """Ids and cosine similarities of the k nearest items of one namespace, best first."""
+    async def search(self, namespace: Namespace, query: np.ndarray, k: int, *,
+                     excluding: str | None = None) -> list[tuple[str, float]]:
+        """Ids and cosine similarities of the k nearest items of one namespace, best first.
+        `excluding`: in a user namespace, a conversation whose items are left out."""
         ...
 
 
 class LexicalIndex(Protocol):
-    async def search(self, namespace: Namespace, query: str, k: int) -> list[tuple[str, float]]:
-        """Ids and BM25 scores of the k best-matching items of one namespace, best first."""
+    async def search(self, namespace: Namespace, query: str, k: int, *,
+                     excluding: str | None = None) -> list[tuple[str, float]]:
+        """Ids and BM25 scores of the k best-matching items of one namespace, best first.
+        `excluding`: in a user namespace, a conversation whose items are left out."""
         ...

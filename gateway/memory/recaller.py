@@ -1,14 +1,26 @@
-"""Request-path recall of one conversation's older turns and summary chunks for a question.
+"""Request-path recall of older turns and summary chunks for a question: the conversation's
+own, and — for an identified user — those of the user's other conversations.
 
 One recall: embed the question once, search the conversation namespace densely (FAISS) and
-lexically (BM25) — the lexical search runs while the question is being embedded — fuse the two
-rankings (`gateway.core.fusion`: reciprocal-rank fusion, k=60, with a mild recency weight),
-drop what the request already shows, and return the best k as `Recollection`s.
+lexically (BM25) — the lexical searches run while the question is being embedded — and, for an
+identified user, the user namespace (gateway/memory/user_index.py) the same way, leaving out
+the current conversation's items there (they come from the conversation namespace, which is
+fresher). One fused ranking (`gateway.core.fusion`: reciprocal-rank fusion, k=60, with a mild
+recency weight) over: the dense hits of both namespaces merged by similarity (one embedder,
+one scale), and each namespace's BM25 hits (BM25 scores of different corpora are not on one
+scale; their ranks are). Then drop what the request already shows and return the best k.
 
-Invariants: only the conversation's own namespace is searched; a turn is returned with the
-text its entry holds (redacted, date-anchored); an item whose id is in `exclude_ids` — or a
-chunk all of whose source turns are — is never returned; an empty namespace returns [] without
-embedding anything; every error propagates (the pipeline fails open around recall).
+Positions: an item of another conversation is placed before every item of the current one;
+other conversations are ordered by when they started, oldest first, their items by their place
+in them. Recalled items are shown in that order, and recency weighs by it. Without items from
+other conversations every position is the item's place in the conversation, as it was.
+
+Invariants: only the conversation's namespace and its user's namespace (identified users only)
+are searched — never another user's or tenant's; no item of the current conversation comes
+from the user namespace; a turn is returned with the text its entry holds (redacted,
+date-anchored); an item whose id is in `exclude_ids` — or one all of whose source turns are —
+is never returned; empty namespaces return [] without embedding anything; every error
+propagates (the pipeline fails open around recall).
 """
 
 from __future__ import annotations
@@ -27,7 +39,10 @@ from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import CHUNK_PREFIX, chunk_id
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
+from gateway.memory.user_index import Synced, split_id
 from gateway.store.codec import json_object
+
+Hits = list[tuple[str, float]]
 
 
 class Recaller:
@@ -49,30 +64,81 @@ class Recaller:
     async def recall(self, key: ConversationKey, query: str, *, k: int = 50,
                      exclude_ids: frozenset[str] = frozenset(),
                      query_vector: np.ndarray | None = None) -> list[Recollection]:
-        """The k items of the conversation most relevant to `query`, best first.
-        `query_vector`: the query's embedding, when the caller already has it."""
-        ck = self.keys.conversation(key)
-        if k <= 0 or not await self.redis.exists(ck.turns, ck.chunks):
+        """The k items most relevant to `query`, best first: of the conversation, and of the
+        user's other conversations when the user is identified. `query_vector`: the query's
+        embedding, when the caller already has it."""
+        if k <= 0:
             return []
-        namespace = Namespace.of_conversation(key)
+        ck, uk = self.keys.conversation(key), self.keys.user(key.tenant, key.user)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(ck.turns, ck.chunks)
+            if key.identified:
+                pipe.exists(uk.recall)
+            own, *users = await pipe.execute()
+        conversation = Namespace.of_conversation(key) if own else None
+        user = Namespace.of_user(key.tenant, key.user) if users and users[0] else None
+        if conversation is None and user is None:
+            return []
         # Excluded items would be dropped after fusion: search deeper so k remain.
         depth = max(self.depth or max(k, 20), k) + len(exclude_ids)
 
-        async def dense() -> list[tuple[str, float]]:
+        async def dense() -> tuple[Hits, Hits]:
             vector = query_vector if query_vector is not None \
                 else await self.embedding.embed_one(query)
-            return await self.vector_index.search(namespace, vector, depth)
+            own, others = await asyncio.gather(
+                self.vector_index.search(conversation, vector, depth) if conversation
+                else _no_hits(),
+                self.vector_index.search(user, vector, depth, excluding=key.conversation)
+                if user else _no_hits())
+            return own, others
 
-        dense_hits, lexical_hits = await asyncio.gather(
-            dense(), self.lexical_index.search(namespace, query, depth))
-        candidates = list(dict.fromkeys([i for i, _ in dense_hits] + [i for i, _ in lexical_hits]))
-        items = await self._items(ck.turns, ck.chunks, candidates)
-        items = {i: item for i, item in items.items() if not _excluded(item, exclude_ids)}
+        (own_dense, user_dense), own_lexical, user_lexical = await asyncio.gather(
+            dense(),
+            self.lexical_index.search(conversation, query, depth) if conversation
+            else _no_hits(),
+            self.lexical_index.search(user, query, depth, excluding=key.conversation)
+            if user else _no_hits())
+        own_items, user_items = await asyncio.gather(
+            self._items(ck.turns, ck.chunks, _ids(own_dense, own_lexical)),
+            self._user_items(key, _ids(user_dense, user_lexical)))
+        items = {i: item for i, item in _placed(own_items, user_items).items()
+                 if not _excluded(item, exclude_ids)}
+        dense_hits = sorted(own_dense + user_dense, key=lambda hit: -hit[1])
         positions = {i: item.position for i, item in items.items()}
         fused = fuse([[i for i, _ in dense_hits if i in items],
-                      [i for i, _ in lexical_hits if i in items]],
+                      [i for i, _ in own_lexical if i in items],
+                      [i for i, _ in user_lexical if i in items]],
                      positions, k=self.rrf_k, recency_weight=self.recency_weight)
         return [_scored(items[i], score) for i, score in fused[:k]]
+
+    async def _user_items(self, key: ConversationKey,
+                          candidates: list[str]) -> list[tuple[float, str, Recollection]]:
+        """The user-namespace items behind candidate ids, each with when its conversation
+        started and its conversation (for ordering). The current conversation's are left out
+        (the indexes already leave them out; this holds even for a stale cached index)."""
+        candidates = [i for i in candidates if split_id(i)[0] != key.conversation]
+        if not candidates:
+            return []
+        uk = self.keys.user(key.tenant, key.user)
+        conversations = sorted({split_id(i)[0] for i in candidates})
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(uk.recall, candidates)
+            pipe.hmget(uk.recall_synced, conversations)
+            raw_items, raw_synced = await pipe.execute()
+        started = {c: synced.started_at if (synced := Synced.parse(raw)) else 0.0
+                   for c, raw in zip(conversations, raw_synced)}
+        found = []
+        for item_id, raw in zip(candidates, raw_items):
+            entry = json_object(raw)
+            if entry is None or not isinstance(entry.get("text"), str) or not entry["text"] \
+                    or entry.get("kind") not in ("turn", "chunk"):
+                continue  # gone since the index was built, or unreadable: left out
+            conversation = split_id(item_id)[0]
+            found.append((started[conversation], conversation, Recollection(
+                entry["kind"], item_id, entry["text"],
+                tuple(str(s) for s in entry.get("source_ids") or ()),
+                int(entry.get("position", -1)), 0.0)))
+        return found
 
     async def _items(self, turns_key: str, chunks_key: str,
                      candidates: list[str]) -> dict[str, Recollection]:
@@ -111,12 +177,37 @@ class Recaller:
         return items
 
 
+async def _no_hits() -> Hits:
+    return []
+
+
+def _ids(*hit_lists: Hits) -> list[str]:
+    return list(dict.fromkeys(i for hits in hit_lists for i, _ in hits))
+
+
+def _placed(own: dict[str, Recollection],
+            others: list[tuple[float, str, Recollection]]) -> dict[str, Recollection]:
+    """Every candidate with its place in one order: the items of other conversations first
+    (their conversations oldest first, then by place), then the current conversation's."""
+    if not others:
+        return own
+    ordered = sorted(others, key=lambda o: (o[0], o[1], o[2].position, o[2].id))
+    placed = {r.id: _at(r, rank) for rank, (_, _, r) in enumerate(ordered)}
+    offset = len(ordered)
+    placed.update({i: _at(r, r.position + offset if r.position >= 0 else -1)
+                   for i, r in own.items()})
+    return placed
+
+
+def _at(item: Recollection, position: int) -> Recollection:
+    return Recollection(item.kind, item.id, item.text, item.source_ids, position, item.score)
+
+
 def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:
     if item.id in exclude_ids:
         return True
-    # A chunk that only summarises turns the request shows verbatim adds nothing.
-    return item.kind == "chunk" and bool(item.source_ids) \
-        and all(s in exclude_ids for s in item.source_ids)
+    # An item that only stems from turns the request shows verbatim adds nothing.
+    return bool(item.source_ids) and all(s in exclude_ids for s in item.source_ids)
 
 
 def _scored(item: Recollection, score: float) -> Recollection:

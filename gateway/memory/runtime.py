@@ -32,6 +32,7 @@ from gateway.memory.service import MemoryService, RecallSettings
 from gateway.memory.settings_store import SettingsStore
 from gateway.memory.summarizer import LlmSummarizer, Summarizer
 from gateway.memory.turn_index import TurnIndexer
+from gateway.memory.user_index import UserRecallIndex
 from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.worker import MemoryUpdate, MemoryWorker
 from gateway.ports import Upstream
@@ -87,6 +88,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                              policy=_fact_policy(t), clock=clock)
              for name, t in enabled.items()}
     indexer = TurnIndexer(redis, embedding, keys)
+    user_index = UserRecallIndex(redis, keys)
     compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock)
                   for name, t in enabled.items()}
     knowledge = {name: KnowledgeProcessor(facts[name], profiles,
@@ -97,6 +99,10 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                    for n in enabled}),
         _ForTenants("compaction", {n: (lambda c: lambda u: _compact(c, u, redis, keys))(c)
                                    for n, c in compactors.items()}),
+        # After both: the user-level recall index copies the conversation's turns and chunks
+        # (identified users only: `sync` skips the anonymous user).
+        _ForTenants("user_index", {n: lambda u: user_index.sync(u.key, u.transcript)
+                                   for n in enabled}),
         # Facts and the profile span a user's conversations: only for identified users.
         _ForTenants("knowledge", {n: (lambda k: lambda u: k.process(
             u.key, u.transcript, u.new,

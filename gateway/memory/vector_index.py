@@ -10,9 +10,15 @@ hash of the turn and everything before it), so the ids still present keep their 
 and only new ids are read (HKEYS + HMGET). Summary chunks ("chunk:" ids) and facts may be
 re-embedded under the same id, so they are always read again (tens of items, not thousands).
 
+In a user namespace (the turns and chunks of all of a user's conversations, ids qualified by
+conversation) a search may leave out one conversation's items: each row knows its
+conversation, and the excluded rows are masked before the top k are taken (exact, like the
+FAISS search it replaces: one matrix-vector product).
+
 Invariants: a search reads only the keys of the namespace it names (namespace_keys); results
 are the k best ids of that namespace with their cosine similarity, best first; a stored vector
-of another dimension (written by another embedder) is skipped and logged, never returned.
+of another dimension (written by another embedder) is skipped and logged, never returned; an
+excluded conversation's items are never returned.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import redis.asyncio as aioredis
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import Namespace
+from gateway.memory.user_index import is_chunk, split_id
 from gateway.memory.vector_store import decode_vector
 
 log = logging.getLogger(__name__)
@@ -44,18 +51,38 @@ class _Dense:
     ids: tuple[str, ...]
     matrix: np.ndarray
     index: faiss.IndexFlatIP | None
+    groups: dict[str, np.ndarray] | None = None
+    """User namespaces: conversation -> a boolean mask of its rows."""
 
 
-def _build(ids: tuple[str, ...], matrix: np.ndarray, dim: int) -> _Dense:
+def _build(ids: tuple[str, ...], matrix: np.ndarray, dim: int, grouped: bool = False) -> _Dense:
     if not ids:
         return _Dense((), np.zeros((0, dim), dtype=np.float32), None)
     index = faiss.IndexFlatIP(dim)
     index.add(matrix)
-    return _Dense(ids, matrix, index)
+    groups = None
+    if grouped:
+        conversations = np.array([split_id(i)[0] for i in ids])
+        groups = {c: conversations == c for c in set(conversations.tolist())}
+    return _Dense(ids, matrix, index, groups)
 
 
 def _mutable(namespace: Namespace, item_id: str) -> bool:
+    if namespace.kind == "user":
+        return is_chunk(item_id)
     return namespace.kind == "facts" or item_id.startswith("chunk:")
+
+
+def _search_excluding(dense: _Dense, q: np.ndarray, k: int,
+                      mask: np.ndarray) -> list[tuple[str, float]]:
+    scores = dense.matrix @ q[0]
+    scores[mask] = -np.inf
+    n = min(k, int(len(scores) - mask.sum()))
+    if n <= 0:
+        return []
+    top = np.argpartition(-scores, n - 1)[:n]
+    top = top[np.argsort(-scores[top], kind="stable")]
+    return [(dense.ids[r], float(scores[r])) for r in top]
 
 
 def _single_threaded_faiss() -> None:
@@ -79,12 +106,18 @@ class FaissVectorIndex:
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def search(self, namespace: Namespace, query: np.ndarray,
-                     k: int) -> list[tuple[str, float]]:
+    async def search(self, namespace: Namespace, query: np.ndarray, k: int, *,
+                     excluding: str | None = None) -> list[tuple[str, float]]:
         dense = await self._current(namespace)
         if dense.index is None or k <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dim)
+        mask = dense.groups.get(excluding) if dense.groups and excluding is not None else None
+        if mask is not None:
+            if len(dense.ids) > OFFLOAD_ABOVE:
+                return await asyncio.get_running_loop().run_in_executor(
+                    self._executor, _search_excluding, dense, q, k, mask)
+            return _search_excluding(dense, q, k, mask)
         n = min(k, len(dense.ids))
         if len(dense.ids) > OFFLOAD_ABOVE:
             scores, rows = await asyncio.get_running_loop().run_in_executor(
@@ -154,4 +187,5 @@ class FaissVectorIndex:
         parts = [m for m in (kept, np.stack(rows) if rows else None) if m is not None and len(m)]
         matrix = (np.ascontiguousarray(np.concatenate(parts), dtype=np.float32) if parts
                   else np.zeros((0, self.dim), dtype=np.float32))
-        return _build(kept_ids + tuple(new_ids), matrix, self.dim)
+        return _build(kept_ids + tuple(new_ids), matrix, self.dim,
+                      grouped=namespace.kind == "user")
