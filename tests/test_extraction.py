@@ -43,6 +43,31 @@ def test_chinese_self_statements(text, expected):
     assert values(text) == expected
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("my cat is named Quixote", {"cat_name": "Quixote"}),
+    ("My dog's name is Rex.", {"dog_name": "Rex"}),
+    ("Our new puppy is called Biscuit!", {"dog_name": "Biscuit"}),
+    ("I have a cat named Quixote and I live in Lisbon.",
+     {"cat_name": "Quixote", "user_location": "Lisbon"}),
+    ("My son is called Tom and my wife's name is Anna Lee.",
+     {"son_name": "Tom", "wife_name": "Anna Lee"}),
+    ("我的猫叫小白", {"cat_name": "小白"}),
+    ("我家狗狗叫旺财。", {"dog_name": "旺财"}),
+    ("我儿子的名字是张小明，我妈妈叫李华。", {"son_name": "张小明", "mother_name": "李华"}),
+])
+def test_names_of_pets_and_family_members(text, expected):
+    assert values(text) == expected
+    assert set(expected) <= VOCABULARY
+
+
+@pytest.mark.parametrize("text", [
+    "What is my cat called?", "我的猫叫什么名字？", "my cat is named after a book",
+    "我的儿子是医生。", "My cat is called lazy by everyone.",
+])
+def test_questions_and_descriptions_of_pets_and_family_give_no_name(text):
+    assert not [k for k in values(text) if k.endswith("_name")]
+
+
 @pytest.mark.parametrize("text", [
     "I'm tired.", "I'm sorry, I'm Chinese.", "Do I live in Paris?", "If I live in Rome, what then?",
     "I'm a bit confused about this.", "他今年40岁，住在上海。", "我住在北京吗？", "如果我住在北京呢",

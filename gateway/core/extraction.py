@@ -7,8 +7,10 @@ fires only on an explicit statement ("my name is …", "我住在…", "the cont
 Invariants:
 - text is redacted (gateway.core.pii) before any rule sees it, and a value holding a
   placeholder is dropped: a phone number, e-mail or ID number is never a fact's value;
-- keys come from the fixed snake_case vocabulary `VOCABULARY`, or are `prefers_<slug>` /
-  `dislikes_<slug>` for free-form likes; values are the user's own words (their language);
+- keys come from the fixed snake_case vocabulary `VOCABULARY` (which includes
+  `<relation>_name` for the user's pets and family: `cat_name`, `son_name`, …), or are
+  `prefers_<slug>` / `dislikes_<slug>` for free-form likes; values are the user's own words
+  (their language);
 - within one message a key is given once (its last statement); facts come in message order,
   so upserting them in order lets the newest statement win.
 """
@@ -70,6 +72,32 @@ _META: dict[str, tuple[str, float]] = {  # key -> (type, importance)
     "employment_start_date": ("fact", 0.8), "termination_date": ("fact", 0.85),
     "preferred_language": ("preference", 0.8), "preferred_answer_length": ("preference", 0.7),
 }
+# Whom a name belongs to: the words for the user's pets and family members (English, Chinese)
+# -> the relation in the key `<relation>_name`.
+_RELATIONS_EN = {
+    "cat": "cat", "kitten": "cat", "kitty": "cat", "dog": "dog", "puppy": "dog", "pup": "dog",
+    "rabbit": "rabbit", "bunny": "rabbit", "hamster": "hamster", "parrot": "parrot",
+    "bird": "bird", "fish": "fish", "horse": "horse", "pony": "horse", "turtle": "turtle",
+    "tortoise": "turtle", "snake": "snake", "pet": "pet",
+    "wife": "wife", "husband": "husband", "partner": "partner", "girlfriend": "girlfriend",
+    "boyfriend": "boyfriend", "fiancee": "fiance", "fiancée": "fiance", "fiance": "fiance",
+    "fiancé": "fiance", "son": "son", "daughter": "daughter", "baby": "child", "kid": "child",
+    "child": "child", "mother": "mother", "mom": "mother", "mum": "mother", "father": "father",
+    "dad": "father", "brother": "brother", "sister": "sister", "grandmother": "grandmother",
+    "grandma": "grandmother", "grandfather": "grandfather", "grandpa": "grandfather",
+}
+_RELATIONS_ZH = {
+    "猫咪": "cat", "小猫": "cat", "猫": "cat", "狗狗": "dog", "小狗": "dog", "狗": "dog",
+    "兔子": "rabbit", "仓鼠": "hamster", "鹦鹉": "parrot", "乌龟": "turtle", "宠物": "pet",
+    "老婆": "wife", "妻子": "wife", "太太": "wife", "爱人": "partner", "老公": "husband",
+    "丈夫": "husband", "先生": "husband", "男朋友": "boyfriend", "女朋友": "girlfriend",
+    "儿子": "son", "女儿": "daughter", "孩子": "child", "宝宝": "child", "妈妈": "mother",
+    "母亲": "mother", "爸爸": "father", "父亲": "father", "哥哥": "brother", "弟弟": "brother",
+    "姐姐": "sister", "妹妹": "sister", "奶奶": "grandmother", "外婆": "grandmother",
+    "姥姥": "grandmother", "爷爷": "grandfather", "外公": "grandfather", "姥爷": "grandfather",
+}
+_META.update({f"{r}_name": ("fact", 0.6)
+              for r in {*_RELATIONS_EN.values(), *_RELATIONS_ZH.values()}})
 VOCABULARY = frozenset(_META)
 """Keys of the heuristic rules: each means one distinct thing (see facts.dedupe_key)."""
 
@@ -194,6 +222,21 @@ _RULES: tuple[Rule, ...] = (
     _rule("preferred_answer_length", r"详细(?:一点|一些|些|点|地|说明|解释|回答|说|讲)"
                                      r"|具体(?:一点|一些|些|点)|展开(?:说|讲)", 0.8, "详细"),
 )
+_REL_EN = "|".join(sorted(map(re.escape, _RELATIONS_EN), key=len, reverse=True))
+_REL_ZH = "|".join(sorted(_RELATIONS_ZH, key=len, reverse=True))
+_NAMED = (
+    # "my cat is named Quixote", "My dog's name is Rex", "my son, called Tom,"
+    (re.compile(rf"(?i:\b(?:my|our) (?:[a-z]+ ){{0,2}}?(?P<r>{_REL_EN})(?:'s name is|'s name's"
+                r"| is named| is called|, named|, called| named| called|'s called))"
+                rf"\s+(?P<v>{_NAME_EN})"), _RELATIONS_EN),
+    # "I have a cat named Quixote", "we've got a dog called Rex"
+    (re.compile(rf"(?i:\b(?:i|we) (?:have|had|'ve got|have got|got|adopted) (?:an?|two|three) "
+                rf"(?:[a-z]+ ){{0,2}}?(?P<r>{_REL_EN}) (?:named|called))\s+(?P<v>{_NAME_EN})"),
+     _RELATIONS_EN),
+    # "我的猫叫小白", "我家狗狗名叫旺财", "我儿子的名字是张小明"
+    (re.compile(rf"我(?:的|家的?|们家的?)?(?P<r>{_REL_ZH})(?:的名字(?:是|叫)|名字叫|叫做|名叫|叫)"
+                rf"(?P<v>{_NAME_ZH})"), _RELATIONS_ZH),
+)
 _LIKES = (
     (re.compile(r"(?i:\bi (?:really )?(?:prefer|like|love|enjoy)) (?P<v>[^,.;!?\n]{2,40})"),
      "prefers"),
@@ -272,6 +315,13 @@ def statements(text: str) -> list[tuple[str, str, float]]:
                 if value and not has_placeholder(value) and _accepted(rule.key, value, rule,
                                                                       match):
                     hits.append((match.start(), rule.key, value, rule.confidence))
+        for pattern, relations in _NAMED:
+            for match in pattern.finditer(sentence):
+                value = clean_value(match.group("v")).rstrip(",.;:，。；：、 ")
+                relation = relations.get(match.group("r").lower())
+                if relation and value and not has_placeholder(value) \
+                        and value.split()[0] not in _NOT_NAMES:
+                    hits.append((match.start(), f"{relation}_name", value, 0.75))
         for pattern, prefix in _LIKES:
             for match in pattern.finditer(sentence):
                 value = clean_value(match.group("v"))
