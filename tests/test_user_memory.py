@@ -1,0 +1,229 @@
+"""A user's memory spans their conversations: a new conversation of an identified user recalls
+the turns, summary chunks and facts of the user's earlier ones — never another user's or
+tenant's, never for a request without a user id — and forgets a conversation deleted.
+
+End to end: the real app over HTTP, the real openai SDK, a real store, inline recording (the
+recorder and the memory worker have run when a reply returns). Questions are asked with
+`X-Gateway-Persist: false`: the `fake/echo-messages` upstream answers with the messages it
+received, recalled memory included, and a stored copy of that answer would be recalled later."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import Message, StoredMessage, chain
+from gateway.core.memory import recalled_in_reading_order
+from gateway.memory.embedders.hashing import HashEmbedder
+from gateway.memory.embedding import EmbeddingService
+from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.lexical_index import Bm25LexicalIndex
+from gateway.memory.recaller import Recaller
+from gateway.memory.turn_index import TurnIndexer
+from gateway.memory.user_index import UserRecallIndex, qualified_id
+from gateway.memory.vector_index import FaissVectorIndex
+from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
+
+CAT = "my cat is named Quixote"
+KEY_HIDDEN = "The spare key is hidden under the blue flowerpot."
+
+
+@pytest.fixture
+def gateway_url(redis_url: str) -> Iterator[str]:
+    with running_gateway(gateway_config(redis_url)) as url:
+        yield url
+
+
+def headers(conversation: str, user: str | None, persist: bool = True) -> dict[str, str]:
+    out = {"X-Conversation-Id": conversation}
+    if user is not None:
+        out["X-User-Id"] = user
+    if not persist:
+        out["X-Gateway-Persist"] = "false"
+    return out
+
+
+def say(url: str, text: str, conversation: str, user: str | None,
+        tenant: str = "acme") -> None:
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS[tenant], max_retries=0)
+    client.chat.completions.create(model="echo", messages=[{"role": "user", "content": text}],
+                                   extra_headers=headers(conversation, user))
+
+
+def seen(url: str, question: str, conversation: str, user: str | None,
+         tenant: str = "acme") -> str:
+    """What the upstream received for `question`, asked in `conversation` (not stored)."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS[tenant], max_retries=0)
+    reply = client.chat.completions.create(
+        model="messages", messages=[{"role": "user", "content": question}],
+        extra_headers=headers(conversation, user, persist=False))
+    return "\n".join(str(m.get("content")) for m in forwarded(reply.choices[0].message.content))
+
+
+def test_a_new_conversation_recalls_what_the_user_said_in_an_earlier_one(gateway_url):
+    say(gateway_url, CAT, "a", "ursula")
+    say(gateway_url, KEY_HIDDEN, "a", "ursula")
+
+    cat = seen(gateway_url, "What is my cat called?", "b", "ursula")
+    assert "Quixote" in cat
+    assert CAT in cat  # the turn itself, not only the fact learned from it
+    # No fact is learned from this one: only the turn index of conversation "a" knows it.
+    assert "blue flowerpot" in seen(gateway_url, "Where is the spare key hidden?", "c", "ursula")
+
+
+def test_another_user_tenant_or_an_anonymous_request_never_recalls_it(gateway_url):
+    say(gateway_url, CAT, "a", "ursula")
+    say(gateway_url, KEY_HIDDEN, "a", "ursula")
+    # The same conversation id, another user and tenant: their own conversations.
+    say(gateway_url, "I like tea.", "a", "victor")
+    say(gateway_url, "I like tea.", "a", "ursula", tenant="globex")
+
+    for user, tenant in (("victor", "acme"), ("ursula", "globex"), (None, "acme")):
+        for question in ("What is my cat called?", "Where is the spare key hidden?"):
+            text = seen(gateway_url, question, "b", user, tenant)
+            assert "Quixote" not in text and "flowerpot" not in text, (user, tenant)
+
+
+def test_conversations_without_a_user_id_share_nothing(gateway_url, redis_url):
+    say(gateway_url, KEY_HIDDEN, "x", None)
+    assert "flowerpot" in seen(gateway_url, "Where is the spare key hidden?", "x", None)
+    assert "flowerpot" not in seen(gateway_url, "Where is the spare key hidden?", "y", None)
+    import redis
+
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        assert not list(r.scan_iter(match="gw:u:*recall*"))
+
+
+def test_a_deleted_conversation_is_no_longer_recalled_by_the_users_others(gateway_url,
+                                                                          redis_url):
+    say(gateway_url, KEY_HIDDEN, "a", "ursula")
+    say(gateway_url, "I like tea.", "keep", "ursula")
+    assert "flowerpot" in seen(gateway_url, "Where is the spare key hidden?", "b", "ursula")
+
+    response = httpx.delete(gateway_url + "/v1/memory/conversations/a", timeout=30, headers={
+        "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "ursula"})
+    assert response.status_code == 200, response.text
+
+    assert "flowerpot" not in seen(gateway_url, "Where is the spare key hidden?", "b", "ursula")
+    assert "tea" in seen(gateway_url, "What do I like to drink? tea?", "b", "ursula")
+    import redis
+
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        for name in r.scan_iter():
+            value = {"hash": r.hgetall, "list": lambda n: r.lrange(n, 0, -1),
+                     "set": r.smembers, "string": r.get}.get(r.type(name), lambda n: "")(name)
+            assert "flowerpot" not in repr(value), name
+
+
+# -- recall across the user's conversations, against the store directly -----------------------
+
+def stored(texts: list[str], created_at: float) -> list[StoredMessage]:
+    roles = ("user", "assistant")
+    return list(chain(None, [Message.of(roles[i % 2], t) for i, t in enumerate(texts)],
+                      created_at=created_at))
+
+
+class Memory:
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self.embedding = EmbeddingService(HashEmbedder())
+        self.vectors = FaissVectorIndex(redis, self.embedding.dim)
+        self.lexical = Bm25LexicalIndex(redis)
+        self.indexer = TurnIndexer(redis, self.embedding)
+        self.user_index = UserRecallIndex(redis)
+        self.recaller = Recaller(self.embedding, self.vectors, self.lexical, redis)
+
+    async def add(self, key: ConversationKey, texts: list[str], created_at: float) -> None:
+        """What the memory worker does for a conversation: index it, mirror it."""
+        transcript = stored(texts, created_at)
+        await self.indexer.sync(key, transcript)
+        await self.user_index.sync(key, transcript)
+
+    def close(self) -> None:
+        self.embedding.close()
+        self.vectors.close()
+        self.lexical.close()
+
+
+@pytest.fixture
+async def memory(redis_client) -> Any:
+    m = Memory(redis_client)
+    yield m
+    m.close()
+
+
+def key(conversation: str, user: str = "ursula", tenant: str = "acme") -> ConversationKey:
+    return ConversationKey(tenant, user, conversation)
+
+
+async def test_recall_ranks_other_conversations_items_together_with_the_current_ones(memory):
+    await memory.add(key("old"), ["We talked about sailing boats.", "ok",
+                                  "My sailing boat is called Petrel.", "nice"], 1_000.0)
+    await memory.add(key("older"), ["The sailing club meets on Fridays.", "ok"], 500.0)
+    await memory.add(key("now"), ["I repaired the sailing boat engine today.", "great",
+                                  "Lunch was pasta.", "ok"], 2_000.0)
+
+    recalled = await memory.recaller.recall(key("now"), "sailing boat", k=10)
+    texts = [r.text for r in recalled]
+    # One ranking: the best matches of both namespaces lead, whatever their conversation.
+    assert set(texts[:3]) == {"My sailing boat is called Petrel.",
+                              "I repaired the sailing boat engine today.",
+                              "We talked about sailing boats."}
+    # The current conversation's turns come once, from its own namespace (plain ids); the
+    # user namespace's items are qualified by their conversation.
+    assert texts.count("I repaired the sailing boat engine today.") == 1
+    assert not [r for r in recalled if r.id.startswith("now/")]
+    assert {r.id.partition("/")[0] for r in recalled if "/" in r.id} == {"old", "older"}
+    # Reading order: older conversations first, then the current one, each in its order.
+    order = [r.text for r in recalled_in_reading_order(recalled)]
+    assert order.index("The sailing club meets on Fridays.") \
+        < order.index("We talked about sailing boats.") \
+        < order.index("My sailing boat is called Petrel.") \
+        < order.index("I repaired the sailing boat engine today.")
+
+
+async def test_user_namespace_is_searched_only_for_the_user_and_never_another(memory):
+    await memory.add(key("a", "victor"), ["Victor's secret word is Zephyr.", "ok"], 1.0)
+    await memory.add(key("a", "ursula", "globex"), ["The secret word is Zephyr.", "ok"], 1.0)
+    await memory.add(key("a", "-"), ["The secret word is Zephyr.", "ok"], 1.0)
+    for other in (key("b"), key("b", "-"), key("b", "victor", "globex")):
+        assert await memory.recaller.recall(other, "secret word Zephyr", k=10) == []
+    found = await memory.recaller.recall(key("b", "victor"), "secret word Zephyr", k=10)
+    assert [r.text for r in found][:1] == ["Victor's secret word is Zephyr."]
+
+
+async def test_user_index_sync_is_idempotent_and_follows_deletions(memory, redis_client):
+    transcript = stored(["Remember the lighthouse code 4471.", "ok"], 1.0)
+    await memory.indexer.sync(key("a"), transcript)
+    assert await memory.user_index.sync(key("a"), transcript) == 2
+    assert await memory.user_index.sync(key("a"), transcript) == 0
+    uk = MemoryKeySpace().user("acme", "ursula")
+    assert set(await redis_client.hkeys(uk.recall)) == {qualified_id("a", m.id)
+                                                        for m in transcript}
+    # A fork that drops the reply: the mirror drops it too.
+    await memory.indexer.sync(key("a"), transcript[:1])
+    await memory.user_index.sync(key("a"), transcript[:1])
+    assert set(await redis_client.hkeys(uk.recall)) == {qualified_id("a", transcript[0].id)}
+    assert await redis_client.hlen(uk.recall_vectors) == 1
+    assert await memory.user_index.remove_conversation(key("a")) == 1
+    assert not await redis_client.exists(uk.recall, uk.recall_vectors,
+                                         uk.recall_members("a"))
+    assert await memory.recaller.recall(key("b"), "lighthouse code", k=5) == []
+
+
+async def test_excluding_a_conversation_masks_it_in_both_indexes(memory):
+    await memory.add(key("a"), ["alpha beta gamma", "ok"], 1.0)
+    await memory.add(key("b"), ["alpha beta delta", "ok"], 2.0)
+    from gateway.memory.ports import Namespace
+
+    ns = Namespace.of_user("acme", "ursula")
+    vector = np.asarray(await memory.embedding.embed_one("alpha beta"))
+    dense = await memory.vectors.search(ns, vector, 10, excluding="a")
+    lexical = await memory.lexical.search(ns, "alpha beta", 10, excluding="a")
+    assert dense and lexical
+    assert not [i for i, _ in dense + lexical if i.startswith("a/")]
