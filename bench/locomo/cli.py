@@ -1,12 +1,15 @@
 """`python -m bench locomo`: run the benchmark and write FILE.json, FILE.md and FILE.png.
 
     python -m bench locomo [--data PATH] [--conversations ID,...] [--limit N]
-                           [--budgets 1000,2000,4000,8000] [--modes stateless,stateful]
-                           [--store URL] --out FILE.json
+                           [--budgets 1000,2000,4000] [--modes stateless,stateful,sessions]
+                           [--store URL] [--concurrency N] [--dump-prompts FILE.jsonl]
+                           --out FILE.json
 
-The gateway runs in this process (uvicorn on a loopback port, background recorder) against
-a store: by default an embedded Valkey in a fresh temporary directory, removed afterwards.
-Progress goes to stderr; the markdown report is printed at the end.
+The gateway runs in a child process (uvicorn on a loopback port, background recorder)
+against a store: by default an embedded Valkey in a fresh temporary directory, removed
+afterwards. `--dump-prompts` writes one JSON line per probe: `{conversation, qa, strategy,
+mode, budget, messages}` (the messages forwarded upstream). Progress goes to stderr; the
+markdown report is printed at the end.
 """
 
 from __future__ import annotations
@@ -28,11 +31,10 @@ from typing import Any, Sequence
 import gateway
 from bench.locomo import report
 from bench.locomo.data import Conversation, file_sha256, load
-from bench.locomo.replay import MODES, Outcome, Replayer, gateway_config
+from bench.locomo.replay import MODES, Outcome, PromptDump, Replayer, gateway_config
 from bench.locomo.results import rows
-from gateway.inprocess import serve
-from bench.locomo.upstream import ScriptedUpstream
-from gateway.app import create_app
+from bench.locomo.retrieval import RRF_K
+from bench.locomo.server import gateway_process
 from gateway.store.embedded import EmbeddedRedis
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,15 +55,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None,
                         help="at most N questions per conversation")
     parser.add_argument("--budgets", type=lambda v: [int(b) for b in _csv(v)],
-                        default=[1000, 2000, 4000, 8000], help="prompt budgets in tokens")
+                        default=[1000, 2000, 4000], help="prompt budgets in tokens")
     parser.add_argument("--modes", type=_csv, default=list(MODES),
-                        help="client modes: stateless,stateful")
+                        help="client modes: " + ",".join(MODES))
     parser.add_argument("--store", default=None,
                         help="redis:// or unix:// URL (default: embedded Valkey in a temp dir)")
+    parser.add_argument("--concurrency", type=int, default=24,
+                        help="probe requests in flight (default: %(default)s)")
+    parser.add_argument("--dump-prompts", type=Path, default=None, metavar="FILE.jsonl",
+                        help="write every probe's forwarded messages, one JSON line each")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
         parser.error(f"unknown modes {sorted(bad)}; choose from {', '.join(MODES)}")
+    if args.concurrency < 1:
+        parser.error("concurrency must be at least 1")
     if not args.budgets or min(args.budgets) <= 0:
         parser.error("budgets must be positive integers")
     return args
@@ -93,16 +101,9 @@ def _progress(text: str) -> None:
     print(f"[locomo] {text}", file=sys.stderr, flush=True)
 
 
-async def run_all(conversations: Sequence[Conversation], replayer: Replayer,
-                  limit: int | None) -> list[Outcome]:
-    outcomes = []
-    for conversation in conversations:
-        outcomes.append(await replayer.run(conversation, limit))
-    return outcomes
-
-
 def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes: Sequence[str],
-        limit: int | None, store: str | None) -> list[Outcome]:
+        limit: int | None, store: str | None, concurrency: int,
+        dump: PromptDump | None) -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation."""
     tmp = embedded = None
     if store is None:
@@ -111,11 +112,11 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         embedded.start()
         store = embedded.url
     try:
-        upstream = ScriptedUpstream()
-        with serve(create_app(gateway_config(store, budgets), upstream=upstream),
-                   startup_timeout=30.0, timeout_graceful_shutdown=5) as url:
-            replayer = Replayer(url, upstream, store, budgets, modes, progress=_progress)
-            return asyncio.run(run_all(conversations, replayer, limit))
+        with gateway_process(gateway_config(store, budgets)) as url:
+            _progress(f"gateway serving at {url} (child process)")
+            replayer = Replayer(url, store, budgets, modes, progress=_progress, dump=dump,
+                                concurrency=concurrency)
+            return asyncio.run(replayer.run(conversations, limit))
     finally:
         if embedded is not None:
             embedded.stop()
@@ -134,8 +135,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         conversations = [c for c in conversations if c.sample_id in args.conversations]
     _progress(f"{len(conversations)} conversations from {args.data}")
-    outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
-                   store=args.store)
+    if args.dump_prompts is not None:
+        args.dump_prompts.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.dump_prompts, "w", encoding="utf-8") as file:
+            outcomes = run(conversations, budgets=args.budgets, modes=args.modes,
+                           limit=args.limit, store=args.store, concurrency=args.concurrency,
+                           dump=PromptDump(file))
+    else:
+        outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
+                       store=args.store, concurrency=args.concurrency, dump=None)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
@@ -145,7 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "data_sha256": file_sha256(args.data),
                    "conversations": [c.sample_id for c in conversations], "limit": args.limit,
                    "reserve_completion_tokens": 1000, "last_n_messages": 20,
-                   "gateway_context": "gateway defaults besides the budget"},
+                   "gateway_context": "gateway defaults besides the budget",
+                   "retrieval_baselines": f"bm25s over gateway.core.lexical tokens; USE "
+                                          f"multilingual v3; hybrid = RRF k={RRF_K}",
+                   "concurrency": args.concurrency,
+                   "dump_prompts": None if args.dump_prompts is None
+                   else str(args.dump_prompts)},
         "started": started.isoformat(timespec="seconds"),
         "duration_s": round(time.perf_counter() - clock, 1),
         "counts": {
@@ -153,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "with_evidence": sum(1 for q in questions if q.evidence),
             "unresolved_evidence_refs": sum(q.unresolved for q in questions),
             "answer_eligible": sum(len(o.eligible) for o in outcomes),
+            "answer_eligible_parts": sum(len(o.eligible_parts) for o in outcomes),
             "gateway_requests": sum(o.requests for o in outcomes),
             "mode_mismatches_by_budget": {
                 str(b): sum(o.mode_mismatches.get(b, 0) for o in outcomes) for b in args.budgets},

@@ -47,6 +47,14 @@ class PromptMeter:
             self._costs[key] = cost
         return cost
 
+    def text_tokens(self, text: str) -> int:
+        """cl100k tokens of a plain text (memoised)."""
+        key = ("", text)
+        cost = self._costs.get(key)
+        if cost is None:
+            cost = self._costs[key] = len(self._encoding.encode_ordinary(text))
+        return cost
+
     def tokens(self, messages: Prompt) -> int:
         """count_messages(messages, cl100k)."""
         if not messages:

@@ -1,46 +1,61 @@
-"""Driving the real gateway: replay each conversation over HTTP, then probe every question.
+"""Driving the real gateway: replay every conversation over HTTP, then probe every question.
 
-Per conversation, for each client mode and budget (one tenant per budget, own API key):
-- replay: one request per user message of the script — `stateless` sends the whole history
-  so far, `stateful` only what the gateway has not seen from the client (the new user message,
-  plus a leading assistant message on the first request) with `X-Conversation-Id`; the
-  upstream answers the scripted reply, so the stored transcript equals the client's history;
-- then wait until the background recorder has applied every turn (bounded);
-- probe: each question as a new user message with `X-Gateway-Persist: false`; the messages
-  the gateway forwarded are scored.
-The baselines (strategies.py) are computed from the client's full history: they do not depend
-on the client mode, so they are reported once with mode None.
-Prefix reuse is measured over the replay requests: consecutive forwarded prompts (gateway) or
-the prompts a baseline would have sent at each replay request.
+For each conversation, client mode and budget (one tenant per budget, own API key), with one
+user per conversation and mode (`X-User-Id: <sample_id>.<mode>.<run_id>`: the modes must not
+share user-level memory):
+- replay: one request per user message of the script —
+  `stateless` sends the whole history so far under one conversation id;
+  `stateful` sends only what the gateway has not seen from the client (the new user message,
+  plus a leading assistant message on the first request) under one conversation id;
+  `sessions` replays each LoCoMo session as a NEW conversation, stateful style;
+  the upstream answers the scripted reply, so the stored transcript equals the client's history;
+- then wait until the background recorder and memory worker have applied every turn (bounded);
+- probe: each question as a new user message with `X-Gateway-Persist: false` — `stateless`
+  after the whole history, `stateful` alone in the replayed conversation, `sessions` alone in
+  a fresh conversation of the same user; the messages the gateway forwarded are scored.
+All conversations, modes and budgets replay concurrently (each stream sequential); probes are
+independent and run concurrently, at most `concurrency` requests in flight.
+
+The baselines (strategies.py, retrieval.py) are computed from the client's history: they do not
+depend on the client mode, so they are reported with mode None. They run in a worker thread
+while the gateway (its own process) replays and answers probes.
+Prefix reuse is measured over the replay requests: consecutive forwarded prompts of one
+conversation (gateway) or the prompts a baseline would have sent at each replay request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import threading
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import IO, Any, Callable, Sequence
 
 import httpx
 from redis.exceptions import ResponseError
 
 from bench.locomo.data import Conversation, Question
 from bench.locomo.meter import PromptMeter
+from bench.locomo.retrieval import RETRIEVERS, TurnRetriever, pack
 from bench.locomo.score import Score, Scorer
-from bench.locomo.script import Script, build_script
+from bench.locomo.script import Script, build_script, session_scripts
 from bench.locomo.strategies import baselines
-from bench.locomo.upstream import TAG_FIELD, ScriptedUpstream
-from gateway.config import Config, hash_key, parse_config
+from bench.locomo.upstream import FORWARDED_FIELD, REPLY_FIELD
+from gateway.config import hash_key
+from gateway.memory.embedders.use import UseEmbedder
 from gateway.store import connect
 from gateway.store.keys import KeySpace
 
 RESERVE = 1000
 MODEL = "bench"
-MODES = ("stateless", "stateful")
+MODES = ("stateless", "stateful", "sessions")
 Key = tuple[str, str | None, int | None]
 """(strategy, mode, budget)."""
+Chat = list[dict[str, Any]]
 
 
 def tenant(budget: int) -> str:
@@ -51,10 +66,10 @@ def api_key(budget: int) -> str:
     return f"bench-key-{budget}"
 
 
-def gateway_config(store: str, budgets: Sequence[int]) -> Config:
-    """One tenant per budget: prompt budget B = max_context_tokens - reserve; the rest of the
-    context policy is the gateway's default."""
-    return parse_config({
+def gateway_config(store: str, budgets: Sequence[int]) -> dict[str, Any]:
+    """The gateway's config (YAML dict form). One tenant per budget: prompt budget B =
+    max_context_tokens - reserve; the rest of the context policy is the gateway's default."""
+    return {
         "store": store,
         "recorder": {"mode": "background"},
         "tenants": {tenant(b): {"api_keys": [{"sha256": hash_key(api_key(b))}],
@@ -62,7 +77,7 @@ def gateway_config(store: str, budgets: Sequence[int]) -> Config:
                                 "context": {"max_context_tokens": b + RESERVE,
                                             "reserve_completion_tokens": RESERVE}}
                     for b in budgets},
-    })
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +95,9 @@ class Outcome:
     observations: list[Observation] = field(default_factory=list)
     prefix_reuse: dict[Key, list[float]] = field(default_factory=lambda: defaultdict(list))
     eligible: set[int] = field(default_factory=set)
+    """Questions whose whole normalised answer occurs in the history (strict figure)."""
+    eligible_parts: set[int] = field(default_factory=set)
+    """Questions with an answer part that occurs in the history (lenient figure)."""
     mode_mismatches: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     """Budget → probes where stateless and stateful clients got different forwarded prompts."""
     header_mismatches: int = 0
@@ -87,131 +105,175 @@ class Outcome:
     requests: int = 0
 
 
+@dataclass(slots=True)
+class _Work:
+    """One conversation in flight."""
+
+    conversation: Conversation
+    script: Script
+    sessions: list[Script]
+    questions: Sequence[Question]
+    scorer: Scorer
+    outcome: Outcome
+    digests: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+
+class PromptDump:
+    """`--dump-prompts`: one JSON line per probe, written from any thread."""
+
+    def __init__(self, file: IO[str]) -> None:
+        self._file = file
+        self._lock = threading.Lock()
+
+    def write(self, sample_id: str, question: Question, key: Key, messages: Chat) -> None:
+        strategy, mode, budget = key
+        line = json.dumps({"conversation": sample_id, "qa": question.index,
+                           "strategy": strategy, "mode": mode, "budget": budget,
+                           "messages": messages}, ensure_ascii=False)
+        with self._lock:
+            self._file.write(line + "\n")
+
+
 class Replayer:
     """Replays conversations through a running gateway at `base_url`."""
 
-    def __init__(self, base_url: str, upstream: ScriptedUpstream, store_url: str,
-                 budgets: Sequence[int], modes: Sequence[str], *,
-                 progress: Callable[[str], None] = lambda _: None,
-                 drain_timeout: float = 120.0) -> None:
+    def __init__(self, base_url: str, store_url: str, budgets: Sequence[int],
+                 modes: Sequence[str], *, progress: Callable[[str], None] = lambda _: None,
+                 dump: PromptDump | None = None, concurrency: int = 24,
+                 drain_timeout: float = 600.0) -> None:
         self.base_url = base_url
-        self.upstream = upstream
         self.store_url = store_url
         self.budgets = tuple(budgets)
         self.modes = tuple(modes)
         self.progress = progress
+        self.dump = dump
+        self.concurrency = concurrency
         self.drain_timeout = drain_timeout
         self.meter = PromptMeter()
         self.run_id = uuid.uuid4().hex[:8]
+        self.embedder = UseEmbedder(threads=1)
 
-    async def run(self, conversation: Conversation, limit: int | None = None) -> Outcome:
-        script = build_script(conversation)
-        history = list(script.messages)
-        questions = conversation.questions[:limit] if limit is not None else conversation.questions
-        scorer = Scorer(conversation, history)
-        outcome = Outcome(eligible={q.index for q in questions if scorer.eligible(q)})
-        self._baseline_reuse(script, outcome)
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=120.0) as client:
+    async def run(self, conversations: Sequence[Conversation],
+                  limit: int | None = None) -> list[Outcome]:
+        work = []
+        for conversation in conversations:
+            script = build_script(conversation)
+            questions = (conversation.questions[:limit] if limit is not None
+                         else conversation.questions)
+            scorer = Scorer(conversation, script.messages)
+            outcome = Outcome(eligible={q.index for q in questions if scorer.eligible(q)},
+                              eligible_parts={q.index for q in questions
+                                              if q.index in scorer.findable})
+            work.append(_Work(conversation, script, session_scripts(conversation), questions,
+                              scorer, outcome))
+        await asyncio.gather(self._gateway(work), asyncio.to_thread(self._baselines, work))
+        for w in work:
+            self._compare_modes(w)
+        return [w.outcome for w in work]
+
+    # -- the gateway ------------------------------------------------------------------------
+
+    async def _gateway(self, work: list[_Work]) -> None:
+        gate = asyncio.Semaphore(self.concurrency)
+        limits = httpx.Limits(max_connections=self.concurrency + 64,
+                              max_keepalive_connections=self.concurrency + 64)
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=600.0,
+                                     limits=limits) as client:
             started = time.perf_counter()
-            await _all(self._replay(client, conversation.sample_id, script, mode, b, outcome)
-                       for mode in self.modes for b in self.budgets)
-            self.progress(f"{conversation.sample_id}: replayed {len(script.requests)} requests x "
-                          f"{len(self.modes) * len(self.budgets)} in "
-                          f"{time.perf_counter() - started:.1f}s")
+            await _all(self._replay(client, w, mode, b)
+                       for w in work for mode in self.modes for b in self.budgets)
+            requests = sum(w.outcome.requests for w in work)
+            self.progress(f"replayed {requests} requests in {time.perf_counter() - started:.1f}s")
+            started = time.perf_counter()
             await self._drained()
+            self.progress(f"memory drained in {time.perf_counter() - started:.1f}s")
             started = time.perf_counter()
-            forwarded: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-            await _all(self._probe(client, conversation.sample_id, history, questions, mode, b,
-                                   scorer, outcome, forwarded)
-                       for mode in self.modes for b in self.budgets)
-        self._probe_baselines(history, questions, scorer, outcome)
-        self._compare_modes(questions, forwarded, outcome)
-        self.progress(f"{conversation.sample_id}: probed {len(questions)} questions in "
-                      f"{time.perf_counter() - started:.1f}s")
-        return outcome
+            await _all(self._probe(client, gate, w, q, mode, b)
+                       for w in work for mode in self.modes for b in self.budgets
+                       for q in w.questions)
+            probes = sum(len(w.questions) for w in work) * len(self.modes) * len(self.budgets)
+            self.progress(f"probed {probes} questions in {time.perf_counter() - started:.1f}s")
 
-    def _baseline_reuse(self, script: Script, outcome: Outcome) -> None:
-        history = script.messages
-        for (strategy, budget), build in baselines(self.budgets, self.meter).items():
-            previous: list[Any] | None = None
-            for i in script.requests:
-                prompt = build(history[:i], history[i])
-                if previous is not None:
-                    outcome.prefix_reuse[(strategy, None, budget)].append(
-                        self.meter.prefix_reuse(previous, prompt))
-                previous = prompt
-
-    def _headers(self, sample_id: str, mode: str, budget: int, *,
+    def _headers(self, sample_id: str, mode: str, budget: int, conversation: str, *,
                  persist: bool = True) -> dict[str, str]:
         headers = {"Authorization": f"Bearer {api_key(budget)}",
-                   "X-Conversation-Id": f"{sample_id}.{mode}.{self.run_id}"}
+                   "X-User-Id": f"{sample_id}.{mode}.{self.run_id}",
+                   "X-Conversation-Id": f"{sample_id}.{mode}.{conversation}.{self.run_id}"}
         if not persist:
             headers["X-Gateway-Persist"] = "false"
         return headers
 
     async def _post(self, client: httpx.AsyncClient, headers: dict[str, str],
-                    messages: list[dict[str, str]], tag: str) -> tuple[list[dict[str, Any]], int]:
+                    messages: Chat, reply: str | None) -> tuple[Chat, int]:
         """(forwarded messages, x-gateway-tokens-forwarded) of one request."""
-        response = await client.post("/v1/chat/completions", headers=headers,
-                                     json={"model": MODEL, "messages": messages, TAG_FIELD: tag})
+        body: dict[str, Any] = {"model": MODEL, "messages": messages}
+        if reply is not None:
+            body[REPLY_FIELD] = reply
+        response = await client.post("/v1/chat/completions", headers=headers, json=body)
         if response.status_code != 200:
-            raise RuntimeError(f"gateway answered {response.status_code} to {tag}: "
-                               f"{response.text[:300]}")
-        return self.upstream.take(tag), int(response.headers["x-gateway-tokens-forwarded"])
+            raise RuntimeError(f"gateway answered {response.status_code} "
+                               f"({headers['X-Conversation-Id']}): {response.text[:300]}")
+        return (response.json()[FORWARDED_FIELD],
+                int(response.headers["x-gateway-tokens-forwarded"]))
 
-    async def _replay(self, client: httpx.AsyncClient, sample_id: str, script: Script,
-                      mode: str, budget: int, outcome: Outcome) -> None:
-        headers = self._headers(sample_id, mode, budget)
+    async def _replay(self, client: httpx.AsyncClient, w: _Work, mode: str,
+                      budget: int) -> None:
+        sample_id = w.conversation.sample_id
+        if mode == "sessions":
+            for n, script in enumerate(w.sessions, start=1):
+                headers = self._headers(sample_id, mode, budget, f"s{n}")
+                await self._send_script(client, w.outcome, headers, script, mode, budget,
+                                        stateless=False)
+            return
+        headers = self._headers(sample_id, mode, budget, "replay")
+        await self._send_script(client, w.outcome, headers, w.script, mode, budget,
+                                stateless=mode == "stateless")
+
+    async def _send_script(self, client: httpx.AsyncClient, outcome: Outcome,
+                           headers: dict[str, str], script: Script, mode: str, budget: int, *,
+                           stateless: bool) -> None:
         history = script.messages
         sent = 0  # stateful: messages[:sent] are known to the gateway
-        previous: list[dict[str, Any]] | None = None
+        previous: Chat | None = None
         for i in script.requests:
-            tag = f"{sample_id}|{mode}|{budget}|r{i}"
-            self.upstream.script(tag, script.reply(i))
-            messages = list(history[:i + 1]) if mode == "stateless" else list(history[sent:i + 1])
+            messages = list(history[:i + 1]) if stateless else list(history[sent:i + 1])
             sent = i + 2  # the reply is received, so the gateway knows it too
-            forwarded, _ = await self._post(client, headers, messages, tag)
+            forwarded, _ = await self._post(client, headers, messages, script.reply(i))
             outcome.requests += 1
             if previous is not None:
                 outcome.prefix_reuse[("gateway", mode, budget)].append(
                     self.meter.prefix_reuse(previous, forwarded))
             previous = forwarded
 
-    async def _probe(self, client: httpx.AsyncClient, sample_id: str, history: list[dict[str, str]],
-                     questions: Sequence[Question], mode: str, budget: int, scorer: Scorer,
-                     outcome: Outcome, forwarded: dict[tuple[str, int, int], list[dict[str, Any]]]
-                     ) -> None:
-        headers = self._headers(sample_id, mode, budget, persist=False)
-        for q in questions:
-            current = {"role": "user", "content": q.question}
-            messages = [*history, current] if mode == "stateless" else [current]
-            prompt, header_tokens = await self._post(
-                client, headers, messages, f"{sample_id}|{mode}|{budget}|q{q.index}")
-            outcome.requests += 1
-            tokens = self.meter.tokens(prompt)
-            outcome.header_mismatches += tokens != header_tokens
-            forwarded[(mode, budget, q.index)] = prompt
-            outcome.observations.append(
-                Observation(q, ("gateway", mode, budget), scorer.score(q, prompt), tokens))
+    async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, w: _Work,
+                     q: Question, mode: str, budget: int) -> None:
+        sample_id = w.conversation.sample_id
+        current = {"role": "user", "content": q.question}
+        if mode == "stateless":
+            messages, conversation = [*w.script.messages, current], "replay"
+        elif mode == "stateful":
+            messages, conversation = [current], "replay"
+        else:
+            messages, conversation = [current], f"q{q.index}"
+        headers = self._headers(sample_id, mode, budget, conversation, persist=False)
+        async with gate:
+            prompt, header_tokens = await self._post(client, headers, messages, None)
+        w.outcome.requests += 1
+        tokens = self.meter.tokens(prompt)
+        w.outcome.header_mismatches += tokens != header_tokens
+        w.digests[(mode, budget, q.index)] = _digest(prompt)
+        key: Key = ("gateway", mode, budget)
+        w.outcome.observations.append(Observation(q, key, w.scorer.score(q, prompt), tokens))
+        if self.dump is not None:
+            self.dump.write(sample_id, q, key, prompt)
 
-    def _probe_baselines(self, history: list[dict[str, str]], questions: Sequence[Question],
-                         scorer: Scorer, outcome: Outcome) -> None:
-        for (strategy, budget), build in baselines(self.budgets, self.meter).items():
-            for q in questions:
-                prompt = build(history, {"role": "user", "content": q.question})
-                outcome.observations.append(Observation(
-                    q, (strategy, None, budget), scorer.score(q, prompt),
-                    self.meter.tokens(prompt)))
-
-    def _compare_modes(self, questions: Sequence[Question],
-                       forwarded: dict[tuple[str, int, int], list[dict[str, Any]]],
-                       outcome: Outcome) -> None:
-        if not set(MODES) <= set(self.modes):
+    def _compare_modes(self, w: _Work) -> None:
+        if not {"stateless", "stateful"} <= set(self.modes):
             return
         for b in self.budgets:
-            outcome.mode_mismatches[b] += sum(
-                forwarded[("stateless", b, q.index)] != forwarded[("stateful", b, q.index)]
-                for q in questions)
+            w.outcome.mode_mismatches[b] += sum(
+                w.digests[("stateless", b, q.index)] != w.digests[("stateful", b, q.index)]
+                for q in w.questions)
 
     async def _drained(self) -> None:
         """Wait until the recorder has applied every enqueued turn (the record stream is empty
@@ -233,9 +295,58 @@ class Replayer:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"recorder not drained after {self.drain_timeout}s: "
                                        f"{length} entries, {pending} pending, {dirty} dirty")
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.1)
         finally:
             await redis.aclose()
+
+    # -- the baselines (a worker thread) ----------------------------------------------------
+
+    def _baselines(self, work: list[_Work]) -> None:
+        started = time.perf_counter()
+        for w in work:
+            self._baseline_reuse(w)
+            self._plain_baselines(w)
+            self._retrieval_baselines(w)
+        self.progress(f"baselines computed in {time.perf_counter() - started:.1f}s")
+
+    def _baseline_reuse(self, w: _Work) -> None:
+        history = w.script.messages
+        for (strategy, budget), build in baselines(self.budgets, self.meter).items():
+            previous: list[Any] | None = None
+            for i in w.script.requests:
+                prompt = build(history[:i], history[i])
+                if previous is not None:
+                    w.outcome.prefix_reuse[(strategy, None, budget)].append(
+                        self.meter.prefix_reuse(previous, prompt))
+                previous = prompt
+
+    def _plain_baselines(self, w: _Work) -> None:
+        history = list(w.script.messages)
+        for (strategy, budget), build in baselines(self.budgets, self.meter).items():
+            for q in w.questions:
+                prompt = build(history, {"role": "user", "content": q.question})
+                self._observe(w, q, (strategy, None, budget), prompt)
+
+    def _retrieval_baselines(self, w: _Work) -> None:
+        retriever = TurnRetriever(w.conversation, self.embedder)
+        rankings = retriever.rank([q.question for q in w.questions])
+        for q, ranking in zip(w.questions, rankings):
+            current = {"role": "user", "content": q.question}
+            for strategy in RETRIEVERS:
+                for budget in self.budgets:
+                    prompt = pack(retriever.lines, ranking.by_name(strategy), current, budget,
+                                  self.meter)
+                    self._observe(w, q, (strategy, None, budget), prompt)
+
+    def _observe(self, w: _Work, q: Question, key: Key, prompt: list[Any]) -> None:
+        w.outcome.observations.append(
+            Observation(q, key, w.scorer.score(q, prompt), self.meter.tokens(prompt)))
+        if self.dump is not None:
+            self.dump.write(w.conversation.sample_id, q, key, prompt)
+
+
+def _digest(prompt: Chat) -> str:
+    return hashlib.sha256(json.dumps(prompt, sort_keys=True).encode()).hexdigest()
 
 
 async def _all(tasks: Any) -> None:
@@ -243,4 +354,3 @@ async def _all(tasks: Any) -> None:
     async with asyncio.TaskGroup() as group:
         for coroutine in tasks:
             group.create_task(coroutine)
-

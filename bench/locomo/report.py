@@ -1,4 +1,9 @@
-"""Rendering result rows: a markdown report and a PNG plot (matplotlib, Agg backend)."""
+"""Rendering result rows: a markdown report and a PNG plot (matplotlib, Agg backend).
+
+Both show the strict headline metrics only (score.py): evidence recall over categories 1–5
+and answer containment of the whole answer over the eligible questions of categories 1–4.
+The lenient figures stay in the JSON.
+"""
 
 from __future__ import annotations
 
@@ -9,90 +14,117 @@ from typing import Any, Sequence
 from bench.locomo.data import CATEGORIES
 
 Row = dict[str, Any]
+REFERENCE = "hybrid"
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def _fmt(value: Any, digits: int = 3, sign: bool = False) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
     return str(value)
 
 
-def _label(row: Row) -> tuple[str, str, str]:
-    budget = "–" if row["budget"] is None else str(row["budget"])
-    return row["strategy"], row["mode"] or "–", budget
+def _diff(a: Any, b: Any) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _name(row: Row) -> str:
+    return row["strategy"] + (f" ({row['mode']})" if row["mode"] else "")
 
 
 def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
-    config = meta.get("config", {})
+    config, counts = meta.get("config", {}), meta.get("counts", {})
+    budgets = sorted({r["budget"] for r in rows if r["budget"] is not None})
+    by_key: dict[tuple[str, str | None, int | None], dict[str, Row]] = defaultdict(dict)
+    for row in rows:
+        by_key[(row["strategy"], row["mode"], row["budget"])][row["category"]] = row
     lines = [
         "# LoCoMo memory-quality benchmark",
         "",
         f"Data `{config.get('data')}` (sha256 `{str(config.get('data_sha256'))[:12]}…`), "
         f"conversations {config.get('conversations')}, limit {config.get('limit')}, "
-        f"budgets {config.get('budgets')}, modes {config.get('modes')}; "
-        f"run {meta.get('started')} in {meta.get('duration_s')} s.",
+        f"budgets {config.get('budgets')}, modes {config.get('modes')}.",
         "",
-        "## All questions of categories 1–4",
+        f"**Wall time: {meta.get('duration_s')} s** (started {meta.get('started')}; "
+        f"{counts.get('gateway_requests')} gateway requests; "
+        f"{meta.get('machine', {}).get('cores')} cores).",
         "",
-        "| strategy | mode | budget | n | evidence recall | verbatim | answer containment "
-        "| eligible | date recall | forwarded tokens | prefix reuse |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"Questions: {counts.get('questions')}; with evidence (evidence recall, categories "
+        f"1–5): {counts.get('with_evidence')}; eligible for answer containment (categories 1–4, "
+        f"whole normalised answer occurs in the history): {counts.get('answer_eligible')}.",
+        "",
+        "Evidence recall: share of a question's evidence turns present verbatim (NFKC, "
+        "whitespace collapsed) in the forwarded context; answer containment: the whole "
+        "normalised answer is a substring of the normalised context. Strict figures as in "
+        "bench-data/REFERENCE.md; lenient ones are in the JSON only. Margins: the gateway "
+        f"minus `{REFERENCE}` at the same budget, same run.",
     ]
-    for row in rows:
-        if row["category"] != "all":
-            continue
-        lines.append("| {} | {} | {} | ".format(*_label(row)) + " | ".join([
-            str(row["n"]), _fmt(row["evidence_recall"]), _fmt(row["evidence_recall_verbatim"]),
-            _fmt(row["answer_containment"]), str(row["n_eligible"]), _fmt(row["date_recall"]),
-            _fmt(row["forwarded_tokens_mean"], 0), _fmt(row["prefix_reuse"])]) + " |")
-    for metric, title in (("evidence_recall", "Evidence recall by category"),
-                          ("answer_containment", "Answer containment by category "
-                                                 "(eligible questions)")):
-        lines += ["", f"## {title}", "",
-                  "| strategy | mode | budget | "
-                  + " | ".join(f"{c} {CATEGORIES[c]}" for c in sorted(CATEGORIES)) + " |",
-                  "|---|---|---:|" + "---:|" * len(CATEGORIES)]
-        table: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(dict)
-        for row in rows:
-            table[_label(row)][row["category"]] = row[metric]
-        for label, cells in table.items():
-            lines.append("| {} | {} | {} | ".format(*label) + " | ".join(
-                _fmt(cells.get(str(c))) for c in sorted(CATEGORIES)) + " |")
-    return "\n".join(lines) + "\n"
+    header = ("| strategy | mode | evidence recall | "
+              + " | ".join(f"{c} {CATEGORIES[c]}" for c in sorted(CATEGORIES))
+              + " | answer containment | forwarded tokens | Δ recall vs hybrid "
+              "| Δ answer vs hybrid |")
+    align = "|---|---|" + "---:|" * (len(CATEGORIES) + 5)
+    for budget in budgets:
+        lines += ["", f"## Budget {budget} tokens", "", header, align]
+        reference = by_key.get((REFERENCE, None, budget), {}).get("all")
+        keys = [k for k in by_key if k[2] in (budget, None)]
+        for key in keys:
+            cells = by_key[key]
+            row = cells.get("all")
+            if row is None:
+                continue
+            margin = ["", ""]
+            if key[0] == "gateway" and reference is not None:
+                margin = [_fmt(_diff(row["evidence_recall"], reference["evidence_recall"]),
+                               sign=True),
+                          _fmt(_diff(row["answer_containment"],
+                                     reference["answer_containment"]), sign=True)]
+            lines.append(f"| {key[0]} | {key[1] or '–'} | {_fmt(row['evidence_recall'])} | "
+                         + " | ".join(_fmt(cells[str(c)]["evidence_recall"])
+                                      if str(c) in cells else "–" for c in sorted(CATEGORIES))
+                         + f" | {_fmt(row['answer_containment'])} | "
+                         f"{_fmt(row['forwarded_tokens_mean'], 0)} | {margin[0]} | "
+                         f"{margin[1]} |")
+    lines += ["", "`full` and `last-n` do not depend on the budget: the same row in every "
+              "table.", ""]
+    return "\n".join(lines)
 
 
 def plot(rows: Sequence[Row], path: Path | str) -> None:
-    """Evidence recall (categories 1–4) vs mean forwarded tokens; one line per strategy and
-    mode, points ordered by budget; x on a log scale."""
+    """Strict evidence recall (categories 1–5) and answer containment (eligible, categories
+    1–4) vs mean forwarded tokens; one line per strategy and mode, points ordered by budget;
+    x on a log scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series: dict[str, list[tuple[float, float, Any]]] = defaultdict(list)
-    for row in rows:
-        if row["category"] != "all" or row["evidence_recall"] is None:
-            continue
-        name = row["strategy"] + (f" ({row['mode']})" if row["mode"] else "")
-        series[name].append((row["forwarded_tokens_mean"], row["evidence_recall"], row["budget"]))
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    for name, points in series.items():
-        points.sort(key=lambda p: p[0])
-        style = "--" if "stateful" in name else "-"
-        ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=name)
-        for x, y, budget in points:
-            if budget is not None:
-                ax.annotate(str(budget), (x, y), textcoords="offset points", xytext=(4, -10),
-                            fontsize=7)
-    ax.set_xscale("log")
-    ax.set_xlabel("mean forwarded tokens per question (cl100k, log scale)")
-    ax.set_ylabel("evidence recall (categories 1–4)")
-    ax.set_ylim(0, 1.05)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("LoCoMo: evidence recall vs forwarded tokens (labels: budget)")
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), dpi=110)
+    for ax, metric, label in ((axes[0], "evidence_recall", "evidence recall (categories 1–5)"),
+                              (axes[1], "answer_containment",
+                               "answer containment (eligible, categories 1–4)")):
+        series: dict[str, list[tuple[float, float, Any]]] = defaultdict(list)
+        for row in rows:
+            if row["category"] != "all" or row[metric] is None:
+                continue
+            series[_name(row)].append((row["forwarded_tokens_mean"], row[metric], row["budget"]))
+        for name, points in series.items():
+            points.sort(key=lambda p: p[0])
+            style = "-" if name.startswith("gateway") else "--"
+            ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o",
+                    label=name)
+            for x, y, budget in points:
+                if budget is not None:
+                    ax.annotate(str(budget), (x, y), textcoords="offset points",
+                                xytext=(4, -10), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("mean forwarded tokens per question (cl100k, log scale)")
+        ax.set_ylabel(label)
+        ax.set_ylim(0, 1.05)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("LoCoMo (strict metrics) vs forwarded tokens; labels: budget")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -2,12 +2,16 @@
 
 One row per (strategy, mode, budget, category) with the stable keys
 `strategy, mode, budget, category, n, evidence_recall, answer_containment, date_recall,
-forwarded_tokens_mean, prefix_reuse` (plus `evidence_recall_verbatim` and `n_eligible`).
-- `category` is "1".."5", or "all" = categories 1–4 together;
+forwarded_tokens_mean, prefix_reuse` (plus `n_evidence`, `n_eligible` and the lenient,
+secondary figures `evidence_recall_lenient`, `answer_containment_parts`, `n_eligible_parts`;
+see score.py).
+- `category` is "1".."5", or "all" = categories 1–5 together (answer containment is only
+  defined for categories 1–4, so its "all" figure is over those);
 - `mode` is None for the baselines (computed from the client's history, mode-independent);
   `budget` is None for `full` and `last-n`, which do not depend on it;
-- `n`: questions in the row; `evidence_recall` over those with resolvable evidence;
-  `answer_containment` over the eligible ones (`n_eligible`), None for category 5;
+- `n`: questions in the row; `evidence_recall` over those with resolvable evidence
+  (`n_evidence`); `answer_containment` over the eligible ones (`n_eligible`), None for
+  category 5;
   `date_recall` over the temporal (category 2) ones, None where there are none;
 - `forwarded_tokens_mean`: mean count_messages of the whole forwarded prompt per question;
 - `prefix_reuse`: mean over the replay requests (not per category: the same on every row of
@@ -23,7 +27,8 @@ from typing import Any, Iterable, Sequence
 from bench.locomo.replay import Key, Observation, Outcome
 
 CATEGORY_KEYS = ("1", "2", "3", "4", "5", "all")
-STRATEGY_ORDER = ("full", "last-n", "truncate", "gateway")
+STRATEGY_ORDER = ("gateway", "full", "truncate", "last-n", "bm25", "dense", "hybrid")
+MODE_ORDER = ("stateless", "stateful", "sessions")
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -31,10 +36,10 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return round(fmean(present), 4) if present else None
 
 
-def _sort_key(key: Key) -> tuple[int, str, int]:
+def _sort_key(key: Key) -> tuple[int, int, int]:
     strategy, mode, budget = key
     return (STRATEGY_ORDER.index(strategy) if strategy in STRATEGY_ORDER else 99,
-            mode or "", budget or 0)
+            MODE_ORDER.index(mode) if mode in MODE_ORDER else 99, budget or 0)
 
 
 def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
@@ -50,11 +55,11 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
         strategy, mode, budget = key
         for category in CATEGORY_KEYS:
             group = [o for o in by_key[key]
-                     if (str(o.question.category) == category
-                         or (category == "all" and o.question.category <= 4))]
+                     if category in ("all", str(o.question.category))]
             if not group:
                 continue
             answers = [o.score.answer_containment for o in group]
+            parts = [o.score.answer_containment_parts for o in group]
             out.append({
                 "strategy": strategy, "mode": mode, "budget": budget, "category": category,
                 "n": len(group),
@@ -63,8 +68,11 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
                 "date_recall": _mean(o.score.date_recall for o in group),
                 "forwarded_tokens_mean": round(fmean(o.tokens for o in group), 1),
                 "prefix_reuse": _mean(reuse.get(key, [])),
-                "evidence_recall_verbatim": _mean(o.score.evidence_recall_verbatim
-                                                  for o in group),
+                "n_evidence": sum(1 for o in group if o.score.evidence_recall is not None),
                 "n_eligible": sum(1 for a in answers if a is not None),
+                "evidence_recall_lenient": _mean(o.score.evidence_recall_lenient
+                                                 for o in group),
+                "answer_containment_parts": _mean(parts),
+                "n_eligible_parts": sum(1 for p in parts if p is not None),
             })
     return out

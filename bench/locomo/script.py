@@ -12,11 +12,13 @@ Rendering (the same for every strategy, so they are compared on equal text):
   first request); one that ends with speaker_a gets an empty scripted reply.
 
 One request is made per user message; the assistant message after it is the scripted reply.
+`session_scripts` renders each session on its own, by the same rules, as the client of the
+`sessions` mode sends it (one conversation per session).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.locomo.data import Conversation
 
@@ -57,3 +59,9 @@ def build_script(conversation: Conversation) -> Script:
         messages.append({"role": "assistant", "content": ""})
     requests = tuple(i for i, m in enumerate(messages) if m["role"] == "user")
     return Script(messages=tuple(messages), requests=requests)
+
+
+def session_scripts(conversation: Conversation) -> list[Script]:
+    """One script per session that has turns, in session order."""
+    return [build_script(replace(conversation, sessions=(session,)))
+            for session in conversation.sessions if session.turns]

@@ -1,6 +1,8 @@
 """Text normalisation, answer parts and content tokens — for English and for text without
 spaces (Chinese, Japanese).
 
+- `collapse`: NFKC and whitespace collapsed to single spaces, nothing else (how a turn's text
+  is compared for verbatim presence, REFERENCE.md).
 - `normalise`: NFKC, lowercase, punctuation and symbols become spaces, the English articles
   a/an/the are dropped, whitespace collapses to single spaces, and spaces between two CJK
   characters are removed (so "你好，世界" and "你好世界" normalise alike).
@@ -43,10 +45,28 @@ ve d m o yes yeah oh hey hi wow really also got get just like so thanks thank
 CJK_STOP_CHARS = frozenset("的了是在我你他她它们这那有和就也都而及与着或一个不吗呢吧啊")
 
 
+class _SpaceTable(dict[int, str]):
+    """str.translate table: punctuation, symbols, separators and control characters become a
+    space, every other character stays; filled on first sight of a character."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        value = self[code] = " " if unicodedata.category(char)[0] in "PSZC" else char
+        return value
+
+
+_SPACES = _SpaceTable()
+
+
+def collapse(text: object) -> str:
+    """NFKC, whitespace runs collapsed to one space, stripped."""
+    return " ".join(unicodedata.normalize("NFKC", str(text)).split())
+
+
 def normalise(text: object) -> str:
     """See the module docstring. Idempotent: normalise(normalise(x)) == normalise(x)."""
     folded = unicodedata.normalize("NFKC", str(text)).lower()
-    spaced = "".join(" " if unicodedata.category(c)[0] in "PSZC" else c for c in folded)
+    spaced = folded.translate(_SPACES)
     words = [w for w in spaced.split() if w not in _ARTICLES]
     return _CJK_SPACE.sub("", " ".join(words))
 

@@ -1,11 +1,11 @@
-"""The upstream the benchmark puts behind the gateway: it answers from the script and
-records exactly what the gateway forwarded.
+"""The upstream the benchmark puts behind the gateway: it answers what the request asks it to
+and hands back exactly what the gateway forwarded. It keeps no state, so the gateway (and it)
+can run in another process than the harness.
 
-Each request carries a tag in the body field `x_bench_turn` (unknown fields pass through the
-gateway to `call.body` untouched). `script(tag, reply)` says what to answer to a tag; a tag
-with no scripted reply gets "" (probes). `take(tag)` returns the forwarded messages once.
-The gateway calls it on its server thread; the harness reads on its own: single dict
-operations are atomic under the GIL, and a tag is read only after its response arrived.
+Each request carries the scripted reply in the body field `x_bench_reply` (unknown fields pass
+through the gateway to `call.body` untouched); a probe carries none and gets "". The answer
+holds the forwarded messages in the extra field `x_bench_forwarded` (the gateway returns the
+upstream's answer to the client unchanged).
 """
 
 from __future__ import annotations
@@ -15,38 +15,24 @@ from typing import Any, AsyncIterator
 
 from gateway.ports import UpstreamCall
 
-TAG_FIELD = "x_bench_turn"
+REPLY_FIELD = "x_bench_reply"
+FORWARDED_FIELD = "x_bench_forwarded"
 
 
-class ScriptedUpstream:
-    """gateway.ports.Upstream answering scripted replies and recording forwarded messages."""
-
-    def __init__(self) -> None:
-        self._replies: dict[str, str] = {}
-        self._forwarded: dict[str, list[dict[str, Any]]] = {}
-
-    def script(self, tag: str, reply: str) -> None:
-        self._replies[tag] = reply
-
-    def take(self, tag: str) -> list[dict[str, Any]]:
-        """The messages forwarded for `tag` (KeyError if the gateway never called upstream)."""
-        return self._forwarded.pop(tag)
-
-    def _answer(self, call: UpstreamCall) -> str:
-        tag = str(call.body.get(TAG_FIELD, ""))
-        self._forwarded[tag] = call.body["messages"]
-        return self._replies.pop(tag, "")
+class EchoUpstream:
+    """gateway.ports.Upstream answering the requested reply, echoing the forwarded messages."""
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
-        content = self._answer(call)
+        content = str(call.body.get(REPLY_FIELD, ""))
         return {"id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
                 "model": call.model,
                 "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
                              "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                FORWARDED_FIELD: call.body["messages"]}
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
-        content = self._answer(call)
+        content = str(call.body.get(REPLY_FIELD, ""))
         head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": call.model}
         yield {**head, "choices": [{"index": 0, "delta": {"role": "assistant",
