@@ -107,8 +107,10 @@ def test_erase_leaves_nothing_of_the_user_and_nothing_of_others_changes(redis_ur
         # Everything the erase must reach exists: facts, vectors, profile, chunks, branches.
         mk, uk = MemoryKeySpace().conversation(erin), MemoryKeySpace().user("acme", ERIN)
         assert {uk.facts, uk.fact_vectors, uk.profile, mk.chunks, mk.turns,
-                KeySpace().conversation(erin).branches} <= set(before)
+                KeySpace().conversation(erin).branches, uk.recall, uk.recall_vectors,
+                uk.recall_synced, uk.recall_members("c-one")} <= set(before)
         assert mentions(before[mk.chunks], "zorblax")
+        assert mentions(before[uk.recall], "zorblax")  # the user-level recall index
         assert mentions(before[uk.facts], "Zorblax Canary")
         others = {n: v for n, v in before.items()
                   if owned_by(n, "acme", BOB) or owned_by(n, "globex", ERIN)}
@@ -133,6 +135,30 @@ def test_erase_leaves_nothing_of_the_user_and_nothing_of_others_changes(redis_ur
         converse(url, "acme", BOB, "c-three", ["Quillon third chat."])
         assert not [n for n, v in dump(redis_url).items()
                     if owned_by(n, "acme", ERIN) or mentions(v, "zorblax")]
+
+
+def test_deleting_a_conversation_leaves_nothing_of_it_in_the_users_recall_index(redis_url):
+    with running_gateway(memory_config(redis_url)) as url:
+        converse(url, "acme", ERIN, "c-gone", [
+            f"Glimmer note {i}: the Glimmer vault opens on day {i}." for i in range(5)])
+        converse(url, "acme", ERIN, "c-kept", [f"Zorblax kept chat, turn {i}." for i in range(4)])
+        uk = MemoryKeySpace().user("acme", ERIN)
+        recall = dump(redis_url)[uk.recall]
+        # Turns and summary chunks of both conversations reached the user-level index.
+        assert any('"kind":"chunk"' in v and mentions(v, "glimmer") for v in recall.values())
+        assert any(mentions(v, "glimmer vault opens on day 4") for v in recall.values())
+        assert any(mentions(v, "zorblax kept") for v in recall.values())
+
+        response = httpx.delete(url + "/v1/memory/conversations/c-gone", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
+        assert response.status_code == 200, response.text
+
+        after = dump(redis_url)
+        assert not [n for n, v in after.items() if mentions(v, "glimmer") or mentions(v, "c-gone")]
+        # Only its seq counters stay (by design: a job still queued becomes a duplicate).
+        gone = KeySpace().conversation(ConversationKey("acme", ERIN, "c-gone"))
+        assert {n for n in after if "c-gone" in n} <= {gone.seq, gone.applied}
+        assert any(mentions(v, "zorblax kept") for v in after[uk.recall].values())
 
 
 def _dead_letters_and_a_queued_turn(redis_url: str, key: ConversationKey) -> None:
