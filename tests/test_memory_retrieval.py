@@ -26,7 +26,7 @@ from gateway.memory.lexical_index import Bm25LexicalIndex
 from gateway.memory.namespace_cache import Cached, NamespaceCache
 from gateway.memory.ports import Embedder, Namespace
 from gateway.memory.recaller import Recaller
-from gateway.memory.turn_index import TurnIndexer
+from gateway.memory.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entries
 from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.vector_store import encode_vector, put_vectors
 from gateway.store.codec import encode_stored
@@ -234,8 +234,26 @@ async def test_entries_are_redacted_dated_and_skip_instructions_and_blanks(redis
     assert entries[1]["text"].startswith("[1:56 pm on 8 May, 2023] Caroline: mail me at ")
     assert entries[3] == {"id": transcript[3].id, "position": 3, "role": "tool",
                           "text": "[1:56 pm on 8 May, 2023] sunny, 21 degrees",
-                          "anchor_date": "1:56 pm on 8 May, 2023", "created_at": 0.0}
+                          "anchor_date": "1:56 pm on 8 May, 2023", "created_at": 0.0,
+                          "prev": transcript[1].id}
     assert entries[5]["text"] == "[1:56 pm on 8 May, 2023] Mel: thanks"
+    assert entries[1]["prev"] is None and entries[5]["prev"] == transcript[3].id
+    # Each indexed turn links to the next one; the last links nowhere.
+    assert await redis_client.hgetall(KEYS.conversation(KEY).following) == {
+        transcript[1].id: transcript[3].id, transcript[3].id: transcript[5].id}
+
+
+def test_a_turn_is_embedded_after_the_turn_before_it():
+    transcript = conversation(["Where do you walk on Sundays?", "Along the lake, with Rex.",
+                               "x" * 2000, "ok"])
+    entries = turn_entries(transcript)
+    assert [e.embed_text for e in entries[:2]] == [
+        "Where do you walk on Sundays?",
+        "Where do you walk on Sundays?\nAlong the lake, with Rex."]
+    # A long turn before it contributes only its end: the turn's own words are kept.
+    assert entries[3].embed_text == "x" * CONTEXT_CHARS + "\nok"
+    # Syncing from a later start finds the same context.
+    assert turn_entries(transcript, 1)[0] == entries[1]
 
 
 async def test_date_anchor_carries_across_fast_path_syncs(redis_client, memory):
@@ -282,7 +300,18 @@ async def test_excluded_turns_are_not_returned_and_k_is_respected(memory):
     await memory.indexer.sync(KEY, transcript)
     exclude = frozenset(m.id for m in transcript[-5:])
     recalled = await memory.recaller.recall(KEY, filler(30)[29], k=10, exclude_ids=exclude)
-    assert len(recalled) == 10 and not {r.id for r in recalled} & exclude
+    # The 10 best hits, each followed by the turn after it unless that one is shown already.
+    assert 10 <= len(recalled) <= 20 and not {r.id for r in recalled} & exclude
+    assert len({r.id for r in recalled}) == len(recalled)
+
+
+async def test_a_recalled_turn_brings_the_turn_after_it(memory):
+    transcript = conversation(filler(20) + ["Where do you walk on Sundays?",
+                                            "Along the lake, with Rex."] + filler(10))
+    await memory.indexer.sync(KEY, transcript)
+    recalled = await memory.recaller.recall(KEY, "Where do you walk on Sundays?", k=1)
+    assert [r.id for r in recalled] == [transcript[20].id, transcript[21].id]
+    assert recalled[1].text == "Along the lake, with Rex."
 
 
 class ExplodingEmbedder(HashEmbedder):
@@ -378,10 +407,13 @@ async def test_real_use_embedder_recalls_paraphrases_in_english_and_chinese(redi
         for query, expected in cases:
             vector = await m.embedding.embed_one(query)
             [(best, score)] = await m.vectors.search(ns, vector, 1)
-            assert best == transcript[expected].id, query
+            # A turn is embedded after the one before it: the best vector is its own or
+            # that of the turn after it.
+            assert best in (transcript[expected].id, transcript[expected + 1].id), query
             assert score <= 1.0 + 1e-5
-        recalled = await m.recaller.recall(KEY, "孩子什么时候开始上学？", k=1)
-        assert recalled[0].id == transcript[2].id
+        for query, expected in cases:
+            recalled = await m.recaller.recall(KEY, query, k=1)
+            assert recalled[0].id == transcript[expected].id, query
     finally:
         m.close()
 

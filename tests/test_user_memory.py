@@ -170,8 +170,10 @@ async def test_recall_ranks_other_conversations_items_together_with_the_current_
 
     recalled = await memory.recaller.recall(key("now"), "sailing boat", k=10)
     texts = [r.text for r in recalled]
-    # One ranking: the best matches of both namespaces lead, whatever their conversation.
-    assert set(texts[:3]) == {"My sailing boat is called Petrel.",
+    # One ranking: the best matches of both namespaces lead, whatever their conversation
+    # (each followed by the turn after it: the replies are left out here).
+    hits = [t for t in texts if t not in ("ok", "nice", "great")]
+    assert set(hits[:3]) == {"My sailing boat is called Petrel.",
                               "I repaired the sailing boat engine today.",
                               "We talked about sailing boats."}
     # The current conversation's turns come once, from its own namespace (plain ids); the

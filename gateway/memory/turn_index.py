@@ -2,9 +2,11 @@
 embedded, kept in the store so any process can recall it.
 
 Layout (`MemoryKeySpace.conversation`): `turns` maps a stored message id to a JSON entry
-`{id, position, role, text, anchor_date, created_at}`; `vectors` maps the same id to its vector
-(beside summary chunks' "chunk:<id>" vectors, which this module never touches); `version` is
-bumped by every write; `watermark` counts the transcript messages covered.
+`{id, position, role, text, anchor_date, created_at, prev}`; `vectors` maps the same id to its
+vector — of the turn in its context, see `turn_entries` — (beside summary chunks'
+"chunk:<id>" vectors, which this module never touches); `next` maps a turn id to the id of the
+indexed turn after it; `version` is bumped by every write; `watermark` counts the transcript
+messages covered.
 
 Invariants, after `sync(key, transcript)` returns:
 - `turns` holds exactly the indexable messages of `transcript` (not system/developer, text not
@@ -40,6 +42,9 @@ from gateway.memory.vector_store import encode_vector
 from gateway.store.codec import decode_stored
 
 
+CONTEXT_CHARS = 600
+
+
 @dataclass(frozen=True, slots=True)
 class TurnEntry:
     id: str
@@ -49,13 +54,16 @@ class TurnEntry:
     """Redacted text as recall shows it: `[anchor date] text` when the turn has an anchor."""
     anchor_date: str | None
     created_at: float
+    previous: str | None
+    """The id of the indexable message before it (its context in `embed_text`), if any."""
     embed_text: str
-    """Redacted text without the date prefix: what is embedded (not stored)."""
+    """What is embedded (not stored): the redacted text without its date prefix, after the
+    redacted text of the indexable message before it (see `turn_entries`)."""
 
     def to_json(self) -> str:
         return json.dumps({"id": self.id, "position": self.position, "role": self.role,
                            "text": self.text, "anchor_date": self.anchor_date,
-                           "created_at": self.created_at},
+                           "created_at": self.created_at, "prev": self.previous},
                           ensure_ascii=False, separators=(",", ":"))
 
 
@@ -76,14 +84,44 @@ def turn_entries(transcript: Sequence[StoredMessage], start: int = 0,
                  anchor: str | None = None) -> list[TurnEntry]:
     """The entries of the indexable messages of `transcript[start:]`, in order, given the
     date `anchor` carried into position `start` (dates in instructions are not the
-    conversation's: they are ignored)."""
+    conversation's: they are ignored).
+
+    A turn is embedded in its context: the previous indexable message, then its own text. A
+    reply ("Yes, every Sunday at the lake") says little without the question it answers, and
+    a question is found through the answer's words too. Measured on the LoCoMo dev split
+    (bench/results/memory-quality.md): hybrid recall with context vectors keeps ~5 points more
+    of the evidence at 2,000 tokens than with each turn embedded alone. Only the vector
+    changes: the text shown is the turn's own."""
     tail = transcript[start:]
     redacted = [redact(m.message.text) if indexable(m) else "" for m in tail]
     anchors = anchor_dates(redacted, initial=anchor)
-    return [TurnEntry(id=m.id, position=start + i, role=m.message.role,
-                      text=with_anchor(text, a), anchor_date=a, created_at=m.created_at,
-                      embed_text=text)
-            for i, (m, text, a) in enumerate(zip(tail, redacted, anchors)) if indexable(m)]
+    previous = _previous(transcript, start)
+    before_id, before = (previous.id, redact(previous.message.text)) if previous else (None, None)
+    entries = []
+    for i, (m, text, a) in enumerate(zip(tail, redacted, anchors)):
+        if not indexable(m):
+            continue
+        entries.append(TurnEntry(id=m.id, position=start + i, role=m.message.role,
+                                 text=with_anchor(text, a), anchor_date=a,
+                                 created_at=m.created_at, previous=before_id,
+                                 embed_text=in_context(before, text)))
+        before_id, before = m.id, text
+    return entries
+
+
+def in_context(previous: str | None, text: str) -> str:
+    """The text a turn is embedded as: the end of the previous turn's text (at most
+    `CONTEXT_CHARS`, so a long message before it cannot crowd out its own words, which
+    embedders cut from the end), a newline, its own."""
+    return f"{previous[-CONTEXT_CHARS:]}\n{text}" if previous else text
+
+
+def _previous(transcript: Sequence[StoredMessage], start: int) -> StoredMessage | None:
+    """The last indexable message before `start`, if any."""
+    for m in reversed(transcript[:start]):
+        if indexable(m):
+            return m
+    return None
 
 
 class TurnIndexer:
@@ -152,8 +190,13 @@ class TurnIndexer:
         stale = sorted(existing - wanted_ids)
         # Dropping the watermark first: if this sync dies half-way, the next one cannot take
         # the fast path over a half-updated index.
+        links = {e.previous: e.id for e in wanted if e.previous is not None}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(k.watermark)
+            # Successor links are ids only: rewritten whole (a fork changes who follows whom).
+            pipe.delete(k.following)
+            if links:
+                pipe.hset(k.following, mapping=links)
             if stale:
                 pipe.hdel(k.turns, *stale)
                 pipe.hdel(k.vectors, *stale)
@@ -168,8 +211,11 @@ class TurnIndexer:
         for start in range(0, len(entries), self.batch_size):
             batch = entries[start:start + self.batch_size]
             matrix = await self.embedding.embed([e.embed_text for e in batch])
+            links = {e.previous: e.id for e in batch if e.previous is not None}
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(k.turns, mapping={e.id: e.to_json() for e in batch})
+                if links:
+                    pipe.hset(k.following, mapping=links)
                 pipe.hset(k.vectors, mapping={e.id: encode_vector(v)
                                               for e, v in zip(batch, matrix)})
                 pipe.incr(k.version)
