@@ -25,6 +25,7 @@ from gateway.ports import Upstream
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.store import connect
 from gateway.store.embedded import EmbeddedRedis
+from gateway.store.pool import StorePool
 from gateway.store.recorder import Recorder
 from gateway.store.redis_store import RedisStore
 from gateway.tasks import TaskTracker
@@ -53,8 +54,11 @@ class Gateway:
     metrics: Metrics
     memory: MemoryRuntime | None = None
     buffer: RecordBuffer | None = None
+    store_pool: StorePool | None = None
 
     def refresh_metrics(self) -> None:
+        if self.store_pool is not None:
+            self.metrics.observe_pool(self.store_pool.stats())
         self.metrics.recorder_applied.set(self.recorder.applied)
         self.metrics.recorder_dead.set(self.recorder.dead_lettered)
         if self.buffer is not None:
@@ -111,7 +115,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         # Request-path calls give up quickly on a hung store (the request then goes through
         # without memory); the recorder's blocking reads get a connection of their own.
         timeout = config.server.store_timeout_seconds
-        redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                        max_connections=config.server.store_pool_size)
         worker_redis = connect(url, socket_connect_timeout=timeout)
         store = RedisStore(redis)
         recorder = Recorder(worker_redis, workers=config.recorder.workers,
@@ -134,7 +139,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                             memory=memory.service if memory else None,
                             recall_settings=memory.recall if memory else None, buffer=buffer)
         app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory,
-                                    buffer)
+                                    buffer, store_pool=redis.connection_pool)
         await buffer.start()
         if not inline:
             await recorder.start()

@@ -39,6 +39,9 @@ class ServerConfig(Strict):
     store_timeout_seconds: float = Field(2.0, gt=0)
     """A request-path store call slower than this fails open: the request goes through
     without memory (and its turn waits in the record buffer)."""
+    store_pool_size: int = Field(100, ge=1, le=10_000)
+    """Connections each worker process keeps to the store for requests and memory. When all
+    are in use a request waits for one (at most store_timeout_seconds) instead of failing."""
     shutdown_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     """On SIGTERM: how long in-flight requests (streams included) may take to finish before
     they are cancelled; then the recorder and the record buffer are drained."""

@@ -7,7 +7,12 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from gateway.store.pool import PoolStats
 
 request_logger = logging.getLogger("gateway.request")
 
@@ -126,6 +131,25 @@ class Metrics:
                                     "Buffered turns this process gave up on (buffer full, a "
                                     "failing turn, or left at shutdown): lost turns.",
                                     registry=self.registry)
+
+        self.pool_in_use = Gauge("gateway_store_pool_in_use",
+                                 "Store connections of this process in use now.",
+                                 registry=self.registry)
+        self.pool_max = Gauge("gateway_store_pool_max_connections",
+                              "Store connections this process may open (server.store_pool_size).",
+                              registry=self.registry)
+        self.pool_waits = Gauge("gateway_store_pool_waits",
+                                "Store calls of this process that waited for a free connection "
+                                "(the pool was saturated).", registry=self.registry)
+        self.pool_timeouts = Gauge("gateway_store_pool_wait_timeouts",
+                                   "Store calls of this process that found no free connection "
+                                   "within the store timeout.", registry=self.registry)
+
+    def observe_pool(self, stats: PoolStats) -> None:
+        self.pool_in_use.set(stats.in_use)
+        self.pool_max.set(stats.max_connections)
+        self.pool_waits.set(stats.waits)
+        self.pool_timeouts.set(stats.timeouts)
 
     def observe(self, log: RequestLog) -> None:
         self.requests.labels(log.tenant or "-", str(log.status), str(log.stream).lower()).inc()

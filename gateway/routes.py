@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
@@ -73,7 +73,11 @@ async def readyz(request: Request) -> Response:
     """503 while the store cannot be reached (chat requests are still served, fail-open);
     the body says how many turns wait in this process's record buffer."""
     gateway = _gateway(request)
-    held = {"record_buffer": len(gateway.buffer)} if gateway.buffer is not None else {}
+    held: dict[str, Any] = {}
+    if gateway.buffer is not None:
+        held["record_buffer"] = len(gateway.buffer)
+    if gateway.store_pool is not None:  # saturation: requests wait for a store connection
+        held["store_pool"] = gateway.store_pool.stats().as_dict()
     try:
         await asyncio.wait_for(gateway.store.ping(), READY_TIMEOUT_SECONDS)
     except Exception as exc:  # noqa: BLE001 — readiness reports any store failure

@@ -16,18 +16,30 @@ import redis.asyncio as aioredis
 
 from gateway.store.embedded import EmbeddedRedis, EmbeddedRedisError
 from gateway.store.keys import KeySpace
+from gateway.store.pool import PoolStats, StorePool
 from gateway.store.recorder import Recorder
 from gateway.store.redis_store import RedisStore
 
-__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "KeySpace", "Recorder", "RedisStore",
-           "connect"]
+__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "KeySpace", "PoolStats", "Recorder",
+           "RedisStore", "StorePool", "connect"]
+
+DEFAULT_POOL_SIZE = 100
 
 
-def connect(url: str, **options: Any) -> aioredis.Redis:
+def connect(url: str, *, max_connections: int = DEFAULT_POOL_SIZE,
+            pool_timeout: float | None = None, **options: Any) -> aioredis.Redis:
     """A client for `url` (`unix:///path/redis.sock`, `redis://host:6379/0`, `rediss://...`).
 
     Responses are decoded to str, as the store and recorder require. Do not set a
     `socket_timeout` shorter than the recorder's `block_ms`: its blocking reads would time out.
+
+    The client has a `StorePool` of at most `max_connections`: a call that finds them all in
+    use waits up to `pool_timeout` seconds (default: the `socket_timeout`, else 20 s) for one
+    to be released, then fails with a `redis.ConnectionError`.
     """
     options.setdefault("decode_responses", True)
-    return aioredis.from_url(url, **options)
+    if pool_timeout is None:
+        pool_timeout = options.get("socket_timeout") or 20.0
+    pool = StorePool.from_url(url, max_connections=max_connections, timeout=pool_timeout,
+                              **options)
+    return aioredis.Redis.from_pool(pool)
