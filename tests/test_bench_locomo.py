@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main as bench_main
-from bench.locomo.data import canonical_id, load, parse_evidence
+from bench.locomo.data import canonical_id, load, parse_conversation, parse_evidence
 from bench.locomo.meter import PromptMeter
 from bench.locomo.score import Scorer
-from bench.locomo.script import build_script
+from bench.locomo.retrieval import TurnRetriever, pack, rrf, turn_lines
+from bench.locomo.script import build_script, session_scripts
 from bench.locomo.strategies import last_n, truncate
 from bench.locomo.text import answer_parts, contains, content_tokens, normalise
 from gateway.core.messages import Message
+from gateway.memory.embedders.use import UseEmbedder
 from gateway.core.tokens import count_messages
 from gateway.tokenizer import tokenizer_for_encoding
 
@@ -98,33 +100,73 @@ def test_script_alternates_roles_merges_speakers_and_marks_dates_once():
     assert [script.reply(i) for i in script.requests][-1] == ""  # ends with speaker_a
 
 
-def test_evidence_recall_gives_credit_to_verbatim_and_mostly_kept_turns():
-    (en,) = load(EN)
-    history = list(build_script(en).messages)
-    scorer = Scorer(en, history)
-    q = en.questions[0]  # evidence D1:1 "Morning Ben! I finally adopted a greyhound named Pixel."
-    question = {"role": "user", "content": q.question}
-    verbatim = scorer.score(q, [*history, question])
-    assert (verbatim.evidence_recall, verbatim.evidence_recall_verbatim) == (1.0, 1.0)
-    summary = {"role": "system", "content": "Ada finally adopted a greyhound, Pixel (morning)."}
-    partial = scorer.score(q, [summary, question])
-    assert (partial.evidence_recall, partial.evidence_recall_verbatim) == (1.0, 0.0)
-    unrelated = scorer.score(q, [{"role": "system", "content": "Ada likes greyhounds."},
-                                 question])
-    assert unrelated.evidence_recall == 0.0
+def _conversation(answer: object = "7 May 2023", category: int = 2):
+    """One session; Ada's second turn holds the date the question asks for."""
+    return parse_conversation({
+        "sample_id": "synthetic",
+        "conversation": {
+            "speaker_a": "Ada", "speaker_b": "Ben",
+            "session_1_date_time": "9:00 am on 1 June, 2023",
+            "session_1": [
+                {"speaker": "Ada", "dia_id": "D1:1", "text": "Hi   Ben! ｆｕｌｌ width here."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "We moved in on 7 May 2023.",
+                 "blip_caption": "a blue door"},
+            ]},
+        "qa": [{"question": "When did Ben move?", "answer": answer, "evidence": ["D1:2"],
+                "category": category},
+               {"question": "What did Ada say?", "evidence": ["D1:1"], "category": 5}]})
+
+
+def _ask(content: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": content}, {"role": "user", "content": "?"}]
+
+
+def test_evidence_counts_only_a_verbatim_turn_line_after_nfkc_and_whitespace_collapse():
+    conversation = _conversation()
+    scorer = Scorer(conversation, build_script(conversation).messages)
+    moved, greeting = conversation.questions
+    line = "Ben: We moved in on 7 May 2023. [shares a photo: a blue door]"
+    assert scorer.score(moved, _ask(f"[date] {line}\nmore")).evidence_recall == 1.0
+    assert scorer.score(moved, _ask(line.replace(" ", "\n  "))).evidence_recall == 1.0
+    # Without the photo caption the rendered line is not there; lowercased neither.
+    assert scorer.score(moved, _ask("Ben: We moved in on 7 May 2023.")).evidence_recall == 0.0
+    assert scorer.score(moved, _ask(line.lower())).evidence_recall == 0.0
+    # The lenient figure still credits a copy that keeps most content words.
+    kept = scorer.score(moved, _ask("Ben moved in on 7 May 2023 (blue door)"))
+    assert (kept.evidence_recall, kept.evidence_recall_lenient) == (0.0, 1.0)
+    # NFKC on both sides: full-width letters match their ASCII form; category 5 counts.
+    assert scorer.score(greeting, _ask("Ada: Hi Ben! full width here.")).evidence_recall == 1.0
     # The question itself never counts as context.
-    assert scorer.score(q, [{"role": "user", "content": "Pixel"}]).answer_containment == 0.0
+    assert scorer.score(moved, [{"role": "user", "content": line}]).evidence_recall == 0.0
 
 
-def test_answer_containment_scores_share_of_findable_parts_and_int_answers():
+def test_answer_containment_needs_the_whole_answer_and_eligibility_the_whole_answer():
+    conversation = _conversation()
+    scorer = Scorer(conversation, build_script(conversation).messages)
+    moved = conversation.questions[0]
+    assert scorer.eligible(moved)
+    assert scorer.score(moved, _ask("It was 2023.")).answer_containment == 0.0
+    assert scorer.score(moved, _ask("on 7 may, 2023!")).answer_containment == 1.0
+    assert scorer.score(conversation.questions[1], _ask("x")).answer_containment is None
+    # An answer whose parts occur but not as a whole is not eligible (lenient: it is).
+    split = _conversation("blue door and 7 May 2023", category=1)
+    split_scorer = Scorer(split, build_script(split).messages)
+    assert not split_scorer.eligible(split.questions[0])
+    partial = split_scorer.score(split.questions[0], _ask("a blue door"))
+    assert partial.answer_containment is None and partial.answer_containment_parts == 0.5
+
+
+def test_answer_containment_scores_int_answers_and_skips_category_5():
     (en,) = load(EN)
     history = list(build_script(en).messages)
     scorer = Scorer(en, history)
     multi, year = en.questions[1], en.questions[2]
-    assert scorer.findable[multi.index] == ["pottery class", "chess club"]
+    assert scorer.eligible(multi) and scorer.findable[multi.index] == ["pottery class",
+                                                                        "chess club"]
     half = [{"role": "assistant", "content": "Ada: a pottery class"},
             {"role": "user", "content": "?"}]
-    assert scorer.score(multi, half).answer_containment == 0.5
+    assert scorer.score(multi, half).answer_containment == 0.0
+    assert scorer.score(multi, half).answer_containment_parts == 0.5
     assert scorer.eligible(year)
     dated = scorer.score(year, [history[3], {"role": "user", "content": "?"}])
     assert dated.answer_containment == 1.0 and dated.date_recall == 1.0
@@ -138,12 +180,14 @@ def test_chinese_scoring_without_spaces():
     hobbies = zh.questions[2]
     assert scorer.findable[hobbies.index] == ["陶艺", "烘焙"]
     context = [{"role": "system", "content": "阿梅在学陶艺。"}, {"role": "user", "content": "?"}]
-    assert scorer.score(hobbies, context).answer_containment == 0.5
+    assert scorer.score(hobbies, context).answer_containment_parts == 0.5
+    line = zh.turns()[zh.questions[0].evidence[0]].line
+    assert scorer.score(zh.questions[0], _ask(f"x\n{line}")).evidence_recall == 1.0
     summary = [{"role": "system", "content": "小林：好久不见阿梅，上周刚搬到杭州了"},
                {"role": "user", "content": "?"}]
-    assert scorer.score(zh.questions[0], summary).evidence_recall == 1.0
+    assert scorer.score(zh.questions[0], summary).evidence_recall_lenient == 1.0
     unrelated = [{"role": "system", "content": "阿梅喜欢杭州的西湖"}, {"role": "user", "content": "?"}]
-    assert scorer.score(zh.questions[0], unrelated).evidence_recall == 0.0
+    assert scorer.score(zh.questions[0], unrelated).evidence_recall_lenient == 0.0
 
 
 def test_meter_counts_like_the_gateway_and_measures_prefix_reuse():
@@ -169,11 +213,59 @@ def test_baselines_keep_newest_messages_within_budget():
     assert kept[:-1] == history[len(history) - len(kept) + 1:]
 
 
+def test_session_scripts_render_each_session_as_its_own_conversation():
+    (zh,) = load(ZH)
+    first, second = session_scripts(zh)  # session_3 has no turns
+    assert first.messages[0]["content"].startswith("[2024年3月2日 上午10:00] 小林: ")
+    # Session 2 opens with speaker_b: its own conversation starts with an assistant message.
+    assert second.messages[0]["role"] == "assistant"
+    assert second.messages[0]["content"].startswith("[2024年4月15日 晚上8:30] 阿梅: ")
+    assert second.requests == (1, 3)
+    whole = "\n".join(m["content"] for m in build_script(zh).messages)
+    assert all(m["content"] in whole for s in (first, second) for m in s.messages)
+
+
+def test_retrieval_baselines_rank_fuse_and_pack_within_budget_chronologically():
+    (en,) = load(EN)
+    lines = turn_lines(en)
+    assert lines[0] == "[9:00 am on 3 March, 2024] Ada: Morning Ben! I finally adopted a " \
+        "greyhound named Pixel."
+    assert rrf([2, 0, 1], [0, 2, 1]) == [0, 2, 1]  # ties by index
+    meter = PromptMeter()
+    current = {"role": "user", "content": "What did Ada sign up for?"}
+    ranking = [4, 0, 3, 1, 2, 5]
+    whole = pack(lines, ranking, current, 100000, meter)
+    assert whole[0]["content"] == "\n".join(lines) and whole[-1] is current
+    for budget in (40, 60, 80, 120):
+        prompt = pack(lines, ranking, current, budget, meter)
+        assert meter.tokens(prompt) <= budget and prompt[-1] is current
+        if len(prompt) == 2:
+            shown = prompt[0]["content"].split("\n")
+            assert shown == [line for line in lines if line in shown]  # chronological
+            if meter.tokens(pack(lines, [4], current, 100000, meter)) <= budget:
+                assert lines[4] in shown  # the best-ranked turn is taken when it fits
+    # A turn too long for what is left is skipped; a shorter one after it may still fit.
+    skipped = pack(lines, ranking, current, 60, meter)
+    assert skipped[0]["content"] == lines[0]
+    assert pack(lines, ranking, current, 5, meter) == [current]
+
+
+def test_bm25_and_dense_rank_the_evidence_turn_first_in_english_and_chinese():
+    embedder = UseEmbedder()
+    (en,) = load(EN)
+    (rankings,) = TurnRetriever(en, embedder).rank(["Which sailboat is Ben restoring?"])
+    assert rankings.bm25[0] == rankings.dense[0] == rankings.hybrid[0] == 1
+    (zh,) = load(ZH)
+    (rankings,) = TurnRetriever(zh, embedder).rank(["花瓶是什么颜色的？"])
+    assert rankings.bm25[0] == 5  # D2:1, through the character bigrams
+
+
 @pytest.mark.parametrize("fixture", [ZH, EN])
 def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
-    out = tmp_path / "r.json"
+    out, dump = tmp_path / "r.json", tmp_path / "prompts.jsonl"
     assert bench_main(["locomo", "--data", str(fixture), "--store", redis_url,
-                       "--budgets", "60,100000", "--out", str(out)]) == 0
+                       "--budgets", "60,100000", "--out", str(out),
+                       "--dump-prompts", str(dump)]) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert {"machine", "versions", "config", "started", "duration_s"} <= set(data["meta"])
     assert data["meta"]["counts"]["mode_mismatches_by_budget"] == {"60": 0, "100000": 0}
@@ -194,5 +286,28 @@ def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
         stateful = {k: v for k, v in rows[("gateway", "stateful", 60, category)].items()
                     if k != "mode"}
         assert stateless == stateful
-    assert out.with_suffix(".md").read_text(encoding="utf-8").startswith("# LoCoMo")
+    for strategy in ("bm25", "dense", "hybrid", "truncate"):
+        assert rows[(strategy, None, 60, "all")]["forwarded_tokens_mean"] <= 60
+        assert rows[(strategy, None, 100000, "all")]["evidence_recall"] == 1.0
+    assert rows[("gateway", "sessions", 100000, "all")]["n"] == \
+        rows[("full", None, None, "all")]["n"]
+    (conversation,) = load(fixture)
+    questions = len(conversation.questions)
+    lines = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
+    assert all(list(line) == ["conversation", "qa", "strategy", "mode", "budget", "messages"]
+               for line in lines)
+    probes = {(d["strategy"], d["mode"], d["budget"], d["qa"]) for d in lines}
+    expected = {("gateway", m, b) for m in ("stateless", "stateful", "sessions")
+                for b in (60, 100000)}
+    expected |= {(s, None, b) for s in ("truncate", "bm25", "dense", "hybrid")
+                 for b in (60, 100000)} | {("full", None, None), ("last-n", None, None)}
+    assert probes == {(*k, i) for k in expected for i in range(questions)}
+    assert len(lines) == len(probes)
+    assert {d["conversation"] for d in lines} == {conversation.sample_id}
+    sessions = [d for d in lines if d["mode"] == "sessions" and d["budget"] == 100000]
+    assert all(d["messages"][-1] == {"role": "user", "content": conversation.questions[
+        d["qa"]].question} for d in sessions)
+    report = out.with_suffix(".md").read_text(encoding="utf-8")
+    assert report.startswith("# LoCoMo") and "Wall time" in report
+    assert "| hybrid |" in report and "| gateway | sessions |" in report
     assert out.with_suffix(".png").stat().st_size > 0
