@@ -111,6 +111,10 @@ T2 = (user("q2"), assistant("a2"))
 T3 = (user("q3"), assistant("a3"))
 T4 = (user("q4"), assistant("a4"))
 HISTORY = T1 + T2 + T3 + T4
+# A turn that never fits (not even shortened) in the budgets of the tests that prepend it: the
+# history then does not fit whole, so the window, its caps and the memory shares apply.
+ANCIENT = (user(words(2_000, "z")), assistant(words(2_000, "y")))
+ANCIENT_IDS = ("z1", "z2")
 
 
 # --- split_current ----------------------------------------------------------------------------
@@ -165,11 +169,18 @@ def test_window_stops_at_the_first_turn_that_does_not_fit():
     assert out.messages == INSTR + T4 + NOW  # T1 would fit, but not without the turn after it
 
 
-@pytest.mark.parametrize("turns, kept", [(0, ()), (1, T4), (2, T3 + T4), (4, HISTORY)])
+@pytest.mark.parametrize("turns, kept", [(0, ()), (1, T4), (2, T3 + T4), (3, T2 + T3 + T4)])
 def test_max_recent_turns_caps_the_user_turns_kept(turns, kept):
-    out = run(HISTORY, turns=turns)
+    out = run(HISTORY, turns=turns, budget=budget_for(*INSTR, *HISTORY, *NOW) - 1)
     assert out.messages == INSTR + kept + NOW
     assert out.recent_turns == len(kept) // 2
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2])
+def test_a_history_that_fits_whole_is_forwarded_whole_whatever_the_turn_cap(turns):
+    out = run(HISTORY, turns=turns, budget=budget_for(*INSTR, *HISTORY, *NOW))
+    assert out.messages == INSTR + HISTORY + NOW
+    assert out.recent_turns == 4
 
 
 def test_window_starts_at_a_user_message_not_at_an_unanswered_reply():
@@ -196,7 +207,8 @@ def test_messages_before_the_first_user_message_are_kept_when_everything_fits():
 
 def test_messages_before_the_first_user_message_stay_out_with_the_turns_capped():
     greeting = assistant("hello, how can I help?")
-    out = run((greeting,) + T1 + T2, turns=1)
+    out = run((greeting,) + T1 + T2, turns=1,
+              budget=budget_for(*INSTR, greeting, *T1, *T2, *NOW) - 1)
     assert out.messages == INSTR + T2 + NOW
 
 
@@ -238,7 +250,8 @@ def test_current_turn_with_tool_calls_is_forwarded_verbatim():
 
 def test_long_history_message_is_forwarded_as_a_shortened_copy():
     long = user(words(30))
-    out = run((long, assistant("a")), truncate=5)
+    out = run((long, assistant("a")), truncate=5,
+              budget=budget_for(*INSTR, long, assistant("a"), *NOW) - 1)
     short = out.messages[1]
     assert short.content == "w0 w1 w2 w3 w4" + TRUNCATION_MARKER
     assert long.content == words(30)  # the input is untouched
@@ -373,7 +386,7 @@ RECALLED_TEXT = (
 
 
 def test_golden_request_with_memory():
-    out = run(T3 + T4, memory=MEMORY)
+    out = run(ANCIENT + T3 + T4, memory=MEMORY, budget=budget_with_room(900))
     assert [m.to_openai() for m in out.messages] == [
         {"role": "system", "content": "be brief"},
         {"role": "system", "content": SUMMARY_TEXT},
@@ -457,8 +470,8 @@ CHUNKS = tuple(words(10, f"s{i}_") for i in range(4))  # oldest first
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 4])
 def test_summary_keeps_the_newest_chunks_that_fit_its_share_shown_oldest_first(k):
     limit = cost(render_summary(CHUNKS[-k:])) if k else cost(render_summary(CHUNKS[-1:])) - 1
-    out = run((), memory=MemoryContext(summary_chunks=CHUNKS), budget=budget_with_room(ROOM),
-              summary_share=share_for(limit))
+    out = run(ANCIENT, memory=MemoryContext(summary_chunks=CHUNKS),
+              budget=budget_with_room(ROOM), summary_share=share_for(limit))
     assert out.summary_chunks == k
     if k:
         assert out.messages == INSTR + (render_summary(CHUNKS[-k:]),) + NOW
@@ -488,7 +501,7 @@ def test_profile_within_its_share_and_unused_share_goes_to_the_window(profile_sh
                                                                       kept):
     profile = render_profile("short answers")
     room = cost(profile) + cost(*T2, *T3, *T4)  # room for all four turns only without it
-    out = run(HISTORY, memory=MemoryContext(profile="short answers"),
+    out = run(ANCIENT + HISTORY, memory=MemoryContext(profile="short answers"),
               budget=budget_with_room(room),
               profile_share=share_for(cost(profile) + profile_share_tokens, room))
     blocks = (profile,) if profile_share_tokens == 0 else ()
@@ -509,8 +522,8 @@ def test_recall_reservation_holds_room_back_from_the_window(reserve, kept, recal
     room = cost(*T2, *T3, *T4) + cost(block)  # all four turns only without the fact
     tokens = {"nothing": 0, "less": cost(block) - 1, "exactly": cost(block),
               "everything": room}[reserve]
-    out = run(HISTORY, memory=MemoryContext(recalled=(FACT,)), budget=budget_with_room(room),
-              recall_share=share_for(tokens, room))
+    out = run(ANCIENT + HISTORY, memory=MemoryContext(recalled=(FACT,)),
+              budget=budget_with_room(room), recall_share=share_for(tokens, room))
     assert out.messages == INSTR + kept + (block,) * recalled + NOW
     assert out.recalled_tokens == cost(block) * recalled
 
@@ -542,8 +555,8 @@ def test_recall_packs_best_first_and_skips_what_does_not_fit():
 
 def test_memory_shares_adding_up_past_one_still_fit_the_budget():
     budget = budget_with_room(cost(render_summary(MEMORY.summary_chunks)) + 10)
-    out = run(HISTORY, memory=MEMORY, budget=budget, summary_share=1.0, profile_share=1.0,
-              recall_share=1.0)
+    out = run(ANCIENT + HISTORY, memory=MEMORY, budget=budget, summary_share=1.0,
+              profile_share=1.0, recall_share=1.0)
     assert out.memory_blocks == ("summary",)
     assert out.tokens_forwarded == count_messages(out.messages, TOK) <= budget
 
@@ -569,15 +582,17 @@ HISTORY_IDS = ("m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8")  # q1 a1 q2 a2 q3
     (fact("f1", "said in a3", "m6"), True),           # the window does not state facts
 ])
 def test_recollection_already_in_the_window_is_not_sent_twice(item, shown):
-    out = run(HISTORY, history_ids=HISTORY_IDS, turns=2, memory=MemoryContext(recalled=(item,)))
+    out = run(ANCIENT + HISTORY, history_ids=ANCIENT_IDS + HISTORY_IDS, turns=2,
+              memory=MemoryContext(recalled=(item,)), budget=budget_with_room(900))
     assert out.messages[1:5] == T3 + T4
     assert out.recalled_ids == ((item.id,) if shown else ())
 
 
 def test_dedupe_is_against_the_window_as_kept():
     item = turn("m5", "q3 a3", 5, "m5", "m6")
-    assert run(HISTORY, history_ids=HISTORY_IDS, turns=1,
-               memory=MemoryContext(recalled=(item,))).recalled_ids == ("m5",)
+    assert run(ANCIENT + HISTORY, history_ids=ANCIENT_IDS + HISTORY_IDS, turns=1,
+               memory=MemoryContext(recalled=(item,)),
+               budget=budget_with_room(900)).recalled_ids == ("m5",)
 
 
 def test_without_history_ids_nothing_is_deduplicated():
@@ -607,7 +622,7 @@ def test_a_recollection_repeated_is_shown_once():
 def test_recalled_chunk_already_in_the_summary_block_is_not_sent_twice():
     memory = MemoryContext(summary_chunks=("They prefer trains.",),
                            recalled=(chunk("c1", "They prefer\ntrains.", 0), LOCATION))
-    assert run((), memory=memory).recalled_ids == ("f1",)
+    assert run(ANCIENT, memory=memory, budget=budget_with_room(900)).recalled_ids == ("f1",)
 
 
 # --- values ------------------------------------------------------------------------------------
@@ -636,7 +651,8 @@ def test_rewrite_is_deterministic():
 
 def test_summarised_turns_are_not_forwarded_again_when_the_summary_is_shown():
     memory = MemoryContext(summary_chunks=("q1 and q2 were asked.",), summarized_through="m4")
-    out = run(HISTORY, memory=memory, history_ids=HISTORY_IDS)
+    out = run(ANCIENT + HISTORY, memory=memory, history_ids=ANCIENT_IDS + HISTORY_IDS,
+              budget=budget_with_room(900))
     assert out.memory_blocks == ("summary",)
     assert out.messages[len(INSTR) + 1:-len(NOW)] == T3 + T4
 
@@ -673,6 +689,32 @@ def test_recalled_items_of_one_date_share_a_date_line():
 def test_the_newest_turn_is_served_before_recall_takes_its_share():
     item = Recollection("turn", "old", words(300, "r"), ("old",), 0, 1.0)
     budget = budget_for(*INSTR, *T4, *NOW) + 40
-    out = run(HISTORY, memory=MemoryContext(recalled=(item,)), history_ids=HISTORY_IDS,
-              budget=budget, recall_share=1.0)
+    out = run(ANCIENT + HISTORY, memory=MemoryContext(recalled=(item,)),
+              history_ids=ANCIENT_IDS + HISTORY_IDS, budget=budget, recall_share=1.0)
     assert out.messages[len(INSTR):-len(NOW)] == T4  # recall would have taken everything
+
+
+# --- never more tokens than needed ----------------------------------------------------------------
+
+def test_a_history_that_fits_gets_only_memory_from_outside_it():
+    own = turn("m3", "q2", 3, "m3")                  # this conversation's: in the history
+    own_chunk = chunk("c1", "q1 and q2 were asked.", 1, "m1", "m3")
+    elsewhere = turn("other/t1", "[8 May, 2023] I adopted a cat.", 0, "t1")
+    memory = MemoryContext(summary_chunks=("q1 and q2 were asked.",), summarized_through="m4",
+                           profile="Answers: short.",
+                           recalled=(own, own_chunk, LOCATION, elsewhere))
+    out = run(HISTORY, memory=memory, history_ids=HISTORY_IDS)
+    profile, recalled = render_profile("Answers: short."), render_recalled((LOCATION, elsewhere))
+    assert out.messages == INSTR + (profile,) + HISTORY + (recalled,) + NOW
+    assert out.memory_blocks == ("profile", "recalled") and out.summary_chunks == 0
+    assert out.tokens_forwarded == out.tokens_original + cost(profile) + cost(recalled)
+
+
+def test_a_recalled_item_saying_what_the_window_says_is_not_sent_again():
+    echo = turn("other/t1", "q4", 0, "t1")           # same words as a window message
+    first, again = turn("other/t2", "[1 May, 2023] pasta", 1, "t2"), turn(
+        "other/t3", "[2 May, 2023] pasta", 2, "t3")  # same words, other dates
+    out = run(ANCIENT + HISTORY, history_ids=ANCIENT_IDS + HISTORY_IDS, turns=2,
+              memory=MemoryContext(recalled=(echo, first, again)), budget=budget_with_room(900))
+    assert out.messages[1:5] == T3 + T4
+    assert out.recalled_ids == ("other/t2",)

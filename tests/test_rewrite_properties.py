@@ -22,6 +22,7 @@ from gateway.core.memory import (
     render_profile,
     render_recalled,
     render_summary,
+    split_anchor,
 )
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
@@ -166,6 +167,12 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
         return
     assert out.tokens_forwarded <= budget
 
+    forwardable = forwardable_history(history)
+    if count_messages(instructions + forwardable + current, tok) <= budget:
+        check_whole_history(request, out, forwardable)
+        check_tool_calls_travel_with_their_results(messages)
+        return
+
     # The middle: [summary] [profile] [recent history] [recalled].
     middle = messages[len(instructions):len(messages) - len(current)]
     n_head = sum(1 for name in out.memory_blocks if name != "recalled")
@@ -186,6 +193,34 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
     check_tool_calls_travel_with_their_results(messages)
     check_window_starts_at_a_turn(history, window)
     check_window_is_as_long_as_it_may_be(request, out, window, window_room, tok)
+
+
+def forwardable_history(history: tuple[Message, ...]) -> tuple[Message, ...]:
+    """The history without the tool results at its start (their call is not there)."""
+    start = 0
+    while start < len(history) and history[start].role in ("tool", "function"):
+        start += 1
+    return history[start:]
+
+
+def check_whole_history(request: RewriteRequest, out: Rewrite,
+                        forwardable: tuple[Message, ...]) -> None:
+    """All the forwardable history fits: it goes whole and verbatim, with only memory from
+    outside it (profile, recalled items not stemming from it), never a summary."""
+    messages, instructions, current = out.messages, request.instructions, request.current
+    middle = messages[len(instructions):len(messages) - len(current)]
+    assert "summary" not in out.memory_blocks and out.summary_chunks == 0
+    n_head, n_tail = int("profile" in out.memory_blocks), int("recalled" in out.memory_blocks)
+    window = middle[n_head:len(middle) - n_tail]
+    assert window == forwardable and all(a is b for a, b in zip(window, forwardable))
+    assert (out.history_kept, out.truncated) == (len(forwardable), 0)
+    assert out.tokens_forwarded <= out.tokens_original + out.profile_tokens + out.recalled_tokens
+    ids = {i for i in request.history_ids if i is not None}
+    by_id = {(r.id): r for r in request.memory.recalled}
+    for shown in out.recalled_ids:
+        r = by_id[shown]
+        assert r.kind == "fact" or (r.id not in ids and not (
+            r.source_ids and ids.issuperset(r.source_ids)))
 
 
 def check_kept_message(kept: Message, original: Message, limit: int, tok: Tokenizer) -> None:
@@ -310,7 +345,17 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
         return r.kind != "fact" and ((r.kind == "turn" and r.id in shown) or (
             bool(r.source_ids) and shown.issuperset(r.source_ids)))
 
-    eligible = [r for r in offered if not in_window(r)]
+    # Nor a turn or chunk saying what a window message or a higher-ranked item says.
+    texts = {one_line(m.text) for m in window} - {""}
+    eligible = []
+    for r in offered:
+        text = split_anchor(one_line(r.text))[1]
+        if r.kind != "fact" and text in texts:
+            continue
+        if not in_window(r):
+            eligible.append(r)
+            if r.kind != "fact":
+                texts.add(text)
     by_id = {r.id: r for r in memory.recalled}
     kept = [by_id[i] for i in out.recalled_ids]
     assert all(r in eligible for r in kept)

@@ -72,23 +72,37 @@ def recall_reservation(recalled: Sequence[Recollection], limit: int,
 
 
 def drop_redundant(recalled: Sequence[Recollection], window_ids: frozenset[str],
-                   summary: Sequence[str]) -> tuple[Recollection, ...]:
+                   summary: Sequence[str],
+                   shown_texts: frozenset[str] = frozenset()) -> tuple[Recollection, ...]:
     """The recollections not already before the model, in rank order. Dropped: a turn whose id
     is a message id of the recent window; a turn or chunk all of whose (non-empty) source ids
-    are; a chunk whose text is a summary chunk being forwarded; a repeat of an item (same kind
-    and id) ranked higher. Facts are never redundant with the window: it does not state them."""
+    are; a chunk whose text is a summary chunk being forwarded; a turn or chunk whose text
+    (without its date anchor, on one line) is one of `shown_texts` (the window's messages, so
+    a reply that repeats its question verbatim is not shown again) or that of an item ranked
+    higher; a repeat of an item (same kind and id) ranked higher. Facts are never redundant
+    with the window: it does not state them."""
     summary_texts = {one_line(s) for s in summary}
     seen: set[tuple[str, str]] = set()
+    texts = set(shown_texts)
     kept = []
     for r in recalled:
+        text = split_anchor(one_line(r.text))[1]
         shown = r.kind != "fact" and (
             (r.kind == "turn" and r.id in window_ids)
             or (bool(r.source_ids) and window_ids.issuperset(r.source_ids))
-            or (r.kind == "chunk" and one_line(r.text) in summary_texts))
+            or (r.kind == "chunk" and one_line(r.text) in summary_texts)
+            or text in texts)
         if not shown and (r.kind, r.id) not in seen:
             kept.append(r)
             seen.add((r.kind, r.id))
+            if r.kind != "fact":
+                texts.add(text)
     return tuple(kept)
+
+
+def shown_texts(messages: Sequence[Message]) -> frozenset[str]:
+    """The one-line texts of messages before the model (what `drop_redundant` compares)."""
+    return frozenset(t for m in messages if (t := one_line(m.text)))
 
 
 def pack_recalled(recalled: Sequence[Recollection], limit: int,

@@ -8,6 +8,11 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
 - instructions and the current turn are forwarded verbatim and never dropped, even when they
   alone exceed the budget (then `over_budget` is set and nothing else is added);
 - otherwise the forwarded prompt, counted with `count_messages`, fits `policy.prompt_budget`;
+- when all of the history that can be forwarded (tool results without their call cannot) fits
+  whole, it is forwarded whole and verbatim — no turn cap, no shortening, no summary block —
+  plus only what memory knows from outside it: the profile and recalled items not all of
+  whose sources are in the history, so `tokens_forwarded` is at most the conversation's own
+  cost plus that outside memory. The rules below are for a history that does not fit:
 - recent history is a contiguous suffix of the history, chronological, at most
   `policy.max_recent_turns` user turns, starting at a user message — except when not even the
   newest turn fits whole: then the newest messages of that turn that fit are forwarded alone
@@ -23,7 +28,8 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
   The recalled block then gets the reservation plus whatever the window left unused, packed
   best first, skipping what does not fit; a share a block does not use goes to the window;
 - nothing is shown twice: a recalled turn is never one of the window's messages (by id), nor a
-  recalled chunk whose source messages are all in the window (see `packing.drop_redundant`);
+  recalled chunk whose source messages are all in the window, nor an item whose text is a
+  window message's text or a higher-ranked item's (see `packing.drop_redundant`);
 - with empty memory and everything fitting, the output is exactly instructions + history +
   current, the same `Message` values.
 """
@@ -42,6 +48,7 @@ from gateway.core.packing import (
     pack_summary,
     recall_reservation,
     share,
+    shown_texts,
 )
 from gateway.core.policy import ContextPolicy
 from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message
@@ -132,6 +139,11 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     # Anything added makes the prompt non-empty, so the reply priming is always paid.
     room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
     memory = request.memory
+    forwardable = tuple(m for unit in _units(request.history) for m in unit)
+    forwardable_cost = _sum_cost(forwardable, tokenizer)
+    if forwardable_cost <= room:
+        return _whole_history(request, forwardable, room - forwardable_cost, tokens_original,
+                              fixed_cost + forwardable_cost, tokenizer)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
     summary = pack_summary(memory.summary_chunks, share(policy.summary_share, room), tokenizer)
     left = room - summary.cost
@@ -145,7 +157,8 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     reserved = recall_reservation(offered, min(share(policy.recall_share, room),
                                                left - first.cost), tokenizer)
     window = _recent_window(candidates, left - reserved, policy, tokenizer)
-    offered = drop_redundant(offered, _window_ids(request, window), ())
+    offered = drop_redundant(offered, _window_ids(request, window), (),
+                             shown_texts(window.messages))
     recalled = pack_recalled(offered, left - window.cost, tokenizer)
 
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
@@ -171,6 +184,37 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         recalled=len(recalled.items),
         recalled_ids=tuple(r.id for r in recalled.items),
         summary_tokens=summary.cost,
+        profile_tokens=profile.cost,
+        recalled_tokens=recalled.cost,
+    )
+
+
+def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
+                   tokens_original: int, fixed_cost: int, tokenizer: Tokenizer) -> Rewrite:
+    """The history fits: all of it (`history`: what of it can be forwarded), verbatim, plus
+    only what memory knows from outside it — the profile and recalled items none of whose
+    sources it holds (facts, other conversations) — in the room `left`. Never a summary of
+    turns it shows, so the prompt costs at most the conversation plus that outside memory."""
+    profile = pack_profile(request.memory.profile, left, tokenizer)
+    ids = frozenset(i for i in request.history_ids if i is not None)
+    offered = drop_redundant(request.memory.recalled, ids, (), shown_texts(history))
+    recalled = pack_recalled(offered, left - profile.cost, tokenizer)
+    blocks: tuple[tuple[BlockName, Message | None], ...] = (
+        ("profile", profile.block), ("recalled", recalled.block))
+    messages = (request.instructions + tuple(b for b in (profile.block,) if b is not None)
+                + history + tuple(b for b in (recalled.block,) if b is not None)
+                + request.current)
+    return Rewrite(
+        messages=messages,
+        tokens_original=tokens_original,
+        tokens_forwarded=_total(fixed_cost + profile.cost + recalled.cost, bool(messages)),
+        recent_turns=sum(1 for m in history if m.role == "user"),
+        history_kept=len(history),
+        truncated=0,
+        over_budget=False,
+        memory_blocks=tuple(name for name, block in blocks if block is not None),
+        recalled=len(recalled.items),
+        recalled_ids=tuple(r.id for r in recalled.items),
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
     )
