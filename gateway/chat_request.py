@@ -8,6 +8,8 @@ offending parameter, so the client gets a 400 in OpenAI's error shape and never 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +41,77 @@ class ChatRequest:
         return tuple(m for m in self.messages if not m.is_instruction)
 
 
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of arrays and objects a body may have. Real requests (tool schemas
+included) stay far below; deeper bodies are refused before anything recurses over them."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object of well-formed Unicode, or `BadRequest`.
+
+    A lone UTF-16 surrogate (`"\\ud800"`, typically an emoji cut in half by a client that
+    truncates JavaScript strings) is valid JSON but not text: it cannot be encoded as UTF-8,
+    so neither the store nor the reply could carry it. It is replaced by U+FFFD, the
+    replacement character every UTF-8 decoder uses for broken input: the request goes through
+    and its turn is recorded, the same way on every resend (so transcripts still match).
+    """
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # Decoded here, strictly: json.loads(bytes) would also take UTF-16/32 and let
+        # encoded surrogates through ('surrogatepass').
+        text = raw.decode("utf-8-sig")
+        body = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except ValueError as exc:  # decoding, syntax, an integer of more than 4,300 digits
         raise BadRequest(f"The request body is not valid JSON: {exc}", code="invalid_json")
+    except RecursionError:  # the C parser recurses once per level
+        raise BadRequest(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.",
+                         code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.", code="invalid_json")
+    # Cheap guards first: a body with few brackets cannot be deep; strict UTF-8 cannot hold a
+    # surrogate, only a \u escape can.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
+        _check_depth(body)
+    if _SURROGATE_ESCAPE.search(text):
+        body = _replace_surrogates(body)
     return body
+
+
+def _no_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; Python accepts them, the upstream and our replies would not.
+    raise BadRequest(f"The request body is not valid JSON: `{name}` is not a JSON value.",
+                     code="invalid_json")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999: parsed as infinity, which no JSON encoder writes back
+        raise BadRequest(f"The request body is not valid JSON: {text[:40]} is out of range.",
+                         code="invalid_json")
+    return value
+
+
+def _check_depth(body: Any) -> None:
+    stack = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise BadRequest(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.",
+                             code="invalid_json")
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def _replace_surrogates(value: Any) -> Any:
+    """A copy with every lone surrogate replaced (depth already bounded)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def parse_chat_request(body: dict[str, Any]) -> ChatRequest:

@@ -10,13 +10,13 @@ visible, exportable and erasable (`tenant_memory` in the settings says if it is 
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.chat_request import parse_body
 from gateway.core.ids import ConversationKey, valid_id
 from gateway.errors import BadRequest, NotFound, PayloadTooLarge
 from gateway.memory.control import MemoryControl
@@ -85,15 +85,12 @@ async def _settings_change(request: Request) -> dict[str, bool]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes.")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes.")
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}", code="invalid_json")
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.", code="invalid_json")
+    raw = bytearray()
+    async for chunk in request.stream():  # bounded also without a Content-Length
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes.")
+    body = parse_body(bytes(raw))  # the chat endpoint's rules: depth, encoding, an object
     for name, value in body.items():
         if name not in SETTINGS:
             raise BadRequest(f"Unknown setting `{name}`; known: {', '.join(SETTINGS)}.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,7 @@ async def chat_completions(request: Request) -> Response:
         gateway.pipeline.finish(log)
         return error_response(exc, log.headers())
     gateway.pipeline.finish(log)
-    return JSONResponse(answer, headers=log.headers())
+    return UnicodeSafeJSON(answer, headers=log.headers())
 
 
 async def list_models(request: Request) -> Response:
@@ -128,8 +129,19 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
+class UnicodeSafeJSON(JSONResponse):
+    """Starlette's JSON response, but a lone surrogate in the content (an upstream may send
+    one back as a \\u escape) is written as that escape instead of failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
+
+
 def error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+    return UnicodeSafeJSON(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:

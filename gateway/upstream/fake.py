@@ -75,6 +75,33 @@ def error_body(behaviour: Behaviour) -> dict[str, Any]:
                       "type": type_, "param": None, "code": code}}
 
 
+def request_problem(body: dict[str, Any]) -> tuple[str, str] | None:
+    """(message, param) of what a real OpenAI upstream would refuse with 400 among the fields
+    the fake reads, or None. The fake must answer hostile input as a 4xx, never crash."""
+    if not isinstance(body.get("messages", []), list):
+        return "Invalid type for 'messages': expected an array.", "messages"
+    if body.get("stream") is not None and not isinstance(body.get("stream"), bool):
+        return "Invalid type for 'stream': expected a boolean.", "stream"
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            return "Invalid type for 'stream_options': expected an object.", "stream_options"
+        if not isinstance(options.get("include_usage", False), bool):
+            return ("Invalid type for 'stream_options.include_usage': expected a boolean.",
+                    "stream_options.include_usage")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(
+                isinstance(t, dict) and isinstance(t.get("function", {}), dict) for t in tools):
+            return "Invalid type for 'tools': expected an array of tool objects.", "tools"
+    return None
+
+
+def bad_request_body(message: str, param: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param,
+                      "code": None}}
+
+
 class FakeModel:
     """Turns a chat request into the fake's OpenAI-shaped answer (no I/O, no sleeping)."""
 
@@ -167,6 +194,7 @@ class FakeUpstream:
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
         behaviour = behaviour_for(call.model)
+        _check(call.body)
         if behaviour.delay:
             await asyncio.sleep(behaviour.delay)
         if behaviour.kind == "error":
@@ -175,6 +203,7 @@ class FakeUpstream:
 
     async def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
         behaviour = behaviour_for(call.model)
+        _check(call.body)  # like an error behaviour: from the first __anext__
         if behaviour.kind == "error":
             raise _error(behaviour)  # from the first __anext__, before any chunk
         chunks = self._model.chunks(behaviour, call.body)
@@ -195,6 +224,13 @@ def _error(behaviour: Behaviour) -> UpstreamError:
     return UpstreamError(body["error"]["message"], status=behaviour.status, upstream_body=body)
 
 
+def _check(body: dict[str, Any]) -> None:
+    problem = request_problem(body)
+    if problem is not None:
+        raise UpstreamError(problem[0], status=400,
+                            upstream_body=bad_request_body(*problem))
+
+
 def _new_id() -> str:
     return "chatcmpl-fake-" + uuid.uuid4().hex[:20]
 
@@ -210,8 +246,8 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content
-                       if isinstance(part, dict) and part.get("type") == "text")
+        return "".join(part["text"] for part in content if isinstance(part, dict)
+                       and part.get("type") == "text" and isinstance(part.get("text"), str))
     return ""
 
 

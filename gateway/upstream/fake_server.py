@@ -17,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.upstream.fake import BEHAVIOURS, FakeModel, behaviour_for, error_body, stream_pause
+from gateway.upstream.fake import (BEHAVIOURS, FakeModel, bad_request_body, behaviour_for,
+                                   error_body, request_problem, stream_pause)
 
 
 def create_fake_app() -> Starlette:
@@ -27,13 +28,16 @@ def create_fake_app() -> Starlette:
     async def chat_completions(request: Request) -> Response:
         try:
             body = json.loads(await request.body())
-        except ValueError:
+        except (ValueError, RecursionError):
             return _bad_request("The request body is not valid JSON.")
-        if not isinstance(body, dict) or not isinstance(body.get("messages", []), list):
+        if not isinstance(body, dict):
             return _bad_request("Expected a JSON object with a `messages` array.")
+        problem = request_problem(body)
+        if problem is not None:
+            return _JSON(bad_request_body(*problem), status_code=400)
         behaviour = behaviour_for(str(body.get("model") or "echo"))
         if behaviour.kind == "error":
-            return JSONResponse(error_body(behaviour), status_code=behaviour.status)
+            return _JSON(error_body(behaviour), status_code=behaviour.status)
         if body.get("stream"):
             chunks = model.chunks(behaviour, body)
             return StreamingResponse(_sse(chunks, stream_pause(behaviour, len(chunks))),
@@ -41,16 +45,16 @@ def create_fake_app() -> Starlette:
                                      headers={"cache-control": "no-cache"})
         if behaviour.delay:
             await asyncio.sleep(behaviour.delay)
-        return JSONResponse(model.completion(behaviour, body))
+        return _JSON(model.completion(behaviour, body))
 
     async def models(request: Request) -> Response:
         created = int(time.time())
-        return JSONResponse({"object": "list", "data": [
+        return _JSON({"object": "list", "data": [
             {"id": name, "object": "model", "created": created, "owned_by": "context-gateway-fake"}
             for name in BEHAVIOURS]})
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return _JSON({"status": "ok"})
 
     return Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
@@ -71,10 +75,23 @@ async def _sse(chunks: list[dict[str, Any]], pause: float) -> AsyncIterator[byte
     for chunk in chunks:
         if pause:
             await asyncio.sleep(pause)
-        yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+        yield b"data: " + _dumps(chunk) + b"\n\n"
     yield b"data: [DONE]\n\n"
 
 
+class _JSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return _dumps(content)
+
+
+def _dumps(content: Any) -> bytes:
+    """UTF-8 JSON; `\\u` escapes when the content holds a lone surrogate (echoed input)."""
+    try:
+        return json.dumps(content, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(content).encode()
+
+
 def _bad_request(message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
+    return _JSON({"error": {"message": message, "type": "invalid_request_error",
                                    "param": None, "code": None}}, status_code=400)
