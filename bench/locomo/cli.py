@@ -2,11 +2,12 @@
 
     python -m bench locomo [--data PATH] [--conversations ID,...] [--limit N]
                            [--budgets 1000,2000,4000] [--modes stateless,stateful,sessions]
-                           [--store URL] [--concurrency N] [--dump-prompts FILE.jsonl]
+                           [--store URL] [--concurrency N] [--gateway-processes N]
+                           [--dump-prompts FILE.jsonl]
                            --out FILE.json
 
-The gateway runs in a child process (uvicorn on a loopback port, background recorder)
-against a store: by default an embedded Valkey in a fresh temporary directory, removed
+The gateway runs in child processes (replicas; uvicorn on loopback ports, background
+recorders) against one store: by default an embedded Valkey in a fresh temporary directory, removed
 afterwards. `--dump-prompts` writes one JSON line per probe: `{conversation, qa, strategy,
 mode, budget, messages}` (the messages forwarded upstream). Progress goes to stderr; the
 markdown report is printed at the end.
@@ -34,7 +35,7 @@ from bench.locomo.data import Conversation, file_sha256, load
 from bench.locomo.replay import MODES, Outcome, PromptDump, Replayer, gateway_config
 from bench.locomo.results import rows
 from bench.locomo.retrieval import RRF_K
-from bench.locomo.server import gateway_process
+from bench.locomo.server import gateway_processes
 from gateway.store.embedded import EmbeddedRedis
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,14 +63,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="redis:// or unix:// URL (default: embedded Valkey in a temp dir)")
     parser.add_argument("--concurrency", type=int, default=24,
                         help="probe requests in flight (default: %(default)s)")
+    parser.add_argument("--gateway-processes", type=int, default=1,
+                        help="gateway replicas, each in its own process (default: %(default)s)")
     parser.add_argument("--dump-prompts", type=Path, default=None, metavar="FILE.jsonl",
                         help="write every probe's forwarded messages, one JSON line each")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
         parser.error(f"unknown modes {sorted(bad)}; choose from {', '.join(MODES)}")
-    if args.concurrency < 1:
-        parser.error("concurrency must be at least 1")
+    if args.concurrency < 1 or args.gateway_processes < 1:
+        parser.error("concurrency and gateway processes must be at least 1")
     if not args.budgets or min(args.budgets) <= 0:
         parser.error("budgets must be positive integers")
     return args
@@ -102,7 +105,7 @@ def _progress(text: str) -> None:
 
 
 def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes: Sequence[str],
-        limit: int | None, store: str | None, concurrency: int,
+        limit: int | None, store: str | None, concurrency: int, processes: int,
         dump: PromptDump | None) -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation."""
     tmp = embedded = None
@@ -112,9 +115,9 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         embedded.start()
         store = embedded.url
     try:
-        with gateway_process(gateway_config(store, budgets)) as url:
-            _progress(f"gateway serving at {url} (child process)")
-            replayer = Replayer(url, store, budgets, modes, progress=_progress, dump=dump,
+        with gateway_processes(gateway_config(store, budgets), processes) as urls:
+            _progress(f"gateway serving at {', '.join(urls)} (child processes)")
+            replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
                                 concurrency=concurrency)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
@@ -140,10 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.dump_prompts, "w", encoding="utf-8") as file:
             outcomes = run(conversations, budgets=args.budgets, modes=args.modes,
                            limit=args.limit, store=args.store, concurrency=args.concurrency,
+                           processes=args.gateway_processes,
                            dump=PromptDump(file))
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
-                       store=args.store, concurrency=args.concurrency, dump=None)
+                       store=args.store, concurrency=args.concurrency,
+                           processes=args.gateway_processes, dump=None)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
@@ -157,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "retrieval_baselines": f"bm25s over gateway.core.lexical tokens; USE "
                                           f"multilingual v3; hybrid = RRF k={RRF_K}",
                    "concurrency": args.concurrency,
+                   "gateway_processes": args.gateway_processes,
                    "dump_prompts": None if args.dump_prompts is None
                    else str(args.dump_prompts)},
         "started": started.isoformat(timespec="seconds"),
@@ -172,6 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 str(b): sum(o.mode_mismatches.get(b, 0) for o in outcomes) for b in args.budgets},
             "token_header_mismatches": sum(o.header_mismatches for o in outcomes),
         },
+        "counts_note": "REFERENCE.md counts 755 questions with evidence and 236 eligible "
+                       "answers on the dev split; this harness finds 755 and 237: its history "
+                       "is the client's rendering (photo captions included, "
+                       "`[shares a photo: ...]`), where one more answer occurs verbatim "
+                       "(without captions: 228).",
     }
     results = rows(outcomes)
     out = args.out

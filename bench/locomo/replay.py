@@ -26,6 +26,7 @@ conversation (gateway) or the prompts a baseline would have sent at each replay 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import threading
@@ -135,13 +136,14 @@ class PromptDump:
 
 
 class Replayer:
-    """Replays conversations through a running gateway at `base_url`."""
+    """Replays conversations through running gateway replicas at `base_urls`: each
+    (conversation, mode, budget) stream sticks to one replica, round-robin."""
 
-    def __init__(self, base_url: str, store_url: str, budgets: Sequence[int],
+    def __init__(self, base_urls: Sequence[str], store_url: str, budgets: Sequence[int],
                  modes: Sequence[str], *, progress: Callable[[str], None] = lambda _: None,
                  dump: PromptDump | None = None, concurrency: int = 24,
                  drain_timeout: float = 600.0) -> None:
-        self.base_url = base_url
+        self.base_urls = tuple(base_urls)
         self.store_url = store_url
         self.budgets = tuple(budgets)
         self.modes = tuple(modes)
@@ -177,20 +179,24 @@ class Replayer:
         gate = asyncio.Semaphore(self.concurrency)
         limits = httpx.Limits(max_connections=self.concurrency + 64,
                               max_keepalive_connections=self.concurrency + 64)
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=600.0,
-                                     limits=limits) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=600.0, limits=limits))
+                for url in self.base_urls]
+            streams = [(w, mode, b) for w in work for mode in self.modes for b in self.budgets]
+            client = {(id(w), mode, b): clients[i % len(clients)]
+                      for i, (w, mode, b) in enumerate(streams)}
             started = time.perf_counter()
-            await _all(self._replay(client, w, mode, b)
-                       for w in work for mode in self.modes for b in self.budgets)
+            await _all(self._replay(client[(id(w), mode, b)], w, mode, b)
+                       for w, mode, b in streams)
             requests = sum(w.outcome.requests for w in work)
             self.progress(f"replayed {requests} requests in {time.perf_counter() - started:.1f}s")
             started = time.perf_counter()
             await self._drained()
             self.progress(f"memory drained in {time.perf_counter() - started:.1f}s")
             started = time.perf_counter()
-            await _all(self._probe(client, gate, w, q, mode, b)
-                       for w in work for mode in self.modes for b in self.budgets
-                       for q in w.questions)
+            await _all(self._probe(client[(id(w), mode, b)], gate, w, q, mode, b)
+                       for w, mode, b in streams for q in w.questions)
             probes = sum(len(w.questions) for w in work) * len(self.modes) * len(self.budgets)
             self.progress(f"probed {probes} questions in {time.perf_counter() - started:.1f}s")
 

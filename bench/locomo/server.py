@@ -1,8 +1,11 @@
-"""Running the gateway under test in a child process, so the harness's own work (HTTP client,
+"""Running the gateway under test in child processes, so the harness's own work (HTTP client,
 scoring, baselines, embeddings) does not share the gateway's GIL.
 
-    with gateway_process(config_data) as base_url:
+    with gateway_processes(config_data, 2) as base_urls:
         ...
+
+Several children are replicas over the same store (each with its own recorder and memory
+worker consuming the shared record stream), as the gateway runs scaled out.
 
 The child (multiprocessing, spawn) parses the config, builds the app with the stateless
 EchoUpstream and serves it on a loopback port (gateway.inprocess.serve: the lifespan runs, so
@@ -13,7 +16,7 @@ serves until the parent says stop (or goes away).
 from __future__ import annotations
 
 import multiprocessing
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Iterator
 
@@ -70,3 +73,10 @@ def gateway_process(config_data: dict[str, Any]) -> Iterator[str]:
             process.terminate()
             process.join(5)
         parent.close()
+
+
+@contextmanager
+def gateway_processes(config_data: dict[str, Any], count: int) -> Iterator[list[str]]:
+    """`count` gateway replicas (see gateway_process); yields their base URLs."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(gateway_process(config_data)) for _ in range(count)]
