@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.pii import cn_id_checksum_ok, find_pii, luhn_ok, redact
+from gateway.core.pii import cn_id_checksum_ok, find_pii, iban_ok, luhn_ok, redact
 
 CN_ID = "11010519491231002X"        # valid checksum (GB 11643 sample)
 CN_ID_BAD = "110105194912310021"    # same digits, wrong check character
 VISA = "4111 1111 1111 1111"        # Luhn-valid test card
 UNIONPAY = "6222021234567890128"    # 19 digits, Luhn-valid
+IBAN_DE = "DE89 3704 0044 0532 0130 00"  # the registry's examples: valid mod-97
+IBAN_GB = "GB82WEST12345698765432"
 
 
 def test_checks_used_to_limit_false_positives():
@@ -56,6 +58,82 @@ def test_dates_amounts_and_numbers_without_pii_shape_stay(text):
     assert redact(text) == text
 
 
+def test_iban_check_is_mod_97_with_the_country_length():
+    assert iban_ok("DE89370400440532013000") and iban_ok(IBAN_GB)
+    assert iban_ok("FR1420041010050500013M02606") and iban_ok("nl91abna0417164300")
+    assert not iban_ok("DE88370400440532013000")       # check digits off by one
+    assert not iban_ok("DE8937040044053201300")        # a character short for DE
+    assert not iban_ok("ZZ89370400440532013000")       # no such country
+
+
+# True positives: each text, and what memory stores of it.
+TRUE_POSITIVES = [
+    # IBAN: compact or grouped, whatever follows, Chinese context
+    (f"IBAN {IBAN_DE} EUR", "IBAN [IBAN] EUR"),
+    ("pay to GB82 WEST 1234 5698 7654 32.", "pay to [IBAN]."),
+    ("我的IBAN是DE89370400440532013000，请转账", "我的IBAN是[IBAN]，请转账"),
+    ("IBAN: FR14 2004 1010 0505 0001 3M02 606", "IBAN: [IBAN]"),
+    ("Konto NL91ABNA0417164300 bitte", "Konto [IBAN] bitte"),
+    ("CH93 0076 2011 6238 5295 7", "[IBAN]"),
+    # IP addresses
+    ("server at 203.0.113.7:8080", "server at [IP_ADDRESS]:8080"),
+    ("客户IP是 58.246.10.3，", "客户IP是 [IP_ADDRESS]，"),
+    ("home router 192.168.1.23", "home router [IP_ADDRESS]"),
+    ("IPv6 2001:db8::8a2e:370:7334 here", "IPv6 [IP_ADDRESS] here"),
+    ("link fe80::1ff:fe23:4567:890a", "link [IP_ADDRESS]"),
+    ("2001:0db8:85a3:0000:0000:8a2e:0370:7334", "[IP_ADDRESS]"),
+    # SWIFT/BIC: after the keyword, or alone in the strict 11-character form
+    ("SWIFT: DEUTDEFF", "SWIFT: [SWIFT_BIC]"),
+    ("BIC DEUTDEFF500", "BIC [SWIFT_BIC]"),
+    ("银行SWIFT代码BKCHCNBJ", "银行SWIFT代码[SWIFT_BIC]"),
+    ("use CHASUS33XXX please", "use [SWIFT_BIC] please"),
+    ("swift code is bofaus3n? no: BOFAUS3N", "swift code is bofaus3n? no: [SWIFT_BIC]"),
+    # passports: only near a keyword
+    ("my passport number is E12345678", "my passport number is [PASSPORT]"),
+    ("护照号码：G12345678", "护照号码：[PASSPORT]"),
+    ("Reisepass-Nr. C01X00T47", "Reisepass-Nr. [PASSPORT]"),
+    ("パスポート番号 TK1234567", "パスポート番号 [PASSPORT]"),
+    ("Passport: 123456789", "Passport: [PASSPORT]"),
+    # the earlier kinds keep working next to the new ones
+    (f"IBAN {IBAN_GB}, card {VISA}, tel 13812345678",
+     "IBAN [IBAN], card [BANK_CARD], tel [PHONE]"),
+]
+
+# False positives that must stay: ordinary words, years, prices, versions, times, code.
+FALSE_POSITIVES = [
+    "wrong DE88 3704 0044 0532 0130 00",       # IBAN shape, failing mod-97
+    "ISBN 978-3-16-148410-0 and DE12 are not IBANs",
+    "In 2024 the price rose to $1,299.99 (€1.199,00)",
+    "version 1.2.3.4", "v10.0.0.1", "Version 10.4.2 released", "Python 3.11.4",
+    "Ubuntu 22.04.3 LTS", "1.2.3.4.5", "999.1.1.1", "listen on 127.0.0.1 or 0.0.0.0",
+    "Meet at 10:30", "12:30:45", "std::vector<int>", "a[1::2]", "00:1A:2B:3C:4D:5E",
+    "ABSOLUTE", "INFORMATION", "DEUTDEFF", "GERMANY", "Taylor Swift MIDNIGHTS",
+    "The SWIFT network ABSOLUTELY", "SWIFT is a language; BIC pens", "PASSPORT CONTROL",
+    "passport photo 35x45 mm", "passport expires in 2030", "my passport is lost",
+    "I lost my passport in 2019 at gate B12", "flight CA1234 at 10:05, seat 12A",
+    "ID 123456", "ISO 8601", "COVID19", "HTTP/1.1 200 OK", "UTF-8", "HTTP 404",
+    "合同于2023年签订，金额30万元", "iPhone 15 Pro 售价 7999 元",
+]
+
+
+@pytest.mark.parametrize("text, expected", TRUE_POSITIVES)
+def test_new_identifiers_true_positives(text, expected):
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("text", FALSE_POSITIVES)
+def test_new_identifiers_false_positives_stay(text):
+    assert redact(text) == text
+
+
+def test_false_positive_rate_is_measured():
+    redacted = [t for t in FALSE_POSITIVES if redact(t) != t]
+    missed = [t for t, expected in TRUE_POSITIVES if redact(t) != expected]
+    print(f"pii table: {len(TRUE_POSITIVES)} true positives, {len(missed)} missed; "
+          f"{len(FALSE_POSITIVES)} false-positive traps, {len(redacted)} redacted")
+    assert redacted == [] and missed == []
+
+
 def test_find_pii_reports_kinds_and_original_text_in_order():
     text = f"mail a@b.io, phone 13912345678, id {CN_ID}, card {VISA}"
     spans = find_pii(text)
@@ -83,14 +161,17 @@ def test_redaction_is_idempotent(text):
 @given(st.text(st.characters(blacklist_categories=("Nd",), blacklist_characters="@＠"),
                max_size=120))
 def test_text_without_digits_or_at_sign_is_unchanged(text):
+    assume("swift" not in text.lower() and "bic" not in text.lower())
     assert redact(text) == text
     assert find_pii(text) == []
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["13812345678", CN_ID, VISA, "a@b.co", "2023-03-01", "5万元"]),
+@given(st.lists(st.sampled_from(["13812345678", CN_ID, VISA, "a@b.co", "2023-03-01", "5万元",
+                                 IBAN_DE, IBAN_GB, "203.0.113.7", "2001:db8::8a2e:370:7334"]),
                 max_size=8), st.sampled_from([" ", "，", "及", " and ", "\n"]))
 def test_no_identifier_survives_among_others(parts, separator):
     out = redact(separator.join(parts))
-    for secret in ("13812345678", CN_ID, VISA, "a@b.co"):
+    for secret in ("13812345678", CN_ID, VISA, "a@b.co", IBAN_DE, IBAN_GB, "203.0.113.7",
+                   "2001:db8::8a2e:370:7334"):
         assert secret not in out
