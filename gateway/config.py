@@ -113,9 +113,9 @@ class ContextConfig(Strict):
     """The newest turns kept before recalled memory takes its share of the budget."""
     # Shares of the room left after the client's system prompts and current message; what a
     # layer does not use flows to the recent turns (and what they leave, to recall).
-    summary_share: float = Field(0.1, ge=0, le=1)
+    summary_share: float = Field(0.0, ge=0, le=1)
     profile_share: float = Field(0.05, ge=0, le=1)
-    recall_share: float = Field(0.8, ge=0, le=1)
+    recall_share: float = Field(0.95, ge=0, le=1)
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> ContextConfig:
@@ -171,6 +171,14 @@ class TenantMemoryConfig(Strict):
     enabled: bool = True
     """Off: only the transcript's recent turns are used (no recall, summaries, facts, profile)."""
     recall_top_k: int = Field(50, ge=0, le=500)
+    """Older turns and chunks recalled per request (each may bring the turn after it)."""
+    recall_successors: bool = True
+    """A recalled turn brings the turn after it (a question its answer)."""
+    recall_rrf_k: int = Field(20, ge=1, le=1000)
+    """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
+    ranks of each weigh more)."""
+    facts_k: int = Field(6, ge=0, le=100)
+    """The user's facts offered with each request (identified users)."""
     summarizer_model: str | None = None
     """A model alias of this tenant summarising older turns; none: extractive summaries."""
     extractor_model: str | None = None
@@ -210,9 +218,20 @@ class MemoryWorkerConfig(Strict):
     lock_seconds: float = Field(60.0, gt=0)
 
 
+class IndexConfig(Strict):
+    """How turns are indexed for recall (for every tenant: one index per namespace). Both
+    measured on the LoCoMo dev split (README, "Memory quality"); switches for ablations."""
+
+    context_vectors: bool = True
+    """Embed each turn after the turn before it (a dense hit then ranks both)."""
+    stemming: bool = True
+    """Stem English words for BM25 ("researching" finds "research")."""
+
+
 class MemoryConfig(Strict):
     embedder: EmbedderConfig = EmbedderConfig()
     worker: MemoryWorkerConfig = MemoryWorkerConfig()
+    index: IndexConfig = IndexConfig()
 
 
 class Config(Strict):

@@ -386,7 +386,8 @@ RECALLED_TEXT = (
 
 
 def test_golden_request_with_memory():
-    out = run(ANCIENT + T3 + T4, memory=MEMORY, budget=budget_with_room(900))
+    out = run(ANCIENT + T3 + T4, memory=MEMORY, budget=budget_with_room(900),
+              summary_share=0.1, recall_share=0.8)
     assert [m.to_openai() for m in out.messages] == [
         {"role": "system", "content": "be brief"},
         {"role": "system", "content": SUMMARY_TEXT},
@@ -622,7 +623,8 @@ def test_a_recollection_repeated_is_shown_once():
 def test_recalled_chunk_already_in_the_summary_block_is_not_sent_twice():
     memory = MemoryContext(summary_chunks=("They prefer trains.",),
                            recalled=(chunk("c1", "They prefer\ntrains.", 0), LOCATION))
-    assert run(ANCIENT, memory=memory, budget=budget_with_room(900)).recalled_ids == ("f1",)
+    assert run(ANCIENT, memory=memory, budget=budget_with_room(900),
+               summary_share=0.1).recalled_ids == ("f1",)
 
 
 # --- values ------------------------------------------------------------------------------------
@@ -652,7 +654,7 @@ def test_rewrite_is_deterministic():
 def test_summarised_turns_are_not_forwarded_again_when_the_summary_is_shown():
     memory = MemoryContext(summary_chunks=("q1 and q2 were asked.",), summarized_through="m4")
     out = run(ANCIENT + HISTORY, memory=memory, history_ids=ANCIENT_IDS + HISTORY_IDS,
-              budget=budget_with_room(900))
+              budget=budget_with_room(900), summary_share=0.1)
     assert out.memory_blocks == ("summary",)
     assert out.messages[len(INSTR) + 1:-len(NOW)] == T3 + T4
 

@@ -2,8 +2,9 @@
 
 Each dataset turn is one document, rendered `[<session date>] <speaker>: <text>[ photo]`
 (the date of its session on every line). For a question, the turns are ranked by
-- `bm25`: BM25 (bm25s) over `gateway.core.lexical.tokens` — lowercase word tokens for
-  space-separated text, characters and bigrams for CJK (so Chinese works too);
+- `bm25`: BM25 (bm25s) over `gateway.core.lexical.tokens` without stemming, as REFERENCE.md
+  has it — lowercase word tokens for space-separated text, characters and bigrams for CJK (so
+  Chinese works too);
 - `dense`: cosine similarity of USE multilingual v3 embeddings (the gateway's UseEmbedder);
 - `hybrid`: reciprocal-rank fusion, k = 60, of the two rankings.
 A prompt of at most B tokens (PromptMeter, the harness's own count) is packed greedily by
@@ -91,7 +92,7 @@ class TurnRetriever:
         self.lines = turn_lines(conversation)
         self.embedder = embedder
         self._bm25 = bm25s.BM25()
-        self._bm25.index([lexical_tokens(line) or [""] for line in self.lines],
+        self._bm25.index([lexical_tokens(line, stem=False) or [""] for line in self.lines],
                          show_progress=False)
         self._vectors = embedder.embed(self.lines)
 
@@ -101,7 +102,7 @@ class TurnRetriever:
         similarities = queries @ self._vectors.T
         out = []
         for question, sims in zip(questions, similarities):
-            terms = lexical_tokens(question)
+            terms = lexical_tokens(question, stem=False)
             scores = (self._bm25.get_scores(terms) if terms
                       else np.zeros(len(self.lines), dtype=np.float32))
             bm25 = _order(scores)

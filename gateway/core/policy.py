@@ -22,11 +22,11 @@ class ContextPolicy:
     # Memory shares: fractions of the room left after instructions and the current turn (and
     # the reply priming). A share is a ceiling, not a reservation: what a block does not use
     # goes to the recent window. Validated by config.py, not here.
-    summary_share: float = 0.1
+    summary_share: float = 0.0
     """At most this much for the conversation summary block."""
     profile_share: float = 0.05
     """At most this much for the user profile block."""
-    recall_share: float = 0.8
+    recall_share: float = 0.95
     """Held back from the recent window for recalled items (less if they need less); the
     recalled block also gets whatever the window leaves unused."""
 

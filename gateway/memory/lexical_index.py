@@ -80,9 +80,11 @@ class Bm25LexicalIndex:
     """`LexicalIndex` over the store's texts. Call `close()` at shutdown."""
 
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
-                 max_namespaces: int = 256, max_documents: int = 500_000):
+                 max_namespaces: int = 256, max_documents: int = 500_000, stem: bool = True):
+        """`stem`: stem English words (gateway.core.lexical), in documents and queries."""
         self.redis = redis
         self.keys = keys
+        self.stem = stem
         self._cache: NamespaceCache[_Lexical] = NamespaceCache(max_namespaces, max_documents)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bm25")
         self._refreshing: dict[Namespace, asyncio.Task[_Lexical]] = {}
@@ -97,7 +99,7 @@ class Bm25LexicalIndex:
         lexical = await self._current(namespace)
         if lexical.bm25 is None or k <= 0:
             return []
-        token_ids = lexical.bm25.get_tokens_ids(tokens(query))
+        token_ids = lexical.bm25.get_tokens_ids(tokens(query, stem=self.stem))
         if not token_ids:
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
@@ -158,11 +160,10 @@ class Bm25LexicalIndex:
                 self._executor, self._tokenise_and_build, ids, docs, fresh, grouped), version
         return self._tokenise_and_build(ids, docs, fresh, grouped), version
 
-    @staticmethod
-    def _tokenise_and_build(ids: tuple[str, ...], docs: dict[str, list[str]],
+    def _tokenise_and_build(self, ids: tuple[str, ...], docs: dict[str, list[str]],
                             fresh: dict[str, str], grouped: bool) -> _Lexical:
         for item, text in fresh.items():
-            docs[item] = tokens(text)
+            docs[item] = tokens(text, stem=self.stem)
         return _build(ids, docs, grouped)
 
     async def _conversation_texts(

@@ -5,7 +5,7 @@ One recall: embed the question once, search the conversation namespace densely (
 lexically (BM25) — the lexical searches run while the question is being embedded — and, for an
 identified user, the user namespace (gateway/memory/user_index.py) the same way, leaving out
 the current conversation's items there (they come from the conversation namespace, which is
-fresher). One fused ranking (`gateway.core.fusion`: reciprocal-rank fusion, k=60, with a mild
+fresher). One fused ranking (`gateway.core.fusion`: reciprocal-rank fusion, k=20 by default, with a mild
 recency weight) over: the dense hits of both namespaces merged by similarity (one embedder,
 one scale), and each namespace's BM25 hits (BM25 scores of different corpora are not on one
 scale; their ranks are). Then drop what the request already shows and return the best k.
@@ -70,10 +70,12 @@ class Recaller:
 
     async def recall(self, key: ConversationKey, query: str, *, k: int = 50,
                      exclude_ids: frozenset[str] = frozenset(),
-                     query_vector: np.ndarray | None = None) -> list[Recollection]:
+                     query_vector: np.ndarray | None = None, successors: bool = True,
+                     rrf_k: int | None = None) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
-        embedding, when the caller already has it."""
+        embedding, when the caller already has it; `successors`: follow each hit with the
+        turn after it; `rrf_k`: the fusion's k (default: the recaller's)."""
         if k <= 0:
             return []
         ck, uk = self.keys.conversation(key), self.keys.user(key.tenant, key.user)
@@ -131,9 +133,9 @@ class Recaller:
                        if i in items],
                       [i for i, _ in own_lexical if i in items],
                       [i for i, _ in user_lexical if i in items]],
-                     positions, k=self.rrf_k, recency_weight=self.recency_weight)
+                     positions, k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)
         return [_scored(items[i], score)
-                for i, score in with_successors(fused[:k], following)]
+                for i, score in with_successors(fused[:k], following if successors else {})]
 
     async def _user_items(self, key: ConversationKey, candidates: list[str], *,
                           linked: bool = True) -> _Others:

@@ -79,7 +79,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                  if config.memory.embedder.kind == "use" else {}))
     embedding = EmbeddingService(embedder)
     vectors = FaissVectorIndex(redis, embedder.dim, keys)
-    lexical = Bm25LexicalIndex(redis, keys)
+    index = config.memory.index
+    lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming)
     chunks, profiles = ChunkStore(redis, keys), ProfileStore(redis, keys)
     settings = SettingsStore(redis, keys)
     enabled = {name: t for name, t in config.tenants.items() if t.memory.enabled}
@@ -87,7 +88,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                              related_threshold=embedder.related_threshold,
                              policy=_fact_policy(t), clock=clock)
              for name, t in enabled.items()}
-    indexer = TurnIndexer(redis, embedding, keys)
+    indexer = TurnIndexer(redis, embedding, keys, context=index.context_vectors)
     user_index = UserRecallIndex(redis, keys)
     compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock)
                   for name, t in enabled.items()}
@@ -119,7 +120,10 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                                                    redis, keys),
                             vector_index=vectors, chunks=chunks, profiles=profiles,
                             settings=settings, facts=facts)
-    recall = {name: RecallSettings(top_k=t.memory.recall_top_k) for name, t in enabled.items()}
+    recall = {name: RecallSettings(top_k=t.memory.recall_top_k, facts_k=t.memory.facts_k,
+                                   successors=t.memory.recall_successors,
+                                   rrf_k=t.memory.recall_rrf_k)
+              for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from gateway.core.compaction import render_chunk
+from gateway.core.fusion import RRF_K
 from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext
 from gateway.core.profile import render_profile
@@ -38,6 +39,10 @@ class RecallSettings:
     hide exactly the facts long-term memory is for."""
     fact_min_score: float = 0.0
     """Facts scoring at or below this (similarity × decayed importance) are left out."""
+    successors: bool = True
+    """A recalled turn brings the turn after it."""
+    rrf_k: int = RRF_K
+    """The k of the reciprocal-rank fusion."""
 
 
 class MemoryService:
@@ -74,7 +79,8 @@ class MemoryService:
         vector = await self.embedding.embed_one(query)
         facts = self.facts.get(key.tenant) if key.identified else None
         turns, known = await asyncio.gather(
-            self.recaller.recall(key, query, k=recall.top_k, query_vector=vector),
+            self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
+                                 successors=recall.successors, rrf_k=recall.rrf_k),
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.

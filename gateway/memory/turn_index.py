@@ -81,7 +81,7 @@ def indexable(message: StoredMessage) -> bool:
 
 
 def turn_entries(transcript: Sequence[StoredMessage], start: int = 0,
-                 anchor: str | None = None) -> list[TurnEntry]:
+                 anchor: str | None = None, *, context: bool = True) -> list[TurnEntry]:
     """The entries of the indexable messages of `transcript[start:]`, in order, given the
     date `anchor` carried into position `start` (dates in instructions are not the
     conversation's: they are ignored).
@@ -104,7 +104,7 @@ def turn_entries(transcript: Sequence[StoredMessage], start: int = 0,
         entries.append(TurnEntry(id=m.id, position=start + i, role=m.message.role,
                                  text=with_anchor(text, a), anchor_date=a,
                                  created_at=m.created_at, previous=before_id,
-                                 embed_text=in_context(before, text)))
+                                 embed_text=in_context(before if context else None, text)))
         before_id, before = m.id, text
     return entries
 
@@ -129,8 +129,11 @@ class TurnIndexer:
     twice at once for one conversation: the memory worker holds the conversation's lock."""
 
     def __init__(self, redis: aioredis.Redis, embedding: EmbeddingService,
-                 keys: MemoryKeySpace = MemoryKeySpace(), batch_size: int = 64):
+                 keys: MemoryKeySpace = MemoryKeySpace(), batch_size: int = 64, *,
+                 context: bool = True):
+        """`context`: embed each turn after the one before it (see `turn_entries`)."""
         self.redis = redis
+        self.context = context
         self.embedding = embedding
         self.keys = keys
         self.batch_size = batch_size
@@ -151,7 +154,7 @@ class TurnIndexer:
         watermark = int(watermark_raw or 0)
         unchanged, anchor = await self._prefix_unchanged(k, transcript, watermark, count)
         if unchanged:
-            new = turn_entries(transcript, watermark, anchor)
+            new = turn_entries(transcript, watermark, anchor, context=self.context)
             await self._add(k, new)
             await self._set_watermark(k, len(transcript), watermark_raw)
             return SyncResult(added=len(new), removed=0, fast_path=True)
@@ -184,7 +187,7 @@ class TurnIndexer:
 
     async def _full_sync(self, k: ConversationMemoryKeys,
                          transcript: Sequence[StoredMessage]) -> SyncResult:
-        wanted = turn_entries(transcript)
+        wanted = turn_entries(transcript, context=self.context)
         wanted_ids = {e.id for e in wanted}
         existing = set(await self.redis.hkeys(k.turns))
         stale = sorted(existing - wanted_ids)
