@@ -6,6 +6,7 @@ Real `gateway serve` processes, real signals, the real bundled Valkey.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -41,16 +42,10 @@ def _wait_exit(gateway: GatewayProcess, timeout: float = 40.0) -> int:
 def _stop_leftover(pid: int) -> None:
     """Test hygiene: never leave a store behind, even when an assertion failed."""
     if _alive(pid):
-        signal_pid(pid, signal.SIGKILL)
-
-
-def signal_pid(pid: int, sig: int) -> None:
-    import os
-
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.parametrize("signals", [
@@ -116,5 +111,22 @@ def test_a_store_orphaned_by_kill_9_is_adopted_and_stopped_by_the_next_gateway(w
             report("orphaned embedded store", adopted=True, exit_code=code,
                    store_stopped=not _alive(store))
             assert not _alive(store), successor.log_tail()
+        finally:
+            _stop_leftover(store)
+
+
+def test_sigterm_with_several_workers_stops_the_embedded_store(workdir):
+    # uvicorn's multi-process supervisor handles the signal itself and returns normally.
+    config = gateway_config_file(workdir / "config.yaml", "embedded")
+    data = workdir / "data"
+    with Processes(workdir) as procs:
+        gateway = procs.gateway(config, workers=2)
+        store = _store_pid(data)
+        try:
+            assert gateway.proc is not None
+            gateway.proc.send_signal(signal.SIGTERM)
+            code = _wait_exit(gateway)
+            assert not _alive(store), gateway.log_tail()
+            assert code in (0, -signal.SIGTERM), (code, gateway.log_tail())
         finally:
             _stop_leftover(store)
