@@ -311,3 +311,20 @@ def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
     assert report.startswith("# LoCoMo") and "Wall time" in report
     assert "| hybrid |" in report and "| gateway | sessions |" in report
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_set_overrides_reach_every_bench_tenant_or_the_whole_config():
+    from bench.locomo.cli import parse_args
+    from bench.locomo.replay import gateway_config
+    from gateway.config import parse_config
+
+    args = parse_args(["--out", "x.json", "--set", "context.summary_share=0.1",
+                       "--set", "context.recall_share=0.85",
+                       "--set", "memory.facts_k=0",
+                       "--set", "config.memory.index.stemming=false"])
+    config = parse_config(gateway_config("redis://127.0.0.1:1/0", [1000, 2000], args.overrides))
+    assert not config.memory.index.stemming and config.memory.index.context_vectors
+    for t in config.tenants.values():
+        assert (t.context.summary_share, t.memory.facts_k) == (0.1, 0)
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x.json", "--set", "no-equals-sign"])

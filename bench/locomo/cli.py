@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
 import gateway
 from bench.locomo import report
 from bench.locomo.data import Conversation, file_sha256, load
@@ -67,6 +69,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="gateway replicas, each in its own process (default: %(default)s)")
     parser.add_argument("--dump-prompts", type=Path, default=None, metavar="FILE.jsonl",
                         help="write every probe's forwarded messages, one JSON line each")
+    parser.add_argument("--set", dest="overrides", type=_override, action="append",
+                        default=[], metavar="KEY=VALUE",
+                        help="a gateway setting for this run (repeatable), in every bench "
+                             "tenant (context.summary_share=0.1, memory.facts_k=0) or, with "
+                             "a leading `config.`, in the whole config "
+                             "(config.memory.index.stemming=false); VALUE is YAML")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
@@ -100,13 +108,20 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _override(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
 def _progress(text: str) -> None:
     print(f"[locomo] {text}", file=sys.stderr, flush=True)
 
 
 def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes: Sequence[str],
         limit: int | None, store: str | None, concurrency: int, processes: int,
-        dump: PromptDump | None) -> list[Outcome]:
+        dump: PromptDump | None, overrides: Sequence[tuple[str, Any]] = ()) -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation."""
     tmp = embedded = None
     if store is None:
@@ -115,7 +130,7 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         embedded.start()
         store = embedded.url
     try:
-        with gateway_processes(gateway_config(store, budgets), processes) as urls:
+        with gateway_processes(gateway_config(store, budgets, overrides), processes) as urls:
             _progress(f"gateway serving at {', '.join(urls)} (child processes)")
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
                                 concurrency=concurrency)
@@ -144,11 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcomes = run(conversations, budgets=args.budgets, modes=args.modes,
                            limit=args.limit, store=args.store, concurrency=args.concurrency,
                            processes=args.gateway_processes,
-                           dump=PromptDump(file))
+                           dump=PromptDump(file), overrides=args.overrides)
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
                        store=args.store, concurrency=args.concurrency,
-                           processes=args.gateway_processes, dump=None)
+                       processes=args.gateway_processes, dump=None, overrides=args.overrides)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
@@ -159,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "conversations": [c.sample_id for c in conversations], "limit": args.limit,
                    "reserve_completion_tokens": 1000, "last_n_messages": 20,
                    "gateway_context": "gateway defaults besides the budget",
+                   "overrides": {k: v for k, v in args.overrides},
                    "retrieval_baselines": f"bm25s over gateway.core.lexical tokens; USE "
                                           f"multilingual v3; hybrid = RRF k={RRF_K}",
                    "concurrency": args.concurrency,

@@ -67,10 +67,13 @@ def api_key(budget: int) -> str:
     return f"bench-key-{budget}"
 
 
-def gateway_config(store: str, budgets: Sequence[int]) -> dict[str, Any]:
+def gateway_config(store: str, budgets: Sequence[int],
+                   overrides: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
     """The gateway's config (YAML dict form). One tenant per budget: prompt budget B =
-    max_context_tokens - reserve; the rest of the context policy is the gateway's default."""
-    return {
+    max_context_tokens - reserve; the rest is the gateway's default, except `overrides`:
+    (dotted key, value) pairs set in every tenant (`context.summary_share`), or in the whole
+    config with a leading `config.` (`config.memory.index.stemming`) — for ablations."""
+    config: dict[str, Any] = {
         "store": store,
         "recorder": {"mode": "background"},
         "tenants": {tenant(b): {"api_keys": [{"sha256": hash_key(api_key(b))}],
@@ -79,6 +82,19 @@ def gateway_config(store: str, budgets: Sequence[int]) -> dict[str, Any]:
                                             "reserve_completion_tokens": RESERVE}}
                     for b in budgets},
     }
+    for key, value in overrides:
+        if key.startswith("config."):
+            _set(config, key.removeprefix("config.").split("."), value)
+        else:
+            for t in config["tenants"].values():
+                _set(t, key.split("."), value)
+    return config
+
+
+def _set(tree: dict[str, Any], path: Sequence[str], value: Any) -> None:
+    for part in path[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[path[-1]] = value
 
 
 @dataclass(frozen=True, slots=True)
