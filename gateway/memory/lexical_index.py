@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import bm25s
@@ -55,8 +55,17 @@ class _Lexical:
     tokens: dict[str, list[str]]
     """Per document id (reused by the next rebuild for immutable turn documents)."""
     bm25: Any  # bm25s.BM25, None when the namespace has no document
-    groups: dict[str, np.ndarray] | None = None
-    """User namespaces: conversation -> a boolean mask of its documents."""
+    conversations: np.ndarray | None = None
+    """User namespaces: each document's conversation."""
+    masks: dict[str, np.ndarray] = field(default_factory=dict)
+    """Made on first use: conversation -> a boolean mask of its documents."""
+
+    def mask(self, conversation: str) -> np.ndarray | None:
+        if self.conversations is None:
+            return None
+        if conversation not in self.masks:
+            self.masks[conversation] = self.conversations == conversation
+        return self.masks[conversation]
 
 
 def chunk_id(raw_id: str) -> str:
@@ -69,11 +78,8 @@ def _build(ids: tuple[str, ...], docs: dict[str, list[str]], grouped: bool = Fal
         return _Lexical((), {}, None)
     bm25 = bm25s.BM25()
     bm25.index([docs[i] for i in ids], show_progress=False)
-    groups = None
-    if grouped:
-        conversations = np.array([split_id(i)[0] for i in ids])
-        groups = {c: conversations == c for c in set(conversations.tolist())}
-    return _Lexical(ids, docs, bm25, groups)
+    conversations = np.array([split_id(i)[0] for i in ids]) if grouped else None
+    return _Lexical(ids, docs, bm25, conversations)
 
 
 class Bm25LexicalIndex:
@@ -104,8 +110,9 @@ class Bm25LexicalIndex:
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
         scores = lexical.bm25.get_scores_from_ids(token_ids)
-        if lexical.groups and excluding is not None and excluding in lexical.groups:
-            scores = np.where(lexical.groups[excluding], 0.0, scores)
+        mask = lexical.mask(excluding) if excluding is not None else None
+        if mask is not None:
+            scores = np.where(mask, 0.0, scores)
         n = min(k, len(scores))
         top = np.argpartition(-scores, n - 1)[:n]
         top = top[np.argsort(-scores[top], kind="stable")]

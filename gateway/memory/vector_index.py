@@ -11,9 +11,8 @@ and only new ids are read (HKEYS + HMGET). Summary chunks ("chunk:" ids) and fac
 re-embedded under the same id, so they are always read again (tens of items, not thousands).
 
 In a user namespace (the turns and chunks of all of a user's conversations, ids qualified by
-conversation) a search may leave out one conversation's items: each row knows its
-conversation, and the excluded rows are masked before the top k are taken (exact, like the
-FAISS search it replaces: one matrix-vector product).
+conversation) a search may leave out one conversation's items: the index keeps, per conversation, a FAISS
+selector of the rows not in it (built with the index), and searches through it (still exact).
 
 Invariants: a search reads only the keys of the namespace it names (namespace_keys); results
 are the k best ids of that namespace with their cosine similarity, best first; a stored vector
@@ -24,9 +23,10 @@ excluded conversation's items are never returned.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import faiss
@@ -51,8 +51,21 @@ class _Dense:
     ids: tuple[str, ...]
     matrix: np.ndarray
     index: faiss.IndexFlatIP | None
-    groups: dict[str, np.ndarray] | None = None
-    """User namespaces: conversation -> a boolean mask of its rows."""
+    conversations: np.ndarray | None = None
+    """User namespaces: each row's conversation."""
+    selectors: dict[str, tuple[faiss.SearchParameters, object]] = field(default_factory=dict)
+    """Made on first use: conversation -> search parameters selecting the rows of every other
+    conversation (with the selector they point to, kept alive beside them)."""
+
+    def excluding(self, conversation: str) -> faiss.SearchParameters | None:
+        if self.conversations is None:
+            return None
+        if conversation not in self.selectors:
+            rows = np.flatnonzero(self.conversations == conversation).astype(np.int64)
+            selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(rows))
+            self.selectors[conversation] = (faiss.SearchParameters(sel=selector),
+                                            (selector, rows))
+        return self.selectors[conversation][0]
 
 
 def _build(ids: tuple[str, ...], matrix: np.ndarray, dim: int, grouped: bool = False) -> _Dense:
@@ -60,11 +73,8 @@ def _build(ids: tuple[str, ...], matrix: np.ndarray, dim: int, grouped: bool = F
         return _Dense((), np.zeros((0, dim), dtype=np.float32), None)
     index = faiss.IndexFlatIP(dim)
     index.add(matrix)
-    groups = None
-    if grouped:
-        conversations = np.array([split_id(i)[0] for i in ids])
-        groups = {c: conversations == c for c in set(conversations.tolist())}
-    return _Dense(ids, matrix, index, groups)
+    conversations = np.array([split_id(i)[0] for i in ids]) if grouped else None
+    return _Dense(ids, matrix, index, conversations)
 
 
 def _mutable(namespace: Namespace, item_id: str) -> bool:
@@ -72,17 +82,6 @@ def _mutable(namespace: Namespace, item_id: str) -> bool:
         return is_chunk(item_id)
     return namespace.kind == "facts" or item_id.startswith("chunk:")
 
-
-def _search_excluding(dense: _Dense, q: np.ndarray, k: int,
-                      mask: np.ndarray) -> list[tuple[str, float]]:
-    scores = dense.matrix @ q[0]
-    scores[mask] = -np.inf
-    n = min(k, int(len(scores) - mask.sum()))
-    if n <= 0:
-        return []
-    top = np.argpartition(-scores, n - 1)[:n]
-    top = top[np.argsort(-scores[top], kind="stable")]
-    return [(dense.ids[r], float(scores[r])) for r in top]
 
 
 def _single_threaded_faiss() -> None:
@@ -112,18 +111,13 @@ class FaissVectorIndex:
         if dense.index is None or k <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dim)
-        mask = dense.groups.get(excluding) if dense.groups and excluding is not None else None
-        if mask is not None:
-            if len(dense.ids) > OFFLOAD_ABOVE:
-                return await asyncio.get_running_loop().run_in_executor(
-                    self._executor, _search_excluding, dense, q, k, mask)
-            return _search_excluding(dense, q, k, mask)
-        n = min(k, len(dense.ids))
+        params = dense.excluding(excluding) if excluding is not None else None
+        search = functools.partial(dense.index.search, q, min(k, len(dense.ids)), params=params)
         if len(dense.ids) > OFFLOAD_ABOVE:
             scores, rows = await asyncio.get_running_loop().run_in_executor(
-                self._executor, dense.index.search, q, n)
+                self._executor, search)
         else:
-            scores, rows = dense.index.search(q, n)
+            scores, rows = search()
         return [(dense.ids[r], float(s)) for s, r in zip(scores[0], rows[0]) if r >= 0]
 
     async def _current(self, namespace: Namespace) -> _Dense:
