@@ -22,6 +22,8 @@ class Recollection:
     text: str
     source_ids: tuple[str, ...]
     position: int
-    """Place in the conversation (a turn's index, a chunk's first turn); -1 for facts."""
+    """Place in the conversation (a turn's index, a chunk's first turn); -1 for facts. When
+    items of the user's other conversations are recalled too, a place in one order across
+    them: theirs first (older conversations first), then the current conversation's."""
     score: float
     """Fused relevance to the current question; higher is better."""
