@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.core.fusion import fuse, reciprocal_rank_fusion
+from gateway.core.fusion import RRF_K, fuse, reciprocal_rank_fusion, with_context, with_successors
 
 
 def test_rrf_sums_over_lists_and_counts_a_repeat_once():
@@ -33,8 +33,19 @@ def test_recency_weight_is_at_most_the_configured_share():
 
 def test_items_without_a_position_get_no_boost():
     fused = dict(fuse([["f", "x"], ["t"]], {"t": 100, "x": 0, "f": -1}))
-    assert fused["f"] == pytest.approx(1 / 61)
-    assert fused["t"] == pytest.approx(1.01 / 61)
+    assert fused["f"] == pytest.approx(1 / (RRF_K + 1))
+    assert fused["t"] == pytest.approx(1.01 / (RRF_K + 1))
+
+
+def test_a_dense_hit_ranks_the_turn_before_it_right_after_it():
+    assert with_context(["b", "d", "a"], {"b": "a", "d": "c"}) == ["b", "a", "d", "c"]
+    assert with_context([], {"b": "a"}) == []
+
+
+def test_each_item_is_followed_by_its_successor_at_its_score_unless_ranked_higher():
+    ranked = [("a", 0.9), ("c", 0.5), ("b", 0.4)]
+    assert with_successors(ranked, {"a": "b", "c": "d", "x": "y"}) == [
+        ("a", 0.9), ("b", 0.9), ("c", 0.5), ("d", 0.5)]
 
 
 def test_fuse_does_not_mutate_its_inputs():

@@ -2,8 +2,8 @@
 
 Each dataset turn is one document, rendered `[<session date>] <speaker>: <text>[ photo]`
 (the date of its session on every line). For a question, the turns are ranked by
-- `bm25`: BM25 (bm25s) over `gateway.core.lexical.tokens` without stemming, as REFERENCE.md
-  has it — lowercase word tokens for space-separated text, characters and bigrams for CJK (so
+- `bm25`: BM25 (bm25s) over `gateway.core.lexical.tokens` (no stemming, as REFERENCE.md has
+  it; the gateway's own index stems English) — lowercase word tokens for space-separated text, characters and bigrams for CJK (so
   Chinese works too);
 - `dense`: cosine similarity of USE multilingual v3 embeddings (the gateway's UseEmbedder);
 - `hybrid`: reciprocal-rank fusion, k = 60, of the two rankings.
@@ -92,7 +92,7 @@ class TurnRetriever:
         self.lines = turn_lines(conversation)
         self.embedder = embedder
         self._bm25 = bm25s.BM25()
-        self._bm25.index([lexical_tokens(line, stem=False) or [""] for line in self.lines],
+        self._bm25.index([lexical_tokens(line) or [""] for line in self.lines],
                          show_progress=False)
         self._vectors = embedder.embed(self.lines)
 
@@ -102,7 +102,7 @@ class TurnRetriever:
         similarities = queries @ self._vectors.T
         out = []
         for question, sims in zip(questions, similarities):
-            terms = lexical_tokens(question, stem=False)
+            terms = lexical_tokens(question)
             scores = (self._bm25.get_scores(terms) if terms
                       else np.zeros(len(self.lines), dtype=np.float32))
             bm25 = _order(scores)

@@ -4,25 +4,15 @@ Space-separated scripts are split into lowercase words; CJK text (Han, kana) has
 each run of it becomes its characters and its character bigrams: "我住在北京" matches a query
 for "北京" through the bigram, and single characters still match when no bigram does.
 
-English words are stemmed (Snowball, through PyStemmer): "researching" finds "research",
-"camped" finds "camping". Measured on the LoCoMo dev split (simulated hybrid recall at 2,000
-tokens): +2 points of evidence recall, +9 on multi-hop questions, whose evidence says the same
-thing in other word forms. Only ASCII words are stemmed: the English rules would mangle other
-languages' words, which are kept as written (CJK has no inflection to strip).
-
 Invariants: pure and deterministic; text is NFKC-normalised first, so full-width letters and
 digits ("ＡＢＣ１２３") match their ASCII forms; no token is empty; digits are kept (an exact
-locker number or date is what lexical search is for); a query and a document get the same
-stems (both go through `tokens` with the same `stem`).
+locker number or date is what lexical search is for).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import unicodedata
-
-import Stemmer
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -36,30 +26,8 @@ ENGLISH_STOPWORDS = frozenset(
     "you your".split())
 
 
-def tokens(text: str, *, stopwords: frozenset[str] = ENGLISH_STOPWORDS,
-           stem: bool = True) -> list[str]:
-    """The lexical tokens of `text`, in order (duplicates kept: term frequency matters);
-    English (ASCII) words stemmed unless `stem` is false."""
-    words = _words(text, stopwords)
-    if not stem:
-        return words
-    stemmer = _stemmer()
-    return [stemmer.stemWord(w) if w.isascii() and not w.isdigit() else w for w in words]
-
-
-_local = threading.local()
-
-
-def _stemmer() -> Stemmer.Stemmer:
-    """This thread's stemmer: PyStemmer objects keep a cache and are not thread-safe, and
-    lexical indexes are built on worker threads as well as the event loop's."""
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    return stemmer
-
-
-def _words(text: str, stopwords: frozenset[str]) -> list[str]:
+def tokens(text: str, *, stopwords: frozenset[str] = ENGLISH_STOPWORDS) -> list[str]:
+    """The lexical tokens of `text`, in order (duplicates kept: term frequency matters)."""
     out: list[str] = []
     for word in _WORD.findall(unicodedata.normalize("NFKC", text).lower()):
         position = 0

@@ -34,6 +34,7 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from gateway.core.lexical import tokens
+from gateway.memory.stemming import stemmed
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import Namespace
@@ -87,13 +88,17 @@ class Bm25LexicalIndex:
 
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
                  max_namespaces: int = 256, max_documents: int = 500_000, stem: bool = True):
-        """`stem`: stem English words (gateway.core.lexical), in documents and queries."""
+        """`stem`: stem English words (gateway.memory.stemming), in documents and queries."""
         self.redis = redis
         self.keys = keys
         self.stem = stem
         self._cache: NamespaceCache[_Lexical] = NamespaceCache(max_namespaces, max_documents)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bm25")
         self._refreshing: dict[Namespace, asyncio.Task[_Lexical]] = {}
+
+    def _tokens(self, text: str) -> list[str]:
+        words = tokens(text)
+        return stemmed(words) if self.stem else words
 
     def close(self) -> None:
         for task in self._refreshing.values():
@@ -105,7 +110,7 @@ class Bm25LexicalIndex:
         lexical = await self._current(namespace)
         if lexical.bm25 is None or k <= 0:
             return []
-        token_ids = lexical.bm25.get_tokens_ids(tokens(query, stem=self.stem))
+        token_ids = lexical.bm25.get_tokens_ids(self._tokens(query))
         if not token_ids:
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
@@ -170,7 +175,7 @@ class Bm25LexicalIndex:
     def _tokenise_and_build(self, ids: tuple[str, ...], docs: dict[str, list[str]],
                             fresh: dict[str, str], grouped: bool) -> _Lexical:
         for item, text in fresh.items():
-            docs[item] = tokens(text, stem=self.stem)
+            docs[item] = self._tokens(text)
         return _build(ids, docs, grouped)
 
     async def _conversation_texts(
