@@ -4,6 +4,7 @@ small fixtures (English and Chinese) through the real gateway and a real store."
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from bench.locomo.meter import PromptMeter
 from bench.locomo.score import Scorer
 from bench.locomo.retrieval import TurnRetriever, pack, rrf, turn_lines
 from bench.locomo.script import build_script, session_scripts
+from bench.locomo.server import _FailOpenLog, read_fail_open
 from bench.locomo.strategies import last_n, truncate
 from bench.locomo.text import answer_parts, contains, content_tokens, normalise
 from gateway.core.messages import Message
@@ -328,3 +330,15 @@ def test_set_overrides_reach_every_bench_tenant_or_the_whole_config():
         assert (t.context.summary_share, t.memory.facts_k) == (0.1, 0)
     with pytest.raises(SystemExit):
         parse_args(["--out", "x.json", "--set", "no-equals-sign"])
+
+
+def test_fail_open_requests_are_logged_by_request_id(tmp_path):
+    path = str(tmp_path / "fail-open.log")
+    handler = _FailOpenLog(path)
+    for line in ({"request_id": "a", "memory_error": "TimeoutError()"}, {"request_id": "b"}):
+        handler.emit(logging.LogRecord("gateway.request", logging.INFO, __file__, 1,
+                                       json.dumps(line), None, None))
+    handler.emit(logging.LogRecord("gateway.request", logging.INFO, __file__, 1, "not json",
+                                   None, None))
+    assert read_fail_open(path) == {"a"}
+    assert read_fail_open(str(tmp_path / "missing.log")) == set()

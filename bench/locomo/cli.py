@@ -129,13 +129,18 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         embedded = EmbeddedRedis(tmp)
         embedded.start()
         store = embedded.url
+    fail_open_log = os.path.join(tmp or tempfile.gettempdir(),
+                                 f"cgbench-fail-open-{os.getpid()}.log")
     try:
-        with gateway_processes(gateway_config(store, budgets, overrides), processes) as urls:
+        with gateway_processes(gateway_config(store, budgets, overrides), processes,
+                               fail_open_log) as urls:
             _progress(f"gateway serving at {', '.join(urls)} (child processes)")
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
-                                concurrency=concurrency)
+                                concurrency=concurrency, fail_open_log=fail_open_log)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
+        if tmp is None and os.path.exists(fail_open_log):
+            os.remove(fail_open_log)
         if embedded is not None:
             embedded.stop()
         if tmp is not None:
@@ -193,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "mode_mismatches_by_budget": {
                 str(b): sum(o.mode_mismatches.get(b, 0) for o in outcomes) for b in args.budgets},
             "token_header_mismatches": sum(o.header_mismatches for o in outcomes),
+            "fail_open_replay_requests": sum(o.fail_open_replay for o in outcomes),
+            "fail_open_probes_retried": sum(o.fail_open_retried for o in outcomes),
+            "fail_open_probes_scored": sum(o.fail_open_scored for o in outcomes),
         },
         "counts_note": "REFERENCE.md counts 755 questions with evidence and 236 eligible "
                        "answers on the dev split; this harness finds 755 and 237: its history "

@@ -44,6 +44,7 @@ from bench.locomo.meter import PromptMeter
 from bench.locomo.retrieval import RETRIEVERS, TurnRetriever, pack
 from bench.locomo.score import Score, Scorer
 from bench.locomo.script import Script, build_script, session_scripts
+from bench.locomo.server import read_fail_open
 from bench.locomo.strategies import baselines
 from bench.locomo.upstream import FORWARDED_FIELD, REPLY_FIELD
 from gateway.config import hash_key
@@ -120,6 +121,12 @@ class Outcome:
     header_mismatches: int = 0
     """Probes whose x-gateway-tokens-forwarded differs from the harness's own count."""
     requests: int = 0
+    fail_open_replay: int = 0
+    """Replay requests the gateway answered without memory (its recall failed)."""
+    fail_open_retried: int = 0
+    """Probes answered without memory at first, asked again one at a time."""
+    fail_open_scored: int = 0
+    """Probes still answered without memory after the retries (scored as they are)."""
 
 
 @dataclass(slots=True)
@@ -133,6 +140,9 @@ class _Work:
     scorer: Scorer
     outcome: Outcome
     digests: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    replay_ids: list[str] = field(default_factory=list)
+    probes: dict[tuple[str, int, int], tuple[Chat, int, str]] = field(default_factory=dict)
+    """(mode, budget, question index) → (forwarded prompt, header tokens, request id)."""
 
 
 class PromptDump:
@@ -158,6 +168,7 @@ class Replayer:
     def __init__(self, base_urls: Sequence[str], store_url: str, budgets: Sequence[int],
                  modes: Sequence[str], *, progress: Callable[[str], None] = lambda _: None,
                  dump: PromptDump | None = None, concurrency: int = 24,
+                 fail_open_log: str | None = None, retries: int = 3,
                  drain_timeout: float = 600.0) -> None:
         self.base_urls = tuple(base_urls)
         self.store_url = store_url
@@ -167,6 +178,8 @@ class Replayer:
         self.dump = dump
         self.concurrency = concurrency
         self.drain_timeout = drain_timeout
+        self.fail_open_log = fail_open_log
+        self.retries = retries
         self.meter = PromptMeter()
         self.run_id = uuid.uuid4().hex[:8]
         self.embedder = UseEmbedder(threads=1)
@@ -215,6 +228,40 @@ class Replayer:
                        for w, mode, b in streams for q in w.questions)
             probes = sum(len(w.questions) for w in work) * len(self.modes) * len(self.budgets)
             self.progress(f"probed {probes} questions in {time.perf_counter() - started:.1f}s")
+            await self._retry_fail_open(work, client)
+        for w in work:
+            for (mode, budget, index), (prompt, header_tokens, _) in sorted(w.probes.items()):
+                self._gateway_observation(w, w.conversation.questions[index], mode, budget,
+                                          prompt, header_tokens)
+
+    def _failed_open(self) -> set[str]:
+        return read_fail_open(self.fail_open_log) if self.fail_open_log else set()
+
+    async def _retry_fail_open(self, work: list[_Work], client: dict[Any, Any]) -> None:
+        """Ask again, one at a time, the probes the gateway answered without memory (a store
+        call timed out under load); count what stays without memory."""
+        failed = self._failed_open()
+        for w in work:
+            w.outcome.fail_open_replay = sum(1 for r in w.replay_ids if r in failed)
+        for w in work:
+            for (mode, budget, index), (_, _, request_id) in list(w.probes.items()):
+                if request_id not in failed:
+                    continue
+                w.outcome.fail_open_retried += 1
+                q = w.conversation.questions[index]
+                for _ in range(self.retries):
+                    await self._probe(client[(id(w), mode, budget)], None, w, q, mode, budget)
+                    failed = self._failed_open()
+                    if w.probes[(mode, budget, index)][2] not in failed:
+                        break
+                else:
+                    w.outcome.fail_open_scored += 1
+        retried = sum(w.outcome.fail_open_retried for w in work)
+        if retried or any(w.outcome.fail_open_replay for w in work):
+            self.progress(f"answered without memory: "
+                          f"{sum(w.outcome.fail_open_replay for w in work)} replay requests, "
+                          f"{retried} probes (asked again; still without memory: "
+                          f"{sum(w.outcome.fail_open_scored for w in work)})")
 
     def _headers(self, sample_id: str, mode: str, budget: int, conversation: str, *,
                  persist: bool = True) -> dict[str, str]:
@@ -226,8 +273,9 @@ class Replayer:
         return headers
 
     async def _post(self, client: httpx.AsyncClient, headers: dict[str, str],
-                    messages: Chat, reply: str | None) -> tuple[Chat, int]:
-        """(forwarded messages, x-gateway-tokens-forwarded) of one request."""
+                    messages: Chat, reply: str | None) -> tuple[Chat, int, str]:
+        """(forwarded messages, x-gateway-tokens-forwarded, x-gateway-request-id) of one
+        request."""
         body: dict[str, Any] = {"model": MODEL, "messages": messages}
         if reply is not None:
             body[REPLY_FIELD] = reply
@@ -236,7 +284,8 @@ class Replayer:
             raise RuntimeError(f"gateway answered {response.status_code} "
                                f"({headers['X-Conversation-Id']}): {response.text[:300]}")
         return (response.json()[FORWARDED_FIELD],
-                int(response.headers["x-gateway-tokens-forwarded"]))
+                int(response.headers["x-gateway-tokens-forwarded"]),
+                response.headers.get("x-gateway-request-id", ""))
 
     async def _replay(self, client: httpx.AsyncClient, w: _Work, mode: str,
                       budget: int) -> None:
@@ -244,14 +293,14 @@ class Replayer:
         if mode == "sessions":
             for n, script in enumerate(w.sessions, start=1):
                 headers = self._headers(sample_id, mode, budget, f"s{n}")
-                await self._send_script(client, w.outcome, headers, script, mode, budget,
+                await self._send_script(client, w, headers, script, mode, budget,
                                         stateless=False)
             return
         headers = self._headers(sample_id, mode, budget, "replay")
-        await self._send_script(client, w.outcome, headers, w.script, mode, budget,
+        await self._send_script(client, w, headers, w.script, mode, budget,
                                 stateless=mode == "stateless")
 
-    async def _send_script(self, client: httpx.AsyncClient, outcome: Outcome,
+    async def _send_script(self, client: httpx.AsyncClient, w: _Work,
                            headers: dict[str, str], script: Script, mode: str, budget: int, *,
                            stateless: bool) -> None:
         history = script.messages
@@ -260,14 +309,16 @@ class Replayer:
         for i in script.requests:
             messages = list(history[:i + 1]) if stateless else list(history[sent:i + 1])
             sent = i + 2  # the reply is received, so the gateway knows it too
-            forwarded, _ = await self._post(client, headers, messages, script.reply(i))
-            outcome.requests += 1
+            forwarded, _, request_id = await self._post(client, headers, messages,
+                                                        script.reply(i))
+            w.outcome.requests += 1
+            w.replay_ids.append(request_id)
             if previous is not None:
-                outcome.prefix_reuse[("gateway", mode, budget)].append(
+                w.outcome.prefix_reuse[("gateway", mode, budget)].append(
                     self.meter.prefix_reuse(previous, forwarded))
             previous = forwarded
 
-    async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, w: _Work,
+    async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
                      q: Question, mode: str, budget: int) -> None:
         sample_id = w.conversation.sample_id
         current = {"role": "user", "content": q.question}
@@ -278,9 +329,15 @@ class Replayer:
         else:
             messages, conversation = [current], f"q{q.index}"
         headers = self._headers(sample_id, mode, budget, conversation, persist=False)
-        async with gate:
-            prompt, header_tokens = await self._post(client, headers, messages, None)
+        async with gate or contextlib.nullcontext():
+            prompt, header_tokens, request_id = await self._post(client, headers, messages,
+                                                                 None)
         w.outcome.requests += 1
+        w.probes[(mode, budget, q.index)] = (prompt, header_tokens, request_id)
+
+    def _gateway_observation(self, w: _Work, q: Question, mode: str, budget: int,
+                             prompt: Chat, header_tokens: int) -> None:
+        sample_id = w.conversation.sample_id
         tokens = self.meter.tokens(prompt)
         w.outcome.header_mismatches += tokens != header_tokens
         w.digests[(mode, budget, q.index)] = _digest(prompt)

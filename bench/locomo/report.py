@@ -54,6 +54,12 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
         f"1–5): {counts.get('with_evidence')}; eligible for answer containment (categories 1–4, "
         f"whole normalised answer occurs in the history): {counts.get('answer_eligible')}.",
         "",
+        f"Answered without memory (the gateway failed open, a store call timed out): "
+        f"{counts.get('fail_open_replay_requests')} replay requests; "
+        f"{counts.get('fail_open_probes_retried')} probes, asked again one at a time, "
+        f"{counts.get('fail_open_probes_scored')} of them still without memory (scored as "
+        f"they are).",
+        "",
         "Evidence recall: share of a question's evidence turns present verbatim (NFKC, "
         "whitespace collapsed) in the forwarded context; answer containment: the whole "
         "normalised answer is a substring of the normalised context. Strict figures as in "

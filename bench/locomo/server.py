@@ -11,10 +11,17 @@ The child (multiprocessing, spawn) parses the config, builds the app with the st
 EchoUpstream and serves it on a loopback port (gateway.inprocess.serve: the lifespan runs, so
 the recorder and memory worker start and are drained at the end); it sends its URL back and
 serves until the parent says stop (or goes away).
+
+The gateway fails open: a request whose memory recall fails (e.g. a store call slower than the
+store timeout on a saturated machine) is forwarded without memory, and nothing in the response
+says so. The child therefore appends the request id of every request whose log line carries a
+`memory_error` to `fail_open_log`, so the harness can tell those apart and ask again.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import multiprocessing
 from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Connection
@@ -24,12 +31,41 @@ STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 
 
-def _child(config_data: dict[str, Any], conn: Connection) -> None:
+class _FailOpenLog(logging.Handler):
+    """Appends the request id of each request log line with a `memory_error` to a file."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(logging.INFO)
+        self.path = path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = json.loads(record.getMessage())
+        except ValueError:
+            return
+        if isinstance(line, dict) and line.get("memory_error"):
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(f"{line.get('request_id')}\n")
+
+
+def read_fail_open(path: str) -> set[str]:
+    """The request ids the children logged as answered without memory."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return {line.strip() for line in f if line.strip()}
+    except FileNotFoundError:
+        return set()
+
+
+def _child(config_data: dict[str, Any], fail_open_log: str, conn: Connection) -> None:
     from bench.locomo.upstream import EchoUpstream
     from gateway.app import create_app
     from gateway.config import parse_config
     from gateway.inprocess import serve
 
+    request_log = logging.getLogger("gateway.request")
+    request_log.setLevel(logging.INFO)
+    request_log.addHandler(_FailOpenLog(fail_open_log))
     try:
         app = create_app(parse_config(config_data), upstream=EchoUpstream())
         with serve(app, startup_timeout=STARTUP_TIMEOUT, timeout_graceful_shutdown=5) as url:
@@ -47,12 +83,12 @@ def _child(config_data: dict[str, Any], conn: Connection) -> None:
 
 
 @contextmanager
-def gateway_process(config_data: dict[str, Any]) -> Iterator[str]:
+def gateway_process(config_data: dict[str, Any], fail_open_log: str) -> Iterator[str]:
     """Serve the gateway configured by `config_data` (the YAML's dict form) in a child
     process; yields its base URL, stops the child on exit."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    process = context.Process(target=_child, args=(config_data, child), name="bench-gateway",
+    process = context.Process(target=_child, args=(config_data, fail_open_log, child), name="bench-gateway",
                               daemon=True)
     process.start()
     child.close()
@@ -76,7 +112,9 @@ def gateway_process(config_data: dict[str, Any]) -> Iterator[str]:
 
 
 @contextmanager
-def gateway_processes(config_data: dict[str, Any], count: int) -> Iterator[list[str]]:
+def gateway_processes(config_data: dict[str, Any], count: int,
+                      fail_open_log: str) -> Iterator[list[str]]:
     """`count` gateway replicas (see gateway_process); yields their base URLs."""
     with ExitStack() as stack:
-        yield [stack.enter_context(gateway_process(config_data)) for _ in range(count)]
+        yield [stack.enter_context(gateway_process(config_data, fail_open_log))
+               for _ in range(count)]
