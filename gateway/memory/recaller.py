@@ -143,11 +143,15 @@ class Recaller:
         started and its conversation (for ordering), and (if `linked`) the qualified ids of
         the turns before and after each turn. The current conversation's are left out (the
         indexes already leave them out; this holds even for a stale cached index)."""
-        candidates = [i for i in candidates if split_id(i)[0] != key.conversation]
+        split = {i: split_id(i) for i in candidates}
+        candidates = [i for i in candidates if split[i][0] != key.conversation]
         if not candidates:
             return _Others([], {})
         uk = self.keys.user(key.tenant, key.user)
-        conversations = sorted({split_id(i)[0] for i in candidates})
+        by_conversation: dict[str, list[str]] = {}
+        for i in candidates:
+            by_conversation.setdefault(split[i][0], []).append(i)
+        conversations = sorted(by_conversation)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(uk.recall, candidates)
             pipe.hmget(uk.recall_synced, conversations)
@@ -155,21 +159,21 @@ class Recaller:
                 for c in conversations:
                     pipe.hmget(self.keys.conversation(
                         ConversationKey(key.tenant, key.user, c)).following,
-                        [split_id(i)[1] for i in candidates if split_id(i)[0] == c])
+                        [split[i][1] for i in by_conversation[c]])
             raw_items, raw_synced, *raw_following = await pipe.execute()
         started = {c: synced.started_at if (synced := Synced.parse(raw)) else 0.0
                    for c, raw in zip(conversations, raw_synced)}
         following: dict[str, str] = {}
         for c, raw_ids in zip(conversations, raw_following):
-            mine = [i for i in candidates if split_id(i)[0] == c]
-            following.update({i: qualified_id(c, f) for i, f in zip(mine, raw_ids) if f})
+            following.update({i: qualified_id(c, f)
+                              for i, f in zip(by_conversation[c], raw_ids) if f})
         found, links = [], {}
         for item_id, raw in zip(candidates, raw_items):
             entry = json_object(raw)
             if entry is None or not isinstance(entry.get("text"), str) or not entry["text"] \
                     or entry.get("kind") not in ("turn", "chunk"):
                 continue  # gone since the index was built, or unreadable: left out
-            conversation = split_id(item_id)[0]
+            conversation = split[item_id][0]
             found.append((started[conversation], conversation, Recollection(
                 entry["kind"], item_id, entry["text"],
                 tuple(str(s) for s in entry.get("source_ids") or ()),
