@@ -110,32 +110,31 @@ class Recaller:
         own_items, user_items = await asyncio.gather(
             self._items(key, _ids(own_dense, own_lexical)),
             self._user_items(key, _ids(user_dense, user_lexical)))
-        # The neighbours ranking needs: the turn before each dense hit (its vector holds that
-        # turn too) and the turn after each candidate. One more round trip for those not
-        # fetched yet.
+        # A dense hit also ranks the turn before it (its vector holds that turn too), and
+        # each of the best k brings the turn after it: fuse first, then fetch (one more
+        # round trip) only the entries of those the best k need that are not read yet.
         links = own_items.links | user_items.links
-        fetched = own_items.items.keys() | {r.id for _, _, r in user_items.placed}
-        wanted = [i for i in dict.fromkeys(
-            [links[i].previous for i, _ in own_dense + user_dense if i in links]
-            + [links[i].following for i in links]) if i is not None and i not in fetched]
+        found = own_items.items.keys() | {r.id for _, _, r in user_items.placed}
+        first = _usable(_placed(own_items.items, user_items.placed), exclude_ids)
+        previous = {i: p for i, link in links.items() if (p := link.previous) is not None}
+        dense_hits = sorted(own_dense + user_dense, key=lambda hit: -hit[1])
+        fused = fuse([[i for i in with_context([i for i, _ in dense_hits], previous)
+                       if i in first or (i not in found and i not in exclude_ids)],
+                      [i for i, _ in own_lexical if i in first],
+                      [i for i, _ in user_lexical if i in first]],
+                     {i: item.position for i, item in first.items()},
+                     k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)[:k]
+        following = {i: f for i, _ in fused if (f := links[i].following if i in links
+                                                else None) is not None} if successors else {}
+        wanted = [i for i in dict.fromkeys([i for i, _ in fused] + list(following.values()))
+                  if i not in found]
         own_more, user_more = await asyncio.gather(
             self._items(key, [i for i in wanted if not _qualified(i)], linked=False),
             self._user_items(key, [i for i in wanted if _qualified(i)], linked=False))
-        items = {i: item for i, item in _placed(own_items.items | own_more.items,
-                                                user_items.placed + user_more.placed).items()
-                 if not _excluded(item, exclude_ids)}
-        dense_hits = sorted(own_dense + user_dense, key=lambda hit: -hit[1])
-        previous = {i: p for i, link in links.items() if (p := link.previous) is not None}
-        following = {i: f for i, link in links.items()
-                     if (f := link.following) is not None and f in items}
-        positions = {i: item.position for i, item in items.items()}
-        fused = fuse([[i for i in with_context([i for i, _ in dense_hits], previous)
-                       if i in items],
-                      [i for i, _ in own_lexical if i in items],
-                      [i for i, _ in user_lexical if i in items]],
-                     positions, k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)
-        return [_scored(items[i], score)
-                for i, score in with_successors(fused[:k], following if successors else {})]
+        items = _usable(_placed(own_items.items | own_more.items,
+                                user_items.placed + user_more.placed), exclude_ids)
+        return [_scored(items[i], score) for i, score in with_successors(fused, following)
+                if i in items]
 
     async def _user_items(self, key: ConversationKey, candidates: list[str], *,
                           linked: bool = True) -> _Others:
@@ -280,6 +279,11 @@ def _placed(own: dict[str, Recollection],
 
 def _at(item: Recollection, position: int) -> Recollection:
     return Recollection(item.kind, item.id, item.text, item.source_ids, position, item.score)
+
+
+def _usable(items: dict[str, Recollection],
+            exclude_ids: frozenset[str]) -> dict[str, Recollection]:
+    return {i: item for i, item in items.items() if not _excluded(item, exclude_ids)}
 
 
 def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:
