@@ -224,7 +224,9 @@ def check_whole_history(request: RewriteRequest, out: Rewrite,
 
 
 def check_kept_message(kept: Message, original: Message, limit: int, tok: Tokenizer) -> None:
-    if tok.count(original.text) <= limit:
+    # Text parts each within the limit are not cut, even when their newline-joined text is
+    # one token over it (e.g. two empty parts: "\n").
+    if tok.count(original.text) <= limit or truncate_message(original, limit, tok) is original:
         assert kept is original
     else:
         assert kept == truncate_message(original, limit, tok)
@@ -321,8 +323,15 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
                                                         cost((profile,), tok))
 
     forwarded = {one_line(c) for c in chunks[len(chunks) - k:]}
-    offered = [r for r in memory.recalled
-               if r.text.strip() and not (r.kind == "chunk" and one_line(r.text) in forwarded)]
+    offered, said = [], set()
+    for r in memory.recalled:  # a turn or chunk saying what a better-ranked one says: left out
+        if not r.text.strip() or (r.kind == "chunk" and one_line(r.text) in forwarded):
+            continue
+        if r.kind != "fact":
+            if (text := split_anchor(one_line(r.text))[1]) in said:
+                continue
+            said.add(text)
+        offered.append(r)
     all_recalled = render_recalled(offered)
     # The newest `min_recent_turns` are served before recall's share: what the window alone
     # takes of them (the rewrite without recollections and with that turn cap).

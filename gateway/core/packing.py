@@ -91,11 +91,11 @@ def drop_redundant(recalled: Sequence[Recollection], window_ids: frozenset[str],
             (r.kind == "turn" and r.id in window_ids)
             or (bool(r.source_ids) and window_ids.issuperset(r.source_ids))
             or (r.kind == "chunk" and one_line(r.text) in summary_texts)
-            or text in texts)
+            or (bool(text) and text in texts))
         if not shown and (r.kind, r.id) not in seen:
             kept.append(r)
             seen.add((r.kind, r.id))
-            if r.kind != "fact":
+            if r.kind != "fact" and text:
                 texts.add(text)
     return tuple(kept)
 
