@@ -73,6 +73,11 @@ class RequestLog:
             out["x-gateway-memory-recalled"] = str(self.recalled)
         if self.passthrough:
             out["x-gateway-passthrough"] = self.passthrough
+        if self.memory_error:
+            # Memory could not be read and the request went on without it (fail open): say
+            # so, in ASCII (a header value), without the details the log line has.
+            out["x-gateway-memory-error"] = self.memory_error.split("(", 1)[0][:80].encode(
+                "ascii", "replace").decode("ascii")
         return out
 
     def emit(self) -> None:

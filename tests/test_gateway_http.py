@@ -314,3 +314,24 @@ def test_a_users_facts_reach_their_other_conversations_and_no_one_elses(gateway_
     assert "Lisbon" in own.json()["choices"][0]["message"]["content"]
     assert int(own.headers["x-gateway-memory-recalled"]) >= 1
     assert "Lisbon" not in other.text
+
+
+async def test_memory_that_cannot_be_read_is_skipped_and_said_in_a_header(gateway_url,
+                                                                          redis_url):
+    from gateway.memory.keys import MemoryKeySpace
+    first = post(gateway_url, {"model": "echo", "messages": [user("remember the red door")]},
+                 headers={"X-Conversation-Id": "broken"})
+    assert first.status_code == 200 and "x-gateway-memory-error" not in first.headers
+    # A memory key of the wrong type: every read of the recall index fails.
+    redis = connect(redis_url)
+    try:
+        await redis.set(MemoryKeySpace().conversation(conversation_key("broken")).turns, "x")
+    finally:
+        await redis.aclose()
+    messages = [user("remember the red door"), {"role": "assistant", "content": "ok"},
+                user("which door?")]
+    response = post(gateway_url, {"model": "messages", "messages": messages},
+                    headers={"X-Conversation-Id": "broken"})
+    assert response.status_code == 200  # fail open: the client's own messages go through
+    assert forwarded(response.json()["choices"][0]["message"]["content"])[-1] == messages[-1]
+    assert "ResponseError" in response.headers["x-gateway-memory-error"]
