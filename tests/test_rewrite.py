@@ -702,9 +702,10 @@ def test_a_history_that_fits_gets_only_memory_from_outside_it():
     own = turn("m3", "q2", 3, "m3")                  # this conversation's: in the history
     own_chunk = chunk("c1", "q1 and q2 were asked.", 1, "m1", "m3")
     elsewhere = turn("other/t1", "[8 May, 2023] I adopted a cat.", 0, "t1")
+    learned_here = fact("f9", "user_pet: cat", "m1")
     memory = MemoryContext(summary_chunks=("q1 and q2 were asked.",), summarized_through="m4",
                            profile="Answers: short.",
-                           recalled=(own, own_chunk, LOCATION, elsewhere))
+                           recalled=(own, own_chunk, LOCATION, learned_here, elsewhere))
     out = run(HISTORY, memory=memory, history_ids=HISTORY_IDS)
     profile, recalled = render_profile("Answers: short."), render_recalled((LOCATION, elsewhere))
     assert out.messages == INSTR + (profile,) + HISTORY + (recalled,) + NOW

@@ -219,8 +219,8 @@ def check_whole_history(request: RewriteRequest, out: Rewrite,
     by_id = {(r.id): r for r in request.memory.recalled}
     for shown in out.recalled_ids:
         r = by_id[shown]
-        assert r.kind == "fact" or (r.id not in ids and not (
-            r.source_ids and ids.issuperset(r.source_ids)))
+        assert not (r.source_ids and ids.issuperset(r.source_ids))
+        assert r.kind == "fact" or r.id not in ids
 
 
 def check_kept_message(kept: Message, original: Message, limit: int, tok: Tokenizer) -> None:

@@ -229,3 +229,22 @@ async def test_excluding_a_conversation_masks_it_in_both_indexes(memory):
     lexical = await memory.lexical.search(ns, "alpha beta", 10, excluding="a")
     assert dense and lexical
     assert not [i for i, _ in dense + lexical if i.startswith("a/")]
+
+
+def test_a_conversation_that_fits_is_forwarded_whole_with_nothing_added_or_repeated(
+        gateway_url):
+    # 15 rounds (30 messages, the replies echoing the questions), well inside the budget:
+    # the model gets the conversation itself, no summary, no recalled copy of any of it.
+    history = []
+    for i in range(15):
+        text = f"Round {i}: my favourite number this time is {i * 7}."
+        say(gateway_url, text, "fits", "wendy")
+        history += [{"role": "user", "content": text}, {"role": "assistant", "content": text}]
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=KEYS["acme"], max_retries=0)
+    question = {"role": "user", "content": "Which number did I name in round 3?"}
+    raw = client.chat.completions.with_raw_response.create(
+        model="messages", messages=[question],
+        extra_headers=headers("fits", "wendy", persist=False))
+    assert forwarded(raw.parse().choices[0].message.content) == [*history, question]
+    assert int(raw.headers["x-gateway-tokens-forwarded"]) <= int(
+        raw.headers["x-gateway-tokens-original"])

@@ -192,12 +192,15 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
 def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
                    tokens_original: int, fixed_cost: int, tokenizer: Tokenizer) -> Rewrite:
     """The history fits: all of it (`history`: what of it can be forwarded), verbatim, plus
-    only what memory knows from outside it — the profile and recalled items none of whose
-    sources it holds (facts, other conversations) — in the room `left`. Never a summary of
+    only what memory knows from outside it — the profile and recalled items not all of whose
+    sources it holds (facts learned elsewhere, other conversations) — in the room `left`. Never a summary of
     turns it shows, so the prompt costs at most the conversation plus that outside memory."""
     profile = pack_profile(request.memory.profile, left, tokenizer)
     ids = frozenset(i for i in request.history_ids if i is not None)
-    offered = drop_redundant(request.memory.recalled, ids, (), shown_texts(history))
+    # A fact learned from turns shown here says again what they say.
+    outside = tuple(r for r in request.memory.recalled
+                    if not (r.kind == "fact" and r.source_ids and ids.issuperset(r.source_ids)))
+    offered = drop_redundant(outside, ids, (), shown_texts(history))
     recalled = pack_recalled(offered, left - profile.cost, tokenizer)
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
         ("profile", profile.block), ("recalled", recalled.block))
