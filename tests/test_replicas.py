@@ -100,7 +100,8 @@ def test_a_replica_recalls_turns_another_replica_indexed_after_its_cache_was_bui
                 while client.zcard("gw:memory:dirty") and time.monotonic() < deadline:
                     time.sleep(0.05)
 
-        for text in ("my cat is called Tiberius", "I live near the harbour",
+        # A long first turn: the history never fits the budget whole, so memory is used.
+        for text in ("notes " * 2500, "my cat is called Tiberius", "I live near the harbour",
                      "the weather is grey today"):
             assert say(a.url, text).status_code == 200
         indexed()
