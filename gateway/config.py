@@ -177,8 +177,10 @@ class TenantMemoryConfig(Strict):
     recall_rrf_k: int = Field(20, ge=1, le=1000)
     """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
     ranks of each weigh more)."""
-    facts_k: int = Field(6, ge=0, le=100)
-    """The user's facts offered with each request (identified users)."""
+    facts_k: int = Field(0, ge=0, le=100)
+    """The user's facts offered with each request (identified users); 0, the default: facts
+    are extracted, listed and exportable but not offered (measured: they did not pay their
+    tokens on the LoCoMo dev split; see gateway/memory/service.py)."""
     summarizer_model: str | None = None
     """A model alias of this tenant summarising older turns; none: extractive summaries."""
     extractor_model: str | None = None
