@@ -10,6 +10,7 @@ import sys
 
 BENCHMARKS = {
     "locomo": "bench.locomo.cli",
+    "locomo-ablation": "bench.locomo.ablation",
     "overhead": "bench.overhead.cli",
     "recall-latency": "bench.recall_latency",
     "load": "bench.load.cli",

@@ -342,3 +342,28 @@ def test_fail_open_requests_are_logged_by_request_id(tmp_path):
                                    None, None))
     assert read_fail_open(path) == {"a"}
     assert read_fail_open(str(tmp_path / "missing.log")) == set()
+
+
+def test_ablation_table_reads_each_steps_gateway_and_hybrid_rows(tmp_path):
+    from bench.locomo import ablation
+
+    def row(strategy, mode, budget, category, er, ac=None):
+        return {"strategy": strategy, "mode": mode, "budget": budget, "category": category,
+                "evidence_recall": er, "answer_containment": ac, "forwarded_tokens_mean": 1990}
+    meta = {"config": {"overrides": {"memory.facts_k": 0}}, "counts": {
+        "fail_open_probes_scored": 0}, "machine": {"cores": 2}, "started": "t",
+        "duration_s": 1.0}
+    for i, (name, _, _) in enumerate(ablation.STEPS):
+        rows = [row("gateway", "stateful", 2000, "all", 0.5 + i / 100, 0.8),
+                row("gateway", "stateful", 2000, "1", 0.4),
+                row("gateway", "stateless", 2000, "all", 0.1, 0.1),
+                row("hybrid", None, 2000, "all", 0.75, 0.83)]
+        (tmp_path / f"{name}.json").write_text(json.dumps({"meta": meta, "results": rows}))
+    out = tmp_path / "ablation.json"
+    assert ablation.main(["--reuse", str(tmp_path), "--out", str(out)]) == 0
+    steps = json.loads(out.read_text())["steps"]
+    assert [s["gateway"]["evidence_recall"] for s in steps] == [
+        0.5 + i / 100 for i in range(len(ablation.STEPS))]
+    assert steps[0]["hybrid"]["evidence_recall"] == 0.75
+    assert steps[0]["run_overrides"] == {"memory.facts_k": 0}
+    assert "| 0.500 | 0.400 |" in out.with_suffix(".md").read_text()
