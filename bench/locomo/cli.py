@@ -65,8 +65,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="redis:// or unix:// URL (default: embedded Valkey in a temp dir)")
     parser.add_argument("--concurrency", type=int, default=24,
                         help="probe requests in flight (default: %(default)s)")
-    parser.add_argument("--gateway-processes", type=int, default=1,
-                        help="gateway replicas, each in its own process (default: %(default)s)")
+    parser.add_argument("--gateway-processes", type=int, default=2,
+                        help="gateway replicas over one store, each in its own process "
+                             "(default: %(default)s — one per core: on a quiet 2-core machine "
+                             "the whole dev split takes 574 s with 2, 651 s with 1)")
     parser.add_argument("--dump-prompts", type=Path, default=None, metavar="FILE.jsonl",
                         help="write every probe's forwarded messages, one JSON line each")
     parser.add_argument("--set", dest="overrides", type=_override, action="append",
