@@ -1,4 +1,4 @@
-"""The gateway's memory on Chinese conversations: tests/fixtures/locomo-zh.json holds three
+"""The gateway's memory on Chinese conversations: tests/fixtures/zh-conversations.json holds
 original Chinese conversations in the LoCoMo schema (no benchmark data copied), replayed here
 through the real gateway by the LoCoMo harness (bench/locomo) and scored against the plain
 retrieval baselines of the same run.
@@ -18,7 +18,7 @@ from bench.locomo.data import load
 from bench.locomo.script import build_script
 from bench.locomo.score import Scorer
 
-FIXTURE = Path(__file__).parent / "fixtures" / "locomo-zh.json"
+FIXTURE = Path(__file__).parent / "fixtures" / "zh-conversations.json"
 CONVERSATION = "zh-liuyang-zhaomin"
 BUDGET = 300
 MEASURED_RECALL = 0.658

@@ -2,9 +2,9 @@
 
 Each dataset turn is one document, rendered `[<session date>] <speaker>: <text>[ photo]`
 (the date of its session on every line). For a question, the turns are ranked by
-- `bm25`: BM25 (bm25s) over `gateway.core.lexical.tokens` (no stemming, as REFERENCE.md has
-  it; the gateway's own index stems English) — lowercase word tokens for space-separated text, characters and bigrams for CJK (so
-  Chinese works too);
+- `bm25`: BM25 (bm25s) over `gateway.core.lexical.tokens` (no stemming, as REFERENCE.md has it;
+  the gateway's own index stems English) — lowercase word tokens for space-separated text,
+  characters and bigrams for CJK (so Chinese works too);
 - `dense`: cosine similarity of USE multilingual v3 embeddings (the gateway's UseEmbedder);
 - `hybrid`: reciprocal-rank fusion, k = 60, of the two rankings.
 A prompt of at most B tokens (PromptMeter, the harness's own count) is packed greedily by

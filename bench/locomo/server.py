@@ -88,7 +88,8 @@ def gateway_process(config_data: dict[str, Any], fail_open_log: str) -> Iterator
     process; yields its base URL, stops the child on exit."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    process = context.Process(target=_child, args=(config_data, fail_open_log, child), name="bench-gateway",
+    process = context.Process(target=_child, args=(config_data, fail_open_log, child),
+                              name="bench-gateway",
                               daemon=True)
     process.start()
     child.close()

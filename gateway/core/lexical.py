@@ -28,10 +28,11 @@ ENGLISH_STOPWORDS = frozenset(
 # The same for Chinese, whose tokens are characters and character bigrams: a question's
 # 什么时候 / 哪里 / 多少 would otherwise match every other question in the conversation
 # ("婚礼定在什么时候？") as strongly as its topic matches the answer. Measured on the project's
-# Chinese fixtures (tests/fixtures/locomo-zh.json), BM25 top-5 evidence 0.51 -> 0.65 without
-# them. A character alone is dropped if it is here; a bigram if both of its characters are,
-# or if it is one of the function-word bigrams below.
-CHINESE_FUNCTION_CHARS = frozenset("的了是在吗呢吧啊呀么什哪谁几多少怎时候这那个们也都就和或着过被把给让我你他她它")
+# Chinese fixtures (tests/fixtures/zh-conversations.json), BM25 top-5 evidence 0.51 -> 0.65
+# without them. A character alone is dropped if it is here; a bigram if both of its
+# characters are, or if it is one of the function-word bigrams below.
+CHINESE_FUNCTION_CHARS = frozenset(
+    "的了是在吗呢吧啊呀么什哪谁几多少怎时候这那个们也都就和或着过被把给让我你他她它")
 CHINESE_FUNCTION_BIGRAMS = frozenset(
     "时候 什么 么时 怎么 为什 哪里 哪儿 多少 怎样 几个 一个 这个 那个 我们 你们 他们 她们 "
     "是不 有没 没有 可以 知道 觉得".split())

@@ -193,8 +193,9 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
                    tokens_original: int, fixed_cost: int, tokenizer: Tokenizer) -> Rewrite:
     """The history fits: all of it (`history`: what of it can be forwarded), verbatim, plus
     only what memory knows from outside it — the profile and recalled items not all of whose
-    sources it holds (facts learned elsewhere, other conversations) — in the room `left`. Never a summary of
-    turns it shows, so the prompt costs at most the conversation plus that outside memory."""
+    sources it holds (facts learned elsewhere, other conversations) — in the room `left`.
+    Never a summary of turns it shows, so the prompt costs at most the conversation plus that
+    outside memory."""
     profile = pack_profile(request.memory.profile, left, tokenizer)
     ids = frozenset(i for i in request.history_ids if i is not None)
     # A fact learned from turns shown here says again what they say.

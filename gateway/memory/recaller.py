@@ -5,12 +5,12 @@ One recall: embed the question once, search the conversation namespace densely (
 lexically (BM25) — the lexical searches run while the question is being embedded — and, for an
 identified user, the user namespace (gateway/memory/user_index.py) the same way, leaving out
 the current conversation's items there (they come from the conversation namespace, which is
-fresher). One fused ranking (`gateway.core.fusion`: reciprocal-rank fusion, k=20 by default, with a mild
-recency weight) over: the dense hits of both namespaces merged by similarity (one embedder,
-one scale), and each namespace's BM25 hits (BM25 scores of different corpora are not on one
-scale; their ranks are). Then drop what the request already shows and return the best k.
+fresher). One fused ranking (`gateway.core.fusion`: reciprocal-rank fusion, k=20 by default,
+with a mild recency weight) over: the dense hits of both namespaces merged by similarity (one
+embedder, one scale), and each namespace's BM25 hits (BM25 scores of different corpora are not
+on one scale; their ranks are). Then drop what the request already shows and return the best k.
 
-Neighbours (measured on the LoCoMo dev split, bench/results/memory-quality.md): a turn's
+Neighbours (measured on the LoCoMo dev split, bench/results/memory-ablation.md): a turn's
 vector embeds it after the turn before it, so a dense hit ranks that previous turn too
 (`fusion.with_context`); and each of the best k is followed by the turn after it in its
 conversation (`fusion.with_successors`) — a recalled question brings its answer. So up to 2k

@@ -9,9 +9,10 @@ index (gateway/memory/turn_index.py, chunk_store.py), so both say exactly the sa
 Layout (`MemoryKeySpace.user`): `recall` maps a qualified id "<conversation>/<item id>" (the
 item id being a turn's message id or "chunk:<id>"; conversation ids cannot hold "/", so the
 qualification is injective) to a JSON entry `{kind, conversation, id, text, source_ids,
-position}` (turns also `prev`, the id of the turn before it in its conversation); `recall_vectors` maps the same ids to vectors; `recall_version` is bumped by every
-write; `recall_members(conversation)` is the set of a conversation's ids, and `recall_synced`
-records per conversation the conversation memory version mirrored and when it started.
+position}` (turns also `prev`, the id of the turn before it in its conversation);
+`recall_vectors` maps the same ids to vectors; `recall_version` is bumped by every write;
+`recall_members(conversation)` is the set of a conversation's ids, and `recall_synced` records
+per conversation the conversation memory version mirrored and when it started.
 
 Invariants:
 - only identified users' conversations are mirrored (the anonymous user shares nothing);

@@ -11,8 +11,9 @@ and only new ids are read (HKEYS + HMGET). Summary chunks ("chunk:" ids) and fac
 re-embedded under the same id, so they are always read again (tens of items, not thousands).
 
 In a user namespace (the turns and chunks of all of a user's conversations, ids qualified by
-conversation) a search may leave out one conversation's items: the index keeps, per conversation, a FAISS
-selector of the rows not in it (built with the index), and searches through it (still exact).
+conversation) a search may leave out one conversation's items: the index keeps, per
+conversation, a FAISS selector of the rows not in it (built with the index), and searches
+through it (still exact).
 
 Invariants: a search reads only the keys of the namespace it names (namespace_keys); results
 are the k best ids of that namespace with their cosine similarity, best first; a stored vector
