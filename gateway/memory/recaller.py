@@ -124,8 +124,8 @@ class Recaller:
                       [i for i, _ in user_lexical if i in first]],
                      {i: item.position for i, item in first.items()},
                      k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)[:k]
-        following = {i: f for i, _ in fused if (f := links[i].following if i in links
-                                                else None) is not None} if successors else {}
+        following = {i: links[i].following for i, _ in fused
+                     if successors and i in links and links[i].following is not None}
         wanted = [i for i in dict.fromkeys([i for i, _ in fused] + list(following.values()))
                   if i not in found]
         own_more, user_more = await asyncio.gather(
