@@ -13,7 +13,11 @@ Measured per size:
 - `after_turn_ms` p50/p99: the first recall after one new turn was indexed (caches refreshed
   incrementally: new vectors appended, BM25 matrix rebuilt) — what the first request after
   each turn pays;
-- `embed_query_ms` p50: the query embedding alone.
+- `embed_query_ms` p50: the query embedding alone;
+- `user_p50_ms` / `user_p99_ms`: a warm recall for the same (identified) user once four
+  earlier conversations of theirs, as many turns in all as the current one, are in the user's
+  recall index (gateway/memory/user_index.py): the conversation and the user namespace are
+  both searched.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import Bm25LexicalIndex
 from gateway.memory.recaller import Recaller
 from gateway.memory.turn_index import TurnIndexer
+from gateway.memory.user_index import UserRecallIndex
 from gateway.memory.vector_index import FaissVectorIndex
 from gateway.store import EmbeddedRedis, connect
 
@@ -119,6 +124,8 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
             started = time.perf_counter()
             await recaller.recall(key, q, k=50)
             after.append((time.perf_counter() - started) * 1e3)
+        user = await _with_user_namespace(redis, indexer, keys, key, transcript, size, rng,
+                                          recaller, questions)
         vectors.close()
         lexical.close()
         return {"turns": size, "queries": queries,
@@ -128,9 +135,33 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
                 "warm_p99_ms": round(pct(warm, 99), 2),
                 "after_turn_p50_ms": round(statistics.median(after), 2),
                 "after_turn_p99_ms": round(pct(after, 99), 2),
-                "embed_query_p50_ms": round(statistics.median(embed), 2)}
+                "embed_query_p50_ms": round(statistics.median(embed), 2),
+                "user_p50_ms": round(statistics.median(user), 2),
+                "user_p99_ms": round(pct(user, 99), 2)}
     finally:
         await redis.aclose()
+
+
+async def _with_user_namespace(redis: Any, indexer: TurnIndexer, keys: MemoryKeySpace,
+                               key: ConversationKey, transcript: list[Any], size: int,
+                               rng: random.Random, recaller: Recaller,
+                               questions: list[str]) -> list[float]:
+    """Warm recall latencies once the user has 4 earlier conversations of size/4 turns."""
+    user_index = UserRecallIndex(redis, keys)
+    for n in range(4):
+        earlier = ConversationKey(key.tenant, key.user, f"{key.conversation}-earlier-{n}")
+        older = chain(None, turns(max(1, size // 4), rng))
+        await indexer.sync(earlier, older)
+        await user_index.sync(earlier, older)
+    await user_index.sync(key, transcript)
+    await recaller.recall(key, questions[0], k=50)  # builds the user namespace's caches
+    out = []
+    for q in questions:
+        started = time.perf_counter()
+        recalled = await recaller.recall(key, q, k=50)
+        out.append((time.perf_counter() - started) * 1e3)
+        assert recalled
+    return out
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -138,16 +169,20 @@ def markdown(result: dict[str, Any]) -> str:
              f"{result['machine']}; embedder `{result['embedder']}`; k=50; "
              "embedded Valkey on a unix socket.", "",
              "| turns | index turns/s | cold ms | warm p50 ms | warm p99 ms | after-turn p50 ms "
-             "| after-turn p99 ms | embed query p50 ms |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| after-turn p99 ms | embed query p50 ms "
+             "| with 4 earlier conversations p50 / p99 ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["sizes"]:
         lines.append(f"| {r['turns']} | {r['index_turns_per_s']} | {r['cold_ms']} | "
                      f"{r['warm_p50_ms']} | {r['warm_p99_ms']} | {r['after_turn_p50_ms']} | "
-                     f"{r['after_turn_p99_ms']} | {r['embed_query_p50_ms']} |")
+                     f"{r['after_turn_p99_ms']} | {r['embed_query_p50_ms']} | "
+                     f"{r['user_p50_ms']} / {r['user_p99_ms']} |")
     lines += ["", "warm: caches built, nothing changed since. after-turn: first recall after "
               "one more turn was indexed (incremental FAISS refresh; a conversation over 500 "
               "turns keeps its BM25 index while a rebuild runs beside it, which still competes "
-              "for the CPU).", ""]
+              "for the CPU). With 4 earlier conversations: the same user has four earlier "
+              "conversations with as many turns in all in their recall index, searched beside "
+              "the current one.", ""]
     return "\n".join(lines)
 
 
