@@ -248,3 +248,17 @@ def test_a_conversation_that_fits_is_forwarded_whole_with_nothing_added_or_repea
     assert forwarded(raw.parse().choices[0].message.content) == [*history, question]
     assert int(raw.headers["x-gateway-tokens-forwarded"]) <= int(
         raw.headers["x-gateway-tokens-original"])
+
+
+@pytest.mark.parametrize("summary_share, shown", [(0.4, True), (0.0, False)])
+def test_the_summary_block_is_shown_only_with_a_summary_share(redis_url,
+                                                               summary_share, shown):
+    config = gateway_config(redis_url, context={
+        "max_context_tokens": 1600, "reserve_completion_tokens": 100,
+        "summary_share": summary_share, "recall_share": 0.5})
+    with running_gateway(config) as url:
+        for i in range(30):  # well past compaction's 5 rounds, and past the budget
+            say(url, f"Round {i}: the walk went past mill number {i} and the river bend, "
+                     f"where herons wait on the stones near the old ferry landing.", "long", "sam")
+        forwarded_text = seen(url, "Where did the walk go?", "long", "sam")
+    assert ("<summary>" in forwarded_text) is shown

@@ -122,7 +122,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                             settings=settings, facts=facts)
     recall = {name: RecallSettings(top_k=t.memory.recall_top_k, facts_k=t.memory.facts_k,
                                    successors=t.memory.recall_successors,
-                                   rrf_k=t.memory.recall_rrf_k)
+                                   rrf_k=t.memory.recall_rrf_k,
+                                   summaries=t.context.summary_share > 0)
               for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
 

@@ -44,6 +44,9 @@ class RecallSettings:
     """Facts scoring at or below this (similarity × decayed importance) are left out."""
     successors: bool = True
     """A recalled turn brings the turn after it."""
+    summaries: bool = True
+    """Read the conversation's summary chunks for the summary block (false when the tenant's
+    `summary_share` is 0: the block could never be shown)."""
     rrf_k: int = RRF_K
     """The k of the reciprocal-rank fusion."""
 
@@ -67,7 +70,8 @@ class MemoryService:
         if not settings.memory:
             return MemoryContext()
         chunks, profile, recalled = await asyncio.gather(
-            self.chunks.list(key),
+            # The summary block only when the tenant gives it a share: else not read at all.
+            self.chunks.list(key) if recall.summaries else _nothing(),
             self.profiles.get(key.tenant, key.user) if key.identified else _nothing(),
             self._recall(key, query, recall))
         last = chunks[-1].source_ids[-1] if chunks and chunks[-1].source_ids else None
