@@ -11,6 +11,7 @@ import sys
 BENCHMARKS = {
     "locomo": "bench.locomo.cli",
     "locomo-ablation": "bench.locomo.ablation",
+    "locomo-rescore": "bench.locomo.rescore",
     "overhead": "bench.overhead.cli",
     "recall-latency": "bench.recall_latency",
     "load": "bench.load.cli",

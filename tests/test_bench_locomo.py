@@ -367,3 +367,27 @@ def test_ablation_table_reads_each_steps_gateway_and_hybrid_rows(tmp_path):
     assert steps[0]["hybrid"]["evidence_recall"] == 0.75
     assert steps[0]["run_overrides"] == {"memory.facts_k": 0}
     assert "| 0.500 | 0.400 |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize("fixture", [ZH, EN])
+def test_an_independent_rescoring_of_the_prompt_dump_gives_the_reported_figures(
+        fixture, redis_url, tmp_path):
+    from bench.locomo.rescore import rescore
+
+    out, dump = tmp_path / "r.json", tmp_path / "prompts.jsonl"
+    assert bench_main(["locomo", "--data", str(fixture), "--store", redis_url,
+                       "--budgets", "80,400", "--out", str(out),
+                       "--dump-prompts", str(dump)]) == 0
+    reported = {(r["strategy"], r["mode"], r["budget"]): r
+                for r in json.loads(out.read_text(encoding="utf-8"))["results"]
+                if r["category"] == "all"}
+    with open(fixture, encoding="utf-8") as data, open(dump, encoding="utf-8") as lines:
+        again = rescore(json.load(data), lines)
+    assert set(again) == set(reported)
+    for key, figures in again.items():
+        for metric in ("evidence_recall", "answer_containment"):
+            if figures[metric] is None:
+                assert reported[key][metric] is None, (key, metric)
+            else:
+                assert figures[metric] == pytest.approx(reported[key][metric], abs=6e-5), \
+                    (key, metric)

@@ -1,0 +1,113 @@
+"""`python -m bench locomo-rescore DUMP.jsonl`: score a `--dump-prompts` file again, from scratch.
+
+A second, deliberately independent scorer (it imports nothing from the harness) written from
+the rules of bench-data/REFERENCE.md, so anyone can check a run's headline figures from its
+prompt dump:
+- evidence recall (categories 1–5): the share of a question's evidence turns whose line
+  `<speaker>: <text>[ [shares a photo: <caption>]]` occurs in the forwarded context (every
+  message but the last, the question), both NFKC-normalised with whitespace collapsed;
+- answer containment (categories 1–4): the whole normalised answer (NFKC, lowercase,
+  punctuation and symbols to spaces, articles a/an/the dropped, spaces collapsed, no space
+  between two CJK characters) is a substring of the normalised context; only questions whose
+  answer is a substring of the normalised whole conversation (`[<session date>] <line>` per
+  turn) count.
+Prints one line per (strategy, mode, budget) with both figures and their question counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import unicodedata
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "bench-data" / "locomo-dev.json"
+_ID = re.compile(r"D(\d+):0*(\d+)")
+_SESSION = re.compile(r"session_\d+")
+_CJK_GAP = re.compile(r"(?<=[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]) "
+                      r"(?=[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff])")
+
+
+def collapse(text: str) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def normalise(text: object) -> str:
+    folded = unicodedata.normalize("NFKC", str(text)).lower()
+    spaced = "".join(" " if unicodedata.category(c)[0] in "PSZC" else c for c in folded)
+    return _CJK_GAP.sub("", " ".join(w for w in spaced.split() if w not in ("a", "an", "the")))
+
+
+class Sample:
+    def __init__(self, item: dict[str, Any]):
+        conversation = item["conversation"]
+        self.qa = item.get("qa") or []
+        self.lines: dict[str, str] = {}
+        dated = []
+        for key, turns in conversation.items():
+            if not (_SESSION.fullmatch(key) and isinstance(turns, list)):
+                continue
+            date = conversation.get(f"{key}_date_time", "")
+            for turn in turns:
+                match = _ID.fullmatch(str(turn["dia_id"]).strip())
+                caption = turn.get("blip_caption")
+                photo = f" [shares a photo: {caption}]" if caption else ""
+                line = collapse(f"{turn['speaker']}: {turn.get('text', '')}{photo}")
+                if match:
+                    self.lines[f"D{int(match[1])}:{int(match[2])}"] = line
+                dated.append(f"[{date}] {line}")
+        self.history = normalise(" ".join(dated))
+
+    def evidence(self, qa: dict[str, Any]) -> list[str]:
+        ids: list[str] = []
+        for ref in qa.get("evidence") or []:
+            for part in re.split(r"[;,\s]+", str(ref)):
+                match = _ID.fullmatch(part)
+                if match and (i := f"D{int(match[1])}:{int(match[2])}") in self.lines \
+                        and i not in ids:
+                    ids.append(i)
+        return ids
+
+
+def rescore(data: Iterable[dict[str, Any]], dump: Iterable[str]) -> dict[tuple, dict[str, Any]]:
+    samples = {str(item["sample_id"]): Sample(item) for item in data}
+    sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
+    for raw in dump:
+        probe = json.loads(raw)
+        sample = samples[str(probe["conversation"])]
+        qa = sample.qa[probe["qa"]]
+        context = collapse("\n".join(m["content"] for m in probe["messages"][:-1]
+                                     if isinstance(m.get("content"), str)))
+        acc = sums[(probe["strategy"], probe["mode"], probe["budget"])]
+        if evidence := sample.evidence(qa):
+            acc[0] += sum(sample.lines[i] in context for i in evidence) / len(evidence)
+            acc[1] += 1
+        answer = normalise(qa["answer"]) if qa.get("answer") is not None else ""
+        if int(qa["category"]) in (1, 2, 3, 4) and answer and answer in sample.history:
+            acc[2] += answer in normalise(context)
+            acc[3] += 1
+    return {key: {"evidence_recall": e / n if n else None, "n_evidence": n,
+                  "answer_containment": c / m if m else None, "n_eligible": m}
+            for key, (e, n, c, m) in sums.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench locomo-rescore", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dump", type=Path, help="a file written by `bench locomo --dump-prompts`")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    with open(args.data, encoding="utf-8") as f:
+        data = json.load(f)
+    with open(args.dump, encoding="utf-8") as f:
+        scores = rescore(data, f)
+    for (strategy, mode, budget), s in sorted(scores.items(), key=str):
+        er, ac = s["evidence_recall"], s["answer_containment"]
+        print(f"{strategy:9} {mode or '-':9} {budget or '-':>6}  evidence recall "
+              f"{'-' if er is None else f'{er:.4f}'} (n={s['n_evidence']})  answer containment "
+              f"{'-' if ac is None else f'{ac:.4f}'} (n={s['n_eligible']})")
+    return 0
