@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable
+from typing import Any, AsyncIterator
 
 import anyio
 from starlette.applications import Starlette
@@ -20,8 +19,8 @@ from gateway.errors import GatewayError
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.observability import Metrics
 from gateway.pipeline import Pipeline
-from gateway.record_buffer import RecordBuffer
 from gateway.ports import Upstream
+from gateway.record_buffer import RecordBuffer
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.store import connect
 from gateway.store.embedded import EmbeddedRedis
@@ -32,6 +31,7 @@ from gateway.tasks import TaskTracker
 from gateway.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
 from gateway.upstream import FAKE_PREFIX, RoutingUpstream
+from gateway.worker import WORKER_ENV, Background, build_recorder, step
 
 logger = logging.getLogger("gateway")
 
@@ -50,7 +50,8 @@ class Gateway:
     tenants: TenantDirectory
     pipeline: Pipeline
     store: RedisStore
-    recorder: Recorder
+    recorder: Recorder | None
+    """The recorder of this process; None when a worker process applies the turns."""
     metrics: Metrics
     memory: MemoryRuntime | None = None
     buffer: RecordBuffer | None = None
@@ -59,8 +60,9 @@ class Gateway:
     def refresh_metrics(self) -> None:
         if self.store_pool is not None:
             self.metrics.observe_pool(self.store_pool.stats())
-        self.metrics.recorder_applied.set(self.recorder.applied)
-        self.metrics.recorder_dead.set(self.recorder.dead_lettered)
+        if self.recorder is not None:
+            self.metrics.recorder_applied.set(self.recorder.applied)
+            self.metrics.recorder_dead.set(self.recorder.dead_lettered)
         if self.buffer is not None:
             self.metrics.buffer_held.set(len(self.buffer))
             self.metrics.buffer_buffered.set(self.buffer.buffered)
@@ -117,13 +119,11 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         timeout = config.server.store_timeout_seconds
         redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                         max_connections=config.server.store_pool_size)
-        worker_redis = connect(url, socket_connect_timeout=timeout)
         store = RedisStore(redis)
-        recorder = Recorder(worker_redis, workers=config.recorder.workers,
-                            max_attempts=config.recorder.max_attempts,
-                            backoff_seconds=config.recorder.backoff_seconds,
-                            claim_idle_ms=int(config.recorder.claim_idle_seconds * 1000))
-        inline = config.recorder.mode == "inline"
+        mode = recorder_mode(config)
+        worker_redis = connect(url, socket_connect_timeout=timeout) if mode in (
+            "inline", "background") else None
+        recorder = build_recorder(config, worker_redis) if worker_redis is not None else None
         tasks, metrics = TaskTracker(), Metrics()
         tenants = TenantDirectory(config)
         chat_upstream = upstream or routing_upstream(config)
@@ -133,41 +133,42 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
             await memory.embedding.warm_up()
         buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)
+        inline = InlineProcessing(recorder, memory) if mode == "inline" and recorder else None
         pipeline = Pipeline(store=store, upstream=chat_upstream,
                             tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
-                            inline_recorder=InlineProcessing(recorder, memory) if inline else None,
+                            inline_recorder=inline,
                             memory=memory.service if memory else None,
                             recall_settings=memory.recall if memory else None, buffer=buffer)
         app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory,
                                     buffer, store_pool=redis.connection_pool)
         await buffer.start()
-        if not inline:
-            await recorder.start()
-            if memory is not None:
-                await memory.worker.start()
+        background = Background(recorder, memory) if mode == "background" and recorder else None
+        if background is not None:
+            await background.start()
         try:
             yield
         finally:
             # uvicorn runs this once it has stopped accepting and in-flight requests have
             # finished (or server.shutdown_timeout_seconds passed). Order: the turns of those
             # requests (stream records finishing in the background), then the buffer into the
-            # store, then the recorder applies what it can. Every step tolerates a store that
+            # store, then (background mode) the recorder applies what it can — with a worker
+            # process, `gateway serve` stops it after this. Every step tolerates a store that
             # is gone: it logs and shutdown goes on — turns already enqueued are in the store.
             drain = config.recorder.drain_timeout_seconds
-            await _step("background tasks", tasks.drain(drain))
-            await _step("record buffer", buffer.drain(drain))
-            await _step("recorder", recorder.drain(drain))
-            await _step("recorder consumers", recorder.remove_consumers(
-                stale_after_ms=max(60_000, 4 * int(config.recorder.claim_idle_seconds * 1000))))
+            await step("background tasks", tasks.drain(drain))
+            await step("record buffer", buffer.drain(drain))
+            if background is not None:
+                await background.drain(drain, config.recorder.claim_idle_seconds)
             if memory is not None:
-                await _step("memory worker", memory.worker.drain(drain))
                 memory.close()
-            await _step("store connection", redis.aclose())
-            await _step("worker store connection", worker_redis.aclose())
+            await step("store connection", redis.aclose())
+            if worker_redis is not None:
+                await step("worker store connection", worker_redis.aclose())
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
             logger.info(json.dumps({
-                "event": "shutdown_complete", "recorder_applied": recorder.applied,
+                "event": "shutdown_complete",
+                "recorder_applied": recorder.applied if recorder else None,
                 "buffer_flushed": buffer.flushed, "buffer_dropped": buffer.dropped}))
 
     exception_handlers: dict[Any, Any] = {
@@ -178,13 +179,17 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=exception_handlers)
 
 
-async def _step(name: str, work: Awaitable[Any], timeout: float = 10.0) -> None:
-    """One shutdown step, bounded: its failure is logged and the next step runs."""
-    try:
-        await asyncio.wait_for(work, timeout + 1)  # steps bound themselves; a hung store too
-    except Exception as exc:  # noqa: BLE001 — shutdown must finish; each failure is logged
-        logger.warning(json.dumps({"event": "shutdown_step_failed", "step": name,
-                                   "error": repr(exc)}))
+def recorder_mode(config: Config) -> str:
+    """Where this process's recorded turns are applied. `process` means a worker process that
+    `gateway serve` starts; an app built any other way (uvicorn, tests) has none beside it and
+    applies them on its own loop instead, and says so — a turn is never left unapplied."""
+    mode = config.recorder.mode
+    if mode == "process" and not os.environ.get(WORKER_ENV):
+        logger.info(json.dumps({"event": "recorder_on_serving_loop",
+                                "reason": "recorder.mode is process but no worker process was "
+                                          "started beside this app (gateway serve starts one)"}))
+        return "background"
+    return mode
 
 
 def configure_logging(level: str) -> None:

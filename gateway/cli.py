@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, check-config, fake-upstream."""
+"""The `gateway` command: serve, worker, check-config, fake-upstream."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--workers", type=int, help="default: server.workers of the config")
     serve.add_argument("--log-level", default="info")
 
+    worker = commands.add_parser(
+        "worker", help="apply recorded turns and derive memory (recorder.mode: external); "
+                       "`serve` starts one itself by default")
+    worker.add_argument("--config", default="config.yaml", help="default: ./config.yaml")
+    worker.add_argument("--log-level", default="info")
+
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("path", nargs="?", default="config.yaml")
 
@@ -45,6 +51,9 @@ def main(argv: list[str] | None = None) -> None:
         from gateway.upstream.fake_server import run_fake_upstream
 
         run_fake_upstream(args.host, args.port)
+        return
+    if args.command == "worker":
+        _worker(args)
         return
     _serve(args)
 
@@ -98,6 +107,13 @@ def _serve(args: argparse.Namespace) -> None:
     os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
     if embedded is not None:
         logging.getLogger("gateway").info('{"event": "embedded_store", "url": "%s"}', url)
+    worker = None
+    if config.recorder.mode == "process":
+        from gateway.worker import WORKER_ENV, WorkerProcess
+
+        worker = WorkerProcess(Path(args.config).resolve(), args.log_level)
+        worker.start()
+        os.environ[WORKER_ENV] = "1"
     signalled: int | None = None
     try:
         exit_signals.arm()
@@ -112,10 +128,35 @@ def _serve(args: argparse.Namespace) -> None:
         # Every way out: a signal, a normal return (several workers: uvicorn's supervisor
         # handles the signals itself), a start-up failure (SystemExit), an unexpected error.
         exit_signals.disarm()
+        if worker is not None:
+            # After the server: the last requests' turns are enqueued; the worker applies
+            # what it can within its drain timeout, then the store may go.
+            worker.stop(config.recorder.drain_timeout_seconds * 2 + 15)
         if embedded is not None:
             embedded.stop()
     if signalled is not None:
         exit_signals.exit_by(signalled)
+
+
+def _worker(args: argparse.Namespace) -> None:
+    from gateway.app import configure_logging, routing_upstream, store_url
+    from gateway.store.embedded import EmbeddedRedisError
+    from gateway.worker import serve_worker
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        sys.exit(f"gateway: {exc}")
+    configure_logging(args.log_level)
+    try:
+        url, embedded = store_url(config)
+    except EmbeddedRedisError as exc:
+        sys.exit(f"gateway: {exc}")
+    try:
+        serve_worker(config, url, routing_upstream(config))
+    finally:
+        if embedded is not None:
+            embedded.stop()
 
 
 class _Signalled(BaseException):

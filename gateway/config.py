@@ -48,8 +48,12 @@ class ServerConfig(Strict):
 
 
 class RecorderConfig(Strict):
-    mode: Literal["background", "inline"] = "background"
-    """inline applies each turn before the response returns: for tests and debugging only."""
+    mode: Literal["process", "external", "background", "inline"] = "process"
+    """Where recorded turns are applied and memory is derived (gateway/worker.py):
+    process: a worker process `gateway serve` starts beside the serving processes;
+    external: none here — run `gateway worker` yourself (scale-out);
+    background: tasks on each serving process's event loop (competes with requests);
+    inline: each turn before the response returns (tests and debugging only)."""
     workers: int = Field(1, ge=1, le=32)
     max_attempts: int = Field(5, ge=1, le=100)
     backoff_seconds: float = Field(0.2, gt=0)

@@ -72,7 +72,10 @@ def _kill_while_holding_jobs(redis_url: str, victim, ledger: Ledger,
 def test_kill_9_of_a_replica_under_load_loses_no_completed_turn(tmp_path):
     with Processes(tmp_path) as procs:
         redis = procs.redis()
-        config = gateway_config_file(tmp_path / "config.yaml", redis.url)
+        # Recorders on the serving loops (`background`), so the killed process holds record
+        # jobs; a killed worker process is tests/test_worker_process.py.
+        config = gateway_config_file(tmp_path / "config.yaml", redis.url,
+                                     recorder={"mode": "background"})
         a, b = procs.gateway(config), procs.gateway(config)
         ledger, dead = Ledger(), set()
         started = time.monotonic()

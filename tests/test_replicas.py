@@ -28,7 +28,10 @@ def _forwarded(response: httpx.Response) -> list[dict]:
 def test_two_replicas_serve_the_same_conversations_in_order_without_loss(tmp_path):
     with Processes(tmp_path) as procs:
         redis = procs.redis()
-        config = gateway_config_file(tmp_path / "config.yaml", redis.url)
+        # Recorders on the serving loops (`background`): every serving process is a consumer
+        # of the record group, the most contended arrangement.
+        config = gateway_config_file(tmp_path / "config.yaml", redis.url,
+                                     recorder={"mode": "background"})
         a, b = procs.gateway(config, workers=2), procs.gateway(config)
 
         # Read-your-writes across replicas: recorded through A, seen by B at once (the turn

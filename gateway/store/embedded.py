@@ -174,7 +174,7 @@ class EmbeddedRedis:
             self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, cwd=self.data_dir,
                                           start_new_session=True,
-                                          preexec_fn=_die_with_parent if self._die_with_parent
+                                          preexec_fn=die_with_parent if self._die_with_parent
                                           else None)
 
     def _wait_ready(self, deadline: float, proc: subprocess.Popen[bytes] | None) -> None:
@@ -301,8 +301,9 @@ class EmbeddedRedis:
                                   f"\nLast lines of {self.logfile}:\n{log_part}")
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux for SIGTERM when the parent dies."""
+def die_with_parent() -> None:
+    """In a child (before exec, or first thing after): ask Linux for SIGTERM when the parent
+    (the thread that started it) dies."""
     import ctypes
 
     pr_set_pdeathsig = 1

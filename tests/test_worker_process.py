@@ -1,0 +1,145 @@
+"""The worker process: recorded turns are applied and memory derived outside the serving
+processes (`recorder.mode: process`, the default), by a `gateway worker` child that
+`gateway serve` starts, restarts when it dies and stops after itself; or by workers run on
+their own (`recorder.mode: external`).
+
+Real `gateway serve` and `gateway worker` processes, a real redis-server, real signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import redis
+
+from gateway.store.keys import KeySpace
+from tests.support.processes import (Child, Ledger, Processes, consumers,
+                                     gateway_config_file, report, send_turn, transcripts,
+                                     wait_all_applied)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _consumer_pids(url: str) -> set[int]:
+    """Pids of the processes whose recorder consumers are in the record group
+    (consumer names are `<host>-<pid>-<n>`)."""
+    return {int(name.rsplit("-", 2)[-2]) for name in consumers(url)}
+
+
+def _wait(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _send(url: str, ledger: Ledger, names: list[str], turns: range) -> None:
+    async def run() -> None:
+        async with httpx.AsyncClient(timeout=20) as client:
+            async def one(name: str) -> None:
+                for n in turns:
+                    ok, error = await send_turn(client, url, name, n, stream=n % 3 == 2)
+                    ledger.sent(name, n, ok, error)
+            await asyncio.gather(*(one(name) for name in names))
+    asyncio.run(run())
+
+
+def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_path):
+    with Processes(tmp_path) as procs:
+        store = procs.redis()
+        gateway = procs.gateway(gateway_config_file(tmp_path / "config.yaml", store.url))
+        ledger, names = Ledger(), ["w-0", "w-1", "w-2"]
+        _send(gateway.url, ledger, names, range(6))
+        wait_all_applied(store.url, names)
+        counts = ledger.check(transcripts(store.url, names))
+        workers = _consumer_pids(store.url)
+        assert counts["stored"] == counts["completed"] == 18, counts
+        assert counts["lost"] == counts["duplicated"] == counts["out_of_order"] == 0, counts
+        # The turns were applied by another process than the one serving requests: its child.
+        assert len(workers) == 1 and gateway.pid not in workers, workers
+        (worker,) = workers
+        assert _alive(worker)
+        assert Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[-1].split()[1] \
+            == str(gateway.pid)
+        code = gateway.terminate(30)
+        report("worker child", turns_applied=counts["stored"], worker_pid_differs=True,
+               exit_code=code, worker_stopped=not _alive(worker))
+        assert code == -signal.SIGTERM
+        assert not _alive(worker)
+        assert '"event": "worker_stopped"' in gateway.log_text()
+        assert consumers(store.url) == []  # the worker left the group tidy
+        assert "Traceback" not in gateway.log_text()
+
+
+def test_a_worker_killed_with_9_is_restarted_and_no_turn_is_lost(tmp_path):
+    with Processes(tmp_path) as procs:
+        store = procs.redis()
+        gateway = procs.gateway(gateway_config_file(tmp_path / "config.yaml", store.url))
+        ledger, names = Ledger(), ["k-0", "k-1"]
+        _send(gateway.url, ledger, names, range(4))
+        (first,) = _wait(lambda: _consumer_pids(store.url), 20, "the worker's consumer")
+        os.kill(first, signal.SIGKILL)
+        # Turns recorded while no worker runs wait in the stream: requests are unaffected.
+        _send(gateway.url, ledger, names, range(4, 10))
+        second = _wait(lambda: _consumer_pids(store.url) - {first}, 30, "a new worker")
+        wait_all_applied(store.url, names, timeout=30)
+        counts = ledger.check(transcripts(store.url, names))
+        report("worker kill -9", killed=first, restarted_as=sorted(second), **counts)
+        assert counts["failed_requests"] == 0, ledger.errors[:3]
+        assert counts["stored"] == counts["completed"] == 20, counts
+        assert counts["lost"] == counts["duplicated"] == counts["out_of_order"] == 0, counts
+        assert '"event": "worker_exited"' in gateway.log_text()
+        assert gateway.running
+
+
+def test_serve_killed_with_9_takes_its_worker_with_it(tmp_path):
+    with Processes(tmp_path) as procs:
+        store = procs.redis()
+        gateway = procs.gateway(gateway_config_file(tmp_path / "config.yaml", store.url))
+        (worker,) = _wait(lambda: _consumer_pids(store.url), 20, "the worker's consumer")
+        gateway.kill()
+        _wait(lambda: not _alive(worker), 20, "the orphaned worker to exit")
+
+
+def test_external_mode_leaves_turns_to_a_gateway_worker_run_on_its_own(tmp_path):
+    with Processes(tmp_path) as procs:
+        store = procs.redis()
+        config = gateway_config_file(tmp_path / "config.yaml", store.url,
+                                     recorder={"mode": "external"})
+        gateway = procs.gateway(config)
+        ledger, names = Ledger(), ["e-0"]
+        _send(gateway.url, ledger, names, range(3))
+        time.sleep(1.0)
+        with redis.Redis.from_url(store.url, decode_responses=True) as client:
+            enqueued = client.xlen(KeySpace().records)
+        assert consumers(store.url) == []  # nobody applies them: no worker beside the server
+        worker = Child("worker", [sys.executable, "-m", "gateway", "worker", "--config",
+                                  str(config)], tmp_path / "worker.log")
+        worker.spawn()
+        try:
+            wait_all_applied(store.url, names, timeout=30)
+            counts = ledger.check(transcripts(store.url, names))
+            worker.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            code = worker.proc.wait(30)  # type: ignore[union-attr]
+        finally:
+            worker.terminate(5)
+        report("external worker", enqueued_before_worker=enqueued, exit_code=code, **counts)
+        assert enqueued == 3
+        assert counts["stored"] == 3 and counts["lost"] == 0, counts
+        assert code == 0, worker.log_tail()
+        assert '"event": "worker_stopped"' in worker.log_text()
