@@ -119,8 +119,10 @@ def _serve(args: argparse.Namespace) -> None:
         exit_signals.arm()
         # SIGTERM: stop accepting, give in-flight requests (streams too) the shutdown timeout,
         # then the lifespan drains the recorder and the record buffer (gateway.app).
+        # http/loop "auto": httptools and uvloop (dependencies) where they are installed.
         uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=args.log_level, access_log=False,
+                    http="auto", loop="auto",
                     timeout_graceful_shutdown=config.server.shutdown_timeout_seconds)
     except _Signalled as exc:
         signalled = exc.signum

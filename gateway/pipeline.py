@@ -10,6 +10,7 @@ a turn that cannot be enqueued is logged and counted, never raised to the client
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -40,8 +41,10 @@ class InlineRecorder(Protocol):
 
 
 class Memory(Protocol):
-    async def context_for(self, key: ConversationKey, query: str,
-                          recall: RecallSettings) -> MemoryContext: ...
+    async def snapshot(self, key: ConversationKey, recall: RecallSettings) -> Any: ...
+
+    async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
+                          snapshot: Any = None) -> MemoryContext: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +91,21 @@ class Pipeline:
             log.passthrough = "no_conversation_id"
         else:
             started = time.perf_counter()
-            try:
-                stored = await self.store.load(key)
-            except Exception as exc:  # noqa: BLE001 — any store failure fails open, logged
-                logger.warning("store unavailable, forwarding unchanged: %r", exc)
-                log.passthrough, log.error = "store_unavailable", repr(exc)
+            # The transcript and memory's first reads go out together: one round trip each,
+            # side by side (the question to recall for is known only after reconciling).
+            stored, snapshot = await asyncio.gather(self.store.load(key),
+                                                    self._snapshot(key, tenant),
+                                                    return_exceptions=True)
+            if isinstance(stored, BaseException):
+                if not isinstance(stored, Exception):
+                    raise stored
+                # Any store failure fails open, logged.
+                logger.warning("store unavailable, forwarding unchanged: %r", stored)
+                log.passthrough, log.error = "store_unavailable", repr(stored)
             else:
                 log.load_ms = (time.perf_counter() - started) * 1000
                 reconciliation, messages = await self._rewrite(chat, tenant, key, stored,
-                                                               tokenizer, log)
+                                                               snapshot, tokenizer, log)
         if reconciliation is None:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
         call = UpstreamCall(model=route.model,
@@ -106,11 +115,11 @@ class Pipeline:
         return Prepared(call, key, reconciliation, persist, chat.incoming)
 
     async def _rewrite(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey,
-                       stored: tuple[StoredMessage, ...], tokenizer: Tokenizer,
+                       stored: tuple[StoredMessage, ...], snapshot: Any, tokenizer: Tokenizer,
                        log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
         reconciliation = reconcile(chat.incoming, stored)
         history, current = split_current(reconciliation.conversation)
-        memory = await self._recall(key, tenant, current, log)
+        memory = await self._recall(key, tenant, current, snapshot, log)
         started = time.perf_counter()
         result = rewrite(RewriteRequest(
             instructions=chat.instructions, history=history, current=current,
@@ -127,8 +136,15 @@ class Pipeline:
         log.over_budget = result.over_budget
         return reconciliation, result.messages
 
+    async def _snapshot(self, key: ConversationKey, tenant: Tenant) -> Any:
+        """Memory's first reads for this request (None: the tenant has no memory)."""
+        settings = self.recall_settings.get(tenant.name)
+        if self.memory is None or settings is None:
+            return None
+        return await self.memory.snapshot(key, settings)
+
     async def _recall(self, key: ConversationKey, tenant: Tenant, current: tuple[Message, ...],
-                      log: RequestLog) -> MemoryContext:
+                      snapshot: Any, log: RequestLog) -> MemoryContext:
         """What memory offers for this request; nothing (logged) if it cannot be read."""
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:
@@ -136,7 +152,9 @@ class Pipeline:
         query = next((m.text for m in current if m.role == "user"), "")
         started = time.perf_counter()
         try:
-            return await self.memory.context_for(key, query, settings)
+            if isinstance(snapshot, BaseException):
+                raise snapshot
+            return await self.memory.context_for(key, query, settings, snapshot)
         except Exception as exc:  # noqa: BLE001 — memory failures fail open, logged
             logger.warning("memory unavailable for request %s: %r", log.request_id, exc)
             log.memory_error = repr(exc)

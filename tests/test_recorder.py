@@ -316,3 +316,41 @@ async def test_a_worker_recreates_its_group_when_the_stream_is_deleted(store, re
     finally:
         await recorder.stop()
     assert texts(await store.load(KEY)) == ["one", "two"]
+
+
+# -- the transcript cache: every load checks the store; a cached transcript is never stale ---
+
+async def test_a_second_load_of_an_unchanged_transcript_is_served_from_the_cache(store, recorder):
+    await store.record(KEY, after(None, user("q"), assistant("a")))
+    await recorder.process_available()
+    first = await store.load(KEY)
+    hits = store.cache.hits
+    assert await store.load(KEY) == first
+    assert store.cache.hits == hits + 1 and texts(first) == ["q", "a"]
+
+
+async def test_a_cached_transcript_sees_turns_applied_by_another_process(store_client, recorder):
+    reader, writer = RedisStore(store_client), RedisStore(store_client)  # two caches: replicas
+    await writer.record(KEY, after(None, user("q"), assistant("a")))
+    await recorder.process_available()
+    assert texts(await reader.load(KEY)) == ["q", "a"]
+    await writer.record(KEY, append(user("more"), assistant("b")))
+    await recorder.process_available()
+    assert texts(await reader.load(KEY)) == ["q", "a", "more", "b"]
+    # A regenerated answer replaces the last message: same length, another last element.
+    loaded = await reader.load(KEY)
+    await writer.record(KEY, after(loaded[2].id, assistant("b2")))
+    await recorder.process_available()
+    assert texts(await reader.load(KEY)) == ["q", "a", "more", "b2"]
+
+
+async def test_a_deleted_conversation_is_never_served_from_the_cache(store, recorder):
+    await store.record(KEY, after(None, user("secret"), assistant("a")))
+    await recorder.process_available()
+    assert texts(await store.load(KEY)) == ["secret", "a"]
+    await store.delete(KEY)
+    assert await store.load(KEY) == ()
+    # Recreated with other content of the same length: the new content, not the cached one.
+    await store.record(KEY, after(None, user("other"), assistant("b")))
+    await recorder.process_available()
+    assert texts(await store.load(KEY)) == ["other", "b"]

@@ -60,8 +60,15 @@ class ChunkStore:
 
     async def list(self, key: ConversationKey) -> tuple[SummaryChunk, ...]:
         """All chunks, oldest first (deleted ones included, as blank tombstones)."""
-        return tuple(chunk_from_json(item)
-                     for item in await self.redis.lrange(self._keys(key).chunks, 0, -1))
+        return self.parse(await self.redis.lrange(self.key(key), 0, -1))
+
+    def key(self, key: ConversationKey) -> str:
+        """The list `parse` reads whole (for callers batching their reads)."""
+        return self._keys(key).chunks
+
+    @staticmethod
+    def parse(items: Sequence[str]) -> tuple[SummaryChunk, ...]:
+        return tuple(chunk_from_json(item) for item in items)
 
     async def get(self, key: ConversationKey, chunk_id: str) -> SummaryChunk | None:
         return next((c for c in await self.list(key) if c.id == chunk_id), None)

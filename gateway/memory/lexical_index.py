@@ -37,7 +37,7 @@ from gateway.core.lexical import tokens
 from gateway.memory.stemming import stemmed
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
-from gateway.memory.ports import Namespace
+from gateway.memory.ports import UNREAD, Namespace, Unread
 from gateway.memory.user_index import is_chunk, split_id
 from gateway.store.codec import json_object
 
@@ -106,8 +106,9 @@ class Bm25LexicalIndex:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def search(self, namespace: Namespace, query: str, k: int, *,
-                     excluding: str | None = None) -> list[tuple[str, float]]:
-        lexical = await self._current(namespace)
+                     excluding: str | None = None,
+                     version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
+        lexical = await self._current(namespace, version)
         if lexical.bm25 is None or k <= 0:
             return []
         token_ids = lexical.bm25.get_tokens_ids(self._tokens(query))
@@ -123,9 +124,10 @@ class Bm25LexicalIndex:
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(lexical.ids[i], float(scores[i])) for i in top if scores[i] > 0]
 
-    async def _current(self, namespace: Namespace) -> _Lexical:
-        nk = namespace_keys(self.keys, namespace)
-        version = await self.redis.get(nk.version)
+    async def _current(self, namespace: Namespace,
+                       version: str | None | Unread = UNREAD) -> _Lexical:
+        if version is UNREAD:
+            version = await self.redis.get(namespace_keys(self.keys, namespace).version)
         cached = self._cache.get(namespace)
         if cached is not None and cached.version == version:
             return cached.value

@@ -9,6 +9,7 @@ tenant + user. A search names exactly one namespace and can never return another
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Literal, Protocol, Sequence
 
 import numpy as np
@@ -37,6 +38,15 @@ class Namespace:
         return cls("user", tenant, user)
 
 
+class Unread(Enum):
+    """A version counter the caller has not read (the index reads it itself)."""
+
+    UNREAD = "unread"
+
+
+UNREAD = Unread.UNREAD
+
+
 class Embedder(Protocol):
     name: str
     dim: int
@@ -52,15 +62,20 @@ class Embedder(Protocol):
 
 class VectorIndex(Protocol):
     async def search(self, namespace: Namespace, query: np.ndarray, k: int, *,
-                     excluding: str | None = None) -> list[tuple[str, float]]:
+                     excluding: str | None = None,
+                     version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         """Ids and cosine similarities of the k nearest items of one namespace, best first.
-        `excluding`: in a user namespace, a conversation whose items are left out."""
+        `excluding`: in a user namespace, a conversation whose items are left out;
+        `version`: the namespace's version counter, when the caller has just read it (saves
+        the index its own read)."""
         ...
 
 
 class LexicalIndex(Protocol):
     async def search(self, namespace: Namespace, query: str, k: int, *,
-                     excluding: str | None = None) -> list[tuple[str, float]]:
+                     excluding: str | None = None,
+                     version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         """Ids and BM25 scores of the k best-matching items of one namespace, best first.
-        `excluding`: in a user namespace, a conversation whose items are left out."""
+        `excluding`: in a user namespace, a conversation whose items are left out;
+        `version`: as for VectorIndex.search."""
         ...

@@ -22,7 +22,14 @@ class ProfileStore:
 
     async def get(self, tenant: str, user: str) -> Profile:
         """The stored profile; an empty one when there is none or it is unreadable."""
-        raw = await self.redis.hgetall(self.keys.user(tenant, user).profile)
+        return self.parse(tenant, user, await self.redis.hgetall(self.key(tenant, user)))
+
+    def key(self, tenant: str, user: str) -> str:
+        """The hash `parse` reads (for callers batching their reads)."""
+        return self.keys.user(tenant, user).profile
+
+    @staticmethod
+    def parse(tenant: str, user: str, raw: dict[str, str]) -> Profile:
         try:
             return Profile.from_dict({field: json.loads(value) for field, value in raw.items()})
         except (ValueError, TypeError) as exc:

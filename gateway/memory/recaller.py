@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -50,6 +51,38 @@ from gateway.memory.user_index import SEPARATOR, Synced, qualified_id, split_id
 from gateway.store.codec import json_object
 
 Hits = list[tuple[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Namespaces:
+    """What one recall searches, and each namespace's version counter read at the same time
+    (the indexes compare it with what they cached instead of reading it again)."""
+
+    conversation: Namespace | None
+    """None: the conversation has no indexed turn or chunk yet."""
+    conversation_version: str | None
+    user: Namespace | None
+    """None: an anonymous user, or nothing in the user's recall index yet."""
+    user_version: str | None
+
+
+def queue_namespaces(pipe: Any, keys: MemoryKeySpace, key: ConversationKey) -> None:
+    """Queue the reads `read_namespaces` decodes (2 commands, 4 for an identified user)."""
+    ck = keys.conversation(key)
+    pipe.exists(ck.turns, ck.chunks)
+    pipe.get(ck.version)
+    if key.identified:
+        uk = keys.user(key.tenant, key.user)
+        pipe.exists(uk.recall)
+        pipe.get(uk.recall_version)
+
+
+def read_namespaces(key: ConversationKey, replies: Sequence[Any]) -> Namespaces:
+    own, own_version, *user = replies
+    has_user = bool(user) and bool(user[0])
+    return Namespaces(Namespace.of_conversation(key) if own else None, own_version,
+                      Namespace.of_user(key.tenant, key.user) if has_user else None,
+                      user[1] if has_user else None)
 
 
 class Recaller:
@@ -71,21 +104,20 @@ class Recaller:
     async def recall(self, key: ConversationKey, query: str, *, k: int = 50,
                      exclude_ids: frozenset[str] = frozenset(),
                      query_vector: np.ndarray | None = None, successors: bool = True,
-                     rrf_k: int | None = None) -> list[Recollection]:
+                     rrf_k: int | None = None,
+                     namespaces: Namespaces | None = None) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
-        turn after it; `rrf_k`: the fusion's k (default: the recaller's)."""
+        turn after it; `rrf_k`: the fusion's k (default: the recaller's); `namespaces`: what
+        to search, when the caller read it with its other reads (`queue_namespaces`)."""
         if k <= 0:
             return []
-        ck, uk = self.keys.conversation(key), self.keys.user(key.tenant, key.user)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(ck.turns, ck.chunks)
-            if key.identified:
-                pipe.exists(uk.recall)
-            own, *users = await pipe.execute()
-        conversation = Namespace.of_conversation(key) if own else None
-        user = Namespace.of_user(key.tenant, key.user) if users and users[0] else None
+        if namespaces is None:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                queue_namespaces(pipe, self.keys, key)
+                namespaces = read_namespaces(key, await pipe.execute())
+        conversation, user = namespaces.conversation, namespaces.user
         if conversation is None and user is None:
             return []
         # Excluded items would be dropped after fusion: search deeper so k remain.
@@ -95,17 +127,21 @@ class Recaller:
             vector = query_vector if query_vector is not None \
                 else await self.embedding.embed_one(query)
             own, others = await asyncio.gather(
-                self.vector_index.search(conversation, vector, depth) if conversation
-                else _no_hits(),
-                self.vector_index.search(user, vector, depth, excluding=key.conversation)
+                self.vector_index.search(conversation, vector, depth,
+                                         version=namespaces.conversation_version)
+                if conversation else _no_hits(),
+                self.vector_index.search(user, vector, depth, excluding=key.conversation,
+                                         version=namespaces.user_version)
                 if user else _no_hits())
             return own, others
 
         (own_dense, user_dense), own_lexical, user_lexical = await asyncio.gather(
             dense(),
-            self.lexical_index.search(conversation, query, depth) if conversation
-            else _no_hits(),
-            self.lexical_index.search(user, query, depth, excluding=key.conversation)
+            self.lexical_index.search(conversation, query, depth,
+                                      version=namespaces.conversation_version)
+            if conversation else _no_hits(),
+            self.lexical_index.search(user, query, depth, excluding=key.conversation,
+                                      version=namespaces.user_version)
             if user else _no_hits())
         own_items, user_items = await asyncio.gather(
             self._items(key, _ids(own_dense, own_lexical)),

@@ -13,18 +13,18 @@ import asyncio
 from dataclasses import dataclass
 from typing import Mapping
 
-from gateway.core.compaction import render_chunk
+from gateway.core.compaction import SummaryChunk, render_chunk
 from gateway.core.fusion import RRF_K
 from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext
-from gateway.core.profile import render_profile
+from gateway.core.profile import Profile, render_profile
 from gateway.core.recall import Recollection
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.facts_store import FactStore
 from gateway.memory.ports import VectorIndex
 from gateway.memory.profile_store import ProfileStore
-from gateway.memory.recaller import Recaller
+from gateway.memory.recaller import Namespaces, Recaller, queue_namespaces, read_namespaces
 from gateway.memory.settings_store import SettingsStore
 
 
@@ -51,6 +51,19 @@ class RecallSettings:
     """The k of the reciprocal-rank fusion."""
 
 
+@dataclass(frozen=True, slots=True)
+class MemorySnapshot:
+    """A request's first memory reads (MemoryService.snapshot)."""
+
+    memory: bool
+    """The user's switch: false, nothing is recalled or shown."""
+    profile: Profile | None
+    """None for an anonymous user."""
+    chunks: tuple[SummaryChunk, ...]
+    """Empty when the tenant's summary block has no share (not read)."""
+    namespaces: Namespaces
+
+
 class MemoryService:
     def __init__(self, *, embedding: EmbeddingService, recaller: Recaller,
                  vector_index: VectorIndex, chunks: ChunkStore, profiles: ProfileStore,
@@ -64,30 +77,53 @@ class MemoryService:
         self.facts = facts
         """One fact store per tenant: caps and decay are the tenant's policy."""
 
-    async def context_for(self, key: ConversationKey, query: str,
-                          recall: RecallSettings) -> MemoryContext:
-        settings = await self.settings.get(key.tenant, key.user)
-        if not settings.memory:
+    async def snapshot(self, key: ConversationKey, recall: RecallSettings) -> MemorySnapshot:
+        """Every read a request's memory starts from, in one round trip: the user's switches
+        and profile, the summary chunks (when shown), and which namespaces recall searches,
+        with their version counters. The pipeline runs it beside loading the transcript."""
+        redis = self.recaller.redis
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.settings.key(key.tenant, key.user))
+            if key.identified:
+                pipe.hgetall(self.profiles.key(key.tenant, key.user))
+            if recall.summaries:
+                pipe.lrange(self.chunks.key(key), 0, -1)
+            queue_namespaces(pipe, self.recaller.keys, key)
+            replies = list(await pipe.execute())
+        settings = self.settings.parse(replies.pop(0))
+        profile = self.profiles.parse(key.tenant, key.user, replies.pop(0)) \
+            if key.identified else None
+        chunks = self.chunks.parse(replies.pop(0)) if recall.summaries else ()
+        return MemorySnapshot(settings.memory, profile, chunks, read_namespaces(key, replies))
+
+    async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
+                          snapshot: MemorySnapshot | None = None) -> MemoryContext:
+        """What memory offers for this request; `snapshot`: from `snapshot()`, when the caller
+        read it already (else read here)."""
+        if snapshot is None:
+            snapshot = await self.snapshot(key, recall)
+        if not snapshot.memory:
             return MemoryContext()
-        chunks, profile, recalled = await asyncio.gather(
-            # The summary block only when the tenant gives it a share: else not read at all.
-            self.chunks.list(key) if recall.summaries else _nothing(),
-            self.profiles.get(key.tenant, key.user) if key.identified else _nothing(),
-            self._recall(key, query, recall))
+        recalled = await self._recall(key, query, recall, snapshot.namespaces)
+        chunks = snapshot.chunks
         last = chunks[-1].source_ids[-1] if chunks and chunks[-1].source_ids else None
         return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
-                             profile=render_profile(profile) if profile else None,
+                             profile=render_profile(snapshot.profile)
+                             if snapshot.profile else None,
                              recalled=recalled, summarized_through=last)
 
-    async def _recall(self, key: ConversationKey, query: str,
-                      recall: RecallSettings) -> tuple[Recollection, ...]:
+    async def _recall(self, key: ConversationKey, query: str, recall: RecallSettings,
+                      namespaces: Namespaces) -> tuple[Recollection, ...]:
         if not query.strip() or recall.top_k <= 0:
             return ()
+        facts = self.facts.get(key.tenant) if key.identified and recall.facts_k > 0 else None
+        if namespaces.conversation is None and namespaces.user is None and facts is None:
+            return ()  # nothing to search: the question is not even embedded
         vector = await self.embedding.embed_one(query)
-        facts = self.facts.get(key.tenant) if key.identified else None
         turns, known = await asyncio.gather(
             self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
-                                 successors=recall.successors, rrf_k=recall.rrf_k),
+                                 successors=recall.successors, rrf_k=recall.rrf_k,
+                                 namespaces=namespaces),
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.

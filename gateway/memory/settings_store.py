@@ -26,7 +26,14 @@ class SettingsStore:
         self._keys = keys or MemoryKeySpace()
 
     async def get(self, tenant: str, user: str) -> UserSettings:
-        raw = await self._redis.hgetall(self._keys.user(tenant, user).settings)
+        return self.parse(await self._redis.hgetall(self.key(tenant, user)))
+
+    def key(self, tenant: str, user: str) -> str:
+        """The hash `parse` reads (for callers batching their reads)."""
+        return self._keys.user(tenant, user).settings
+
+    @staticmethod
+    def parse(raw: dict[str, str]) -> UserSettings:
         return UserSettings(memory=raw.get("memory", _TRUE) != _FALSE,
                             auto_extract=raw.get("auto_extract", _TRUE) != _FALSE)
 

@@ -36,7 +36,7 @@ import redis.asyncio as aioredis
 
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
-from gateway.memory.ports import Namespace
+from gateway.memory.ports import UNREAD, Namespace, Unread
 from gateway.memory.user_index import is_chunk, split_id
 from gateway.memory.vector_store import decode_vector
 
@@ -107,8 +107,9 @@ class FaissVectorIndex:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def search(self, namespace: Namespace, query: np.ndarray, k: int, *,
-                     excluding: str | None = None) -> list[tuple[str, float]]:
-        dense = await self._current(namespace)
+                     excluding: str | None = None,
+                     version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
+        dense = await self._current(namespace, version)
         if dense.index is None or k <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dim)
@@ -121,9 +122,10 @@ class FaissVectorIndex:
             scores, rows = search()
         return [(dense.ids[r], float(s)) for s, r in zip(scores[0], rows[0]) if r >= 0]
 
-    async def _current(self, namespace: Namespace) -> _Dense:
-        nk = namespace_keys(self.keys, namespace)
-        version = await self.redis.get(nk.version)
+    async def _current(self, namespace: Namespace,
+                       version: str | None | Unread = UNREAD) -> _Dense:
+        if version is UNREAD:
+            version = await self.redis.get(namespace_keys(self.keys, namespace).version)
         cached = self._cache.get(namespace)
         if cached is not None and cached.version == version:
             return cached.value

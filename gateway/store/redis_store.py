@@ -6,8 +6,11 @@ Invariants:
   the turn survives a crash of this process; the recorder applies it later, in seq order.
 - `load` returns the active branch *as it will be* once every pending turn is applied: the
   stored transcript plus the pending turns applied in seq order with the same pure
-  `apply_turn` the recorder uses. The reads are one MULTI/EXEC, so a recorder applying a turn
-  concurrently can never make it appear twice or not at all.
+  `apply_turn` the recorder uses. The reads are one script (atomic), so a recorder applying a
+  turn concurrently can never make it appear twice or not at all. The decoded transcript is
+  cached in process (`TranscriptCache`); the script sends it only when its length or last
+  element differ from the cached one (hash-chained messages: they identify all of it), so a
+  cached transcript is never stale — also when another replica's recorder changed it.
 - The store keeps only what a record says and never mutates its inputs (all frozen values).
 - Erasure: once a user's memory is erased (`mark_erased`, a tombstone holding the store's time
   of the erase), turns created at or before that time are never enqueued again (`record`), never
@@ -28,6 +31,7 @@ from gateway.core.transcript import TurnRecord, apply_turn
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  decode_stored, encode_record)
 from gateway.store.keys import KeySpace
+from gateway.store.transcript_cache import CachedTranscript, TranscriptCache, last_sha1
 
 log = logging.getLogger("gateway.store")
 
@@ -64,6 +68,25 @@ redis.call('SET', KEYS[1], string.format('%d', ms), 'PX', ARGV[1])
 return ms
 """
 
+# KEYS: transcript, pending hash, applied seq, the user's erase tombstone.
+# ARGV: the length and the sha1 of the last element of the transcript the caller has cached.
+# Returns {1 if that is still the transcript else 0, the transcript (empty when unchanged),
+# the pending hash (flat), applied ("" if none), the tombstone ("" if none)}. One round trip,
+# atomic like the MULTI it replaces.
+_LOAD_LUA = """
+local n = redis.call('LLEN', KEYS[1])
+local same = 0
+local transcript = {}
+if n > 0 and tostring(n) == ARGV[1]
+   and redis.sha1hex(redis.call('LINDEX', KEYS[1], -1)) == ARGV[2] then
+  same = 1
+elseif n > 0 then
+  transcript = redis.call('LRANGE', KEYS[1], 0, -1)
+end
+return {same, transcript, redis.call('HGETALL', KEYS[2]),
+        redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[4]) or ''}
+"""
+
 ERASED_TTL_MS = 30 * 86_400_000
 """How long an erase tombstone is kept: far longer than any turn can wait in a record buffer
 or the record stream (the erase also deletes the user's queued jobs)."""
@@ -89,10 +112,13 @@ def require_decoded(client: aioredis.Redis) -> None:
 class RedisStore:
     """`ports.ConversationStore` on `redis.asyncio`."""
 
-    def __init__(self, client: aioredis.Redis, keys: KeySpace | None = None):
+    def __init__(self, client: aioredis.Redis, keys: KeySpace | None = None, *,
+                 cache: TranscriptCache | None = None):
         require_decoded(client)
         self._redis = client
         self.keys = keys or KeySpace()
+        self.cache = cache if cache is not None else TranscriptCache()
+        self._load_script = client.register_script(_LOAD_LUA)
         self._record_script = client.register_script(_RECORD_LUA)
         self._delete_script = client.register_script(_DELETE_LUA)
         self._mark_erased_script = client.register_script(_MARK_ERASED_LUA)
@@ -107,13 +133,21 @@ class RedisStore:
 
     async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
         ck = self.keys.conversation(key)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.lrange(ck.transcript, 0, -1)
-            pipe.hgetall(ck.pending)
-            pipe.get(ck.applied)
-            pipe.get(self.keys.erased(key.tenant, key.user))
-            raw_transcript, pending, applied, erased = await pipe.execute()
-        messages = tuple(decode_stored(text) for text in raw_transcript)
+        cached = self.cache.get(key)
+        same, raw_transcript, flat_pending, applied, erased = await self._load_script(
+            keys=[ck.transcript, ck.pending, ck.applied, self.keys.erased(key.tenant, key.user)],
+            args=[cached.length if cached else -1, cached.last_sha1 if cached else ""])
+        if same and cached is not None:
+            self.cache.hits += 1
+            messages = cached.messages
+        else:
+            self.cache.misses += 1
+            messages = tuple(decode_stored(text) for text in raw_transcript)
+            if messages:
+                self.cache.put(key, CachedTranscript(len(raw_transcript),
+                                                     last_sha1(raw_transcript), messages))
+        pending = dict(zip(flat_pending[::2], flat_pending[1::2]))
+        erased = erased or None
         done = int(applied or 0)
         for seq in sorted(int(s) for s in pending):
             if seq <= done:
