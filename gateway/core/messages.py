@@ -24,10 +24,16 @@ class _FrozenDict(tuple):
     __slots__ = ()
 
 
+_ATOMS = frozenset((str, int, float, bool, type(None)))
+
+
 def freeze(value: Any) -> Any:
-    if isinstance(value, _FrozenDict):
+    # Exact-type checks first: every request freezes each message it carries, and the ABC
+    # check of `isinstance(x, Mapping)` costs more than the rest of the work for a string.
+    kind = type(value)
+    if kind in _ATOMS or kind is _FrozenDict:
         return value
-    if isinstance(value, Mapping):
+    if kind is dict or isinstance(value, Mapping):
         return _FrozenDict(sorted((str(k), freeze(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
         return tuple(freeze(v) for v in value)
@@ -42,6 +48,9 @@ def thaw(value: Any) -> Any:
     return value
 
 
+_NO_EXTRA = _FrozenDict()
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     role: str
@@ -51,8 +60,9 @@ class Message:
     @classmethod
     def from_openai(cls, data: Mapping[str, Any]) -> Message:
         """Build from an OpenAI message dict. Validation of roles/types is the caller's job."""
-        rest = {k: v for k, v in data.items() if k not in ("role", "content")}
-        return cls(role=data["role"], content=freeze(data.get("content")), extra=freeze(rest))
+        rest = {k: v for k, v in data.items() if k != "role" and k != "content"}
+        return cls(role=data["role"], content=freeze(data.get("content")),
+                   extra=freeze(rest) if rest else _NO_EXTRA)
 
     @classmethod
     def of(cls, role: str, content: Any = None, **extra: Any) -> Message:
