@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -63,7 +65,7 @@ class RequestLog:
         return round((self.load_ms or 0) + (self.recall_ms or 0) + (self.rewrite_ms or 0), 3)
 
     def headers(self) -> dict[str, str]:
-        out = {"x-gateway-request-id": self.request_id,
+        out = {"x-gateway-request-id": self.request_id, "x-request-id": self.request_id,
                "x-gateway-overhead-ms": f"{self.overhead_ms:.3f}"}
         if self.tokens_original is not None:
             out["x-gateway-tokens-original"] = str(self.tokens_original)
@@ -169,3 +171,20 @@ class Metrics:
             self.tokens_original.inc(log.tokens_original)
         if log.tokens_forwarded is not None:
             self.tokens_forwarded.inc(log.tokens_forwarded)
+
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def request_id(headers: Mapping[str, str]) -> str:
+    """The id a request is logged under and answered with (`x-request-id`): the client's own
+    `X-Request-Id` if it is a plain token (≤ 128 characters, no spaces or quotes: it goes into
+    log lines and headers verbatim), else the trace id of a W3C `traceparent`, else a new one."""
+    given = headers.get("x-request-id", "").strip()
+    if _REQUEST_ID.fullmatch(given):
+        return given
+    trace = _TRACEPARENT.fullmatch(headers.get("traceparent", "").strip().lower())
+    if trace and trace.group(1) != "0" * 32:
+        return trace.group(1)
+    return "req_" + uuid.uuid4().hex[:24]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -18,7 +17,7 @@ from gateway.chat_request import ChatRequest, parse_body, parse_chat_request
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
 from gateway.memory_api import memory_routes
-from gateway.observability import RequestLog
+from gateway.observability import request_id, RequestLog
 from gateway.tenants import Tenant
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ def _gateway(request: Request) -> Gateway:
 
 async def chat_completions(request: Request) -> Response:
     gateway = _gateway(request)
-    log = RequestLog(request_id="req_" + uuid.uuid4().hex[:24])
+    log = RequestLog(request_id=request_id(request.headers))
     try:
         tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
         log.tenant = tenant.name

@@ -335,3 +335,23 @@ async def test_memory_that_cannot_be_read_is_skipped_and_said_in_a_header(gatewa
     assert response.status_code == 200  # fail open: the client's own messages go through
     assert forwarded(response.json()["choices"][0]["message"]["content"])[-1] == messages[-1]
     assert "ResponseError" in response.headers["x-gateway-memory-error"]
+
+
+@pytest.mark.parametrize("sent, expected", [
+    ({"X-Request-Id": "client-req-42"}, "client-req-42"),
+    ({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+     "4bf92f3577b34da6a3ce929d0e0e4736"),
+    ({"X-Request-Id": "has spaces\" and quotes"}, None),  # not a plain token: a new id
+])
+def test_a_clients_request_id_is_logged_and_echoed(gateway_url, caplog, sent, expected):
+    with caplog.at_level(logging.INFO, logger="gateway.request"):
+        response = post(gateway_url, {"model": "echo", "messages": [user("hi")]}, headers=sent)
+    assert response.status_code == 200
+    echoed = response.headers["x-request-id"]
+    assert response.headers["x-gateway-request-id"] == echoed
+    if expected is None:
+        assert echoed.startswith("req_")
+    else:
+        assert echoed == expected
+    logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.request"]
+    assert [line["request_id"] for line in logged] == [echoed]
