@@ -57,6 +57,35 @@ class Gateway:
     buffer: RecordBuffer | None = None
     store_pool: StorePool | None = None
 
+    async def refresh_queue_metrics(self) -> None:
+        """The shared queues' gauges, from the store (one round trip; left as they were, and
+        logged, if it cannot be read)."""
+        keys = self.store.keys
+        try:
+            async with self.store.client.pipeline(transaction=False) as pipe:
+                pipe.xlen(keys.records)
+                pipe.xinfo_groups(keys.records)
+                pipe.get(keys.dead_count)
+                pipe.zcard(keys.memory_dirty)
+                pipe.get(f"{keys.prefix}:memory:dead:count")
+                length, groups, dead, dirty, memory_dead = await pipe.execute(
+                    raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 — a scrape must answer; the log says why
+            logger.warning("queue metrics unavailable: %r", exc)
+            return
+        group = next((g for g in groups if g.get("name") == keys.group), None) \
+            if isinstance(groups, list) else None
+        m = self.metrics
+        length = length if isinstance(length, int) else 0
+        m.record_queue_length.set(length)
+        # No group yet: no recorder ever ran, and every entry waits for one.
+        m.record_queue_pending.set(int(group.get("pending") or 0) if group else 0)
+        m.record_queue_lag.set(int(group.get("lag") or 0) if group else length)
+        m.record_dead_letters.set(int(dead or 0) if not isinstance(dead, Exception) else 0)
+        m.memory_queue.set(dirty if isinstance(dirty, int) else 0)
+        m.memory_dead_letters.set(int(memory_dead or 0)
+                                  if not isinstance(memory_dead, Exception) else 0)
+
     def refresh_metrics(self) -> None:
         if self.store_pool is not None:
             self.metrics.observe_pool(self.store_pool.stats())

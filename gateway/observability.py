@@ -121,6 +121,26 @@ class Metrics:
                                       registry=self.registry)
         self.recorder_dead = Gauge("gateway_recorder_dead_lettered",
                                    "Turns dead-lettered by this process.", registry=self.registry)
+        # The shared queues, read from the store at each scrape: the same figures on every
+        # replica, whichever process (a worker process, another replica) does the work.
+        self.record_queue_length = Gauge("gateway_record_queue_length",
+                                         "Entries in the record stream (trimmed as applied).",
+                                         registry=self.registry)
+        self.record_queue_pending = Gauge("gateway_record_queue_pending",
+                                          "Record jobs delivered to a recorder and not yet "
+                                          "acknowledged.", registry=self.registry)
+        self.record_queue_lag = Gauge("gateway_record_queue_lag",
+                                      "Record jobs not yet delivered to any recorder.",
+                                      registry=self.registry)
+        self.record_dead_letters = Gauge("gateway_record_dead_letters",
+                                         "Record jobs dead-lettered, ever.",
+                                         registry=self.registry)
+        self.memory_queue = Gauge("gateway_memory_queue_conversations",
+                                  "Conversations waiting for the memory worker.",
+                                  registry=self.registry)
+        self.memory_dead_letters = Gauge("gateway_memory_dead_letters",
+                                         "Conversations whose memory processing was "
+                                         "dead-lettered, ever.", registry=self.registry)
         self.store_unavailable = Counter("gateway_store_unavailable_total",
                                          "Store operations that failed (the request went on "
                                          "without the store), by operation.",

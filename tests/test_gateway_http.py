@@ -355,3 +355,23 @@ def test_a_clients_request_id_is_logged_and_echoed(gateway_url, caplog, sent, ex
         assert echoed == expected
     logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.request"]
     assert [line["request_id"] for line in logged] == [echoed]
+
+
+def _gauge(text: str, name: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+def test_metrics_show_the_shared_queues_whichever_process_works_them(redis_url):
+    # `external`: no recorder in this process; the turns wait for a `gateway worker`.
+    config = gateway_config(redis_url, recorder={"mode": "external"})
+    with running_gateway(config) as url:
+        for n in range(3):
+            assert post(url, {"model": "echo", "messages": [user(f"q{n}")]},
+                        headers={"X-Conversation-Id": f"queued-{n}"}).status_code == 200
+        text = httpx.get(url + "/metrics", timeout=10).text
+    assert _gauge(text, "gateway_record_queue_lag") == 3
+    assert _gauge(text, "gateway_record_queue_length") == 3
+    assert _gauge(text, "gateway_record_queue_pending") == 0
+    assert _gauge(text, "gateway_record_dead_letters") == 0
+    assert _gauge(text, "gateway_memory_queue_conversations") == 0
