@@ -358,3 +358,18 @@ def test_placement_finds_a_childs_children_and_their_cores() -> None:
             os.kill(pid, 9)
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.parametrize("requests, rounds, concurrency, expected", [
+    (300, 3, 1, (3, 100)),
+    (300, 3, 10, (3, 100)),
+    (300, 3, 100, (1, 300)),   # three waves in one round, not three bursts of one wave
+    (30, 1, 10, (1, 30)),
+    (30, 3, 100, (1, 300)),    # at least three requests per concurrent slot
+])
+def test_a_round_is_never_a_single_burst_of_one_request_per_slot(
+        requests: int, rounds: int, concurrency: int, expected: tuple[int, int]) -> None:
+    plan = Plan(targets=("direct",), concurrency=(concurrency,), requests=requests,
+                rounds=rounds)
+    assert (plan.rounds_at(concurrency), plan.per_round(concurrency)) == expected
+    assert plan.per_round(concurrency) >= 2 * concurrency or plan.rounds_at(concurrency) == 1

@@ -11,9 +11,11 @@ Targets: `direct` (the fake itself), `gateway-passthrough` (no conversation id),
 persistence-on run at c=1), `litellm-proxy` (the same body) and `litellm-proxy-forwarded` (the
 body the gateway forwarded for it). Rows: see bench.overhead.stats.Row; method: bench.overhead.run.
 
-The default run (turns 50,300; c=1,10,100; streaming and not; 300 requests x 3 rounds; persistence
-on) takes about 15 minutes on 2 cores with the gateway of issue 10's start (~25 ms added at 50
-turns); a faster gateway finishes sooner.
+The default run (turns 50,300; c=1,10,100; streaming and not; 300 requests per target and cell;
+100 persistence-on requests per length) is bounded by the slowest targets at 300 turns (LiteLLM's
+proxy and today's gateway handle the ~190 kB, 601-message body at a few requests/s): estimated
+from a reduced run's rates, ~10-15 minutes on 2 idle cores once the gateway meets its targets,
+20-30 minutes with the gateway of issue 10's start. `--turns 50` or `--concurrency 1,10` cut it.
 """
 
 from __future__ import annotations
@@ -149,9 +151,11 @@ METHOD = [
     "upstream work it avoided by forwarding less. Both direct rows are listed.",
     "",
     "The targets of a cell ran interleaved in rounds (rotated order), each measurement after "
-    "warm-up requests. req/s is measured at that concurrency (a closed loop), not a "
-    "saturation search. The load generator is aiohttp with pre-encoded bodies, one keep-alive "
-    "connection per concurrent request.",
+    "warm-up requests (at least one per concurrent slot) on fresh connections. A round has at "
+    "least two requests per concurrent slot, so c=100 runs in one round of three waves: one "
+    "request per slot would be a burst, not a closed loop at that concurrency. req/s is "
+    "measured at that concurrency (a closed loop), not a saturation search. The load generator "
+    "is aiohttp with pre-encoded bodies, one keep-alive connection per concurrent request.",
 ]
 
 
@@ -171,8 +175,9 @@ def _meta(args: argparse.Namespace, plan: Plan, pinning: Pinning, started_at: dt
                     "load_core": pinning.load_core, "store_core": pinning.store_core,
                     "store": args.store_core if pinning.used else "unpinned"},
         "turns": list(plan.turns),
-        "requests_per_cell": {str(c): plan.per_round(c) * plan.rounds
+        "requests_per_cell": {str(c): plan.per_round(c) * plan.rounds_at(c)
                               for c in plan.concurrency},
+        "rounds_per_cell": {str(c): plan.rounds_at(c) for c in plan.concurrency},
         "persist_requests": plan.persist_requests,
         "rounds": plan.rounds,
         "warmup": plan.warmup,

@@ -31,9 +31,10 @@ USER_TEXT = ("Turn {i}: notes on the quarterly plan — the team reviewed budget
              "decisions were recorded with owners and dates, and follow-ups were assigned for "
              "the security review, the customer interviews and the load tests of the new "
              "storage layer before the next release window closes.")
-REPLY_TEXT = ("Noted for turn {i}: billing migration stays on track, owners confirmed for the "
-              "security review and the interviews; I will track the load tests of the storage "
-              "layer and remind the team a week before the release window.")
+REPLY_TEXT = ("Noted for turn {i}: the billing migration stays on track for the next window, the "
+              "owners are confirmed for the security review and the customer interviews, and "
+              "the budget question goes back to finance; I will track the load tests of the new "
+              "storage layer and remind the team a week before the release window closes.")
 QUESTION = ("What did we decide about the billing migration, and who owns the follow-up? "
             "(question {k})")
 VARIANTS = 8

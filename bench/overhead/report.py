@@ -107,6 +107,12 @@ def markdown(meta: dict[str, Any], results: Sequence[Row],
         "",
         *meta["method"],
         "",
+        "Measured requests per target and cell: " + ", ".join(
+            f"c={c}: {n} in {meta.get('rounds_per_cell', {}).get(c, meta['rounds'])} round(s)"
+            for c, n in meta["requests_per_cell"].items())
+        + f"; warm-up {meta['warmup']} (at least c) before each; persistence on: "
+        f"{meta.get('persist_requests', '–')} per length after {meta['warmup']} warm-up.",
+        "",
         "## Placement",
         "",
         *_placement(meta),

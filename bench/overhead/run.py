@@ -48,18 +48,26 @@ class Plan:
     requests: int = 300
     """Measured requests per entry and cell (at least 3 x concurrency), split over rounds."""
     rounds: int = 3
+    """Interleaved rounds per cell; fewer where a round would be under two waves of requests."""
     warmup: int = 20
     """Unmeasured requests before each measurement (at least one per concurrent slot)."""
     persist_requests: int = 100
     """Requests of each persistence-on run (c=1, non-streaming); 0 skips them."""
-    request_timeout_s: float = 60.0
-    cell_deadline_s: float = 180.0
+    request_timeout_s: float = 120.0
+    cell_deadline_s: float = 300.0
 
     def requests_at(self, concurrency: int) -> int:
         return max(self.requests, 3 * concurrency)
 
+    def rounds_at(self, concurrency: int) -> int:
+        """Rounds of at least two requests per concurrent slot: a round of one request per slot
+        is a burst whose latencies spread from 1 to c service times, not a closed loop at c.
+        300 requests at c=100 are one round of three waves (the warm-up is a fourth)."""
+        waves = self.requests_at(concurrency) // (2 * concurrency)
+        return max(1, min(self.rounds, waves))
+
     def per_round(self, concurrency: int) -> int:
-        return math.ceil(self.requests_at(concurrency) / self.rounds)
+        return math.ceil(self.requests_at(concurrency) / self.rounds_at(concurrency))
 
     @property
     def forwarded(self) -> bool:
@@ -141,7 +149,8 @@ async def _cell(entries: list[Entry], plan: Plan, cell: CellKey,
     """All rounds of one cell; each round runs every entry once, in a rotated order."""
     pooled = [LoadResult() for _ in entries]
     order = list(range(len(entries)))
-    for round_ in range(plan.rounds):
+    rounds = plan.rounds_at(cell.concurrency)
+    for round_ in range(rounds):
         shift = round_ % len(order)
         for i in order[shift:] + order[:shift]:
             entry = entries[i]
@@ -156,7 +165,7 @@ async def _cell(entries: list[Entry], plan: Plan, cell: CellKey,
                                         concurrency=cell.concurrency,
                                         deadline_s=plan.cell_deadline_s)
             pooled[i].extend(result)
-            _report(progress, cell, round_, plan.rounds, entry.label, result)
+            _report(progress, cell, round_, rounds, entry.label, result)
     return pooled
 
 

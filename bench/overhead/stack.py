@@ -32,8 +32,9 @@ MASTER_KEY_ENV = "BENCH_LITELLM_MASTER_KEY"
 HOST = "127.0.0.1"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
-# Context policy of the bench tenant: 50 stored turns of ~70-token messages (~7k tokens) do not
-# fit 8000 - 1000 with the question, so the rewrite really drops old turns and recalls them.
+# Context policy of the bench tenant: 50 stored turns of ~65-token messages (~7.1k tokens) do
+# not fit 8000 - 1000 with the question, so the rewrite really drops old turns and recalls them
+# (as the ~6,900-token history of issue 10's measurement did); 300 turns are ~42k tokens.
 CONTEXT = {"max_context_tokens": 8000, "reserve_completion_tokens": 1000,
            "max_recent_turns": 50, "truncate_message_tokens": 1000}
 
