@@ -205,7 +205,7 @@ class Stack:
         self.litellm_url = f"http://{HOST}:{port}"
         config = self.workdir / "litellm.yaml"
         config.write_text(json.dumps(litellm_config(self.fake_url), indent=2))
-        litellm = self.servers.start(ChildServer(
+        server = ChildServer(
             "litellm-proxy",
             self.pinning.prefix(self.pinning.server_core)
             + [self.litellm, "--config", str(config), "--host", HOST,
@@ -214,7 +214,13 @@ class Stack:
             env={MASTER_KEY_ENV: self.litellm_key, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                  "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True", "LITELLM_MODE": "PRODUCTION",
                  "LITELLM_LOG": "ERROR"},
-            cwd=self.workdir, startup_timeout=120.0))
+            cwd=self.workdir, startup_timeout=120.0)
+        try:
+            litellm = self.servers.start(server)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n(LiteLLM's proxy needs `litellm[proxy]`: install the "
+                               "project's `bench` extra, or pass --litellm PATH / set "
+                               "BENCH_LITELLM to a `litellm` command that has it)") from None
         self.pids["litellm proxy"] = litellm.pid or 0
 
 
