@@ -27,25 +27,36 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+STORE_PLACES = ("load", "server")
+"""Where the gateway's embedded store runs: beside the load generator and the fake upstream (the
+server core is then the gateway's alone, as LiteLLM's proxy has it), or on the server core."""
+
+
 @dataclass(frozen=True)
 class Pinning:
-    """Which cores the server under test and the load side (generator + fake upstream) use.
+    """Which cores the server under test, the load side (generator + fake upstream) and the
+    gateway's store use.
 
     `None` cores mean no pinning (fewer than two cores, or no `taskset`)."""
 
     server_core: int | None
     load_core: int | None
+    store_core: int | None = None
 
     @property
     def used(self) -> bool:
         return self.server_core is not None
 
     @classmethod
-    def detect(cls, enabled: bool = True) -> Pinning:
+    def detect(cls, enabled: bool = True, store: str = "load") -> Pinning:
+        if store not in STORE_PLACES:
+            raise ValueError(f"store placement {store!r}; expected one of {STORE_PLACES}")
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         if not enabled or len(cores) < 2 or shutil.which("taskset") is None:
-            return cls(None, None)
-        return cls(server_core=cores[-1], load_core=cores[0])
+            return cls(None, None, None)
+        server, load = cores[-1], cores[0]
+        return cls(server_core=server, load_core=load,
+                   store_core=load if store == "load" else server)
 
     def prefix(self, core: int | None) -> list[str]:
         """The argv prefix that pins a child to `core` (empty without pinning)."""
@@ -55,6 +66,58 @@ class Pinning:
         """Pin this process (the load generator) to the load core."""
         if self.load_core is not None:
             os.sched_setaffinity(0, {self.load_core})
+
+
+def pin_threads(pid: int, core: int) -> int:
+    """Move every thread of a running process to `core` (a child started by another child
+    inherits its parent's core; `sched_setaffinity(pid)` alone would move only its main
+    thread). Returns the number of threads moved."""
+    moved = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), {core})
+            moved += 1
+        except (ProcessLookupError, PermissionError):
+            continue
+    return moved
+
+
+def descendants(pid: int) -> list[int]:
+    """Pids of every live process below `pid` (children, their children ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in sorted(children.get(todo.pop(), [])):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def describe_process(pid: int, role: str) -> dict[str, object]:
+    """{role, pid, command, cpus}: where a process may run (the union over its threads)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return {"role": role, "pid": pid, "command": "(exited)", "cpus": []}
+    command = " ".join(os.fsdecode(a) for a in argv if a)[:160]
+    cpus: set[int] = set()
+    for task in tasks:
+        try:
+            cpus |= os.sched_getaffinity(task)
+        except OSError:  # the thread ended meanwhile
+            continue
+    return {"role": role, "pid": pid, "command": command, "cpus": sorted(cpus)}
 
 
 @dataclass

@@ -1,33 +1,42 @@
-"""The measurement schedule: for each (stream, concurrency) cell, every target in turn, in
-rounds, so drifts and noise hit all targets alike; added latency is computed within a cell.
+"""The measurement schedule.
 
-gateway-memory is measured as a *stateful* client (the request carries only the new user
-message) on a conversation of `history_turns` stored turns, with `X-Gateway-Persist: false` so
-it stays at that size. A small separate run with persistence on (each request also records its
-turn, so the conversation grows) is reported apart, as `persist_on`.
+Cells are (stream, concurrency, turns). In each cell every entry — a target with the body it
+is sent — runs in turn, in rounds with a rotated order, so drifts and noise hit all alike:
+
+| entry                    | client sends     | its upstream receives |
+|--------------------------|------------------|-----------------------|
+| direct (full)            | full             | full                  |
+| direct (forwarded)       | forwarded        | forwarded             |
+| gateway-passthrough      | full, no conv id | full                  |
+| gateway-memory           | full + conv id   | forwarded             |
+| litellm-proxy            | full             | full                  |
+| litellm-proxy-forwarded  | forwarded        | forwarded             |
+
+`added` = target pXX - direct pXX where direct got the body *this target's upstream receives*:
+what the server in the middle adds. Subtracting direct-with-the-full-body from gateway-memory
+would credit the gateway with upstream work it avoided by forwarding less (the fake counts the
+prompt's tokens for `usage`: ~3 ms at 50 turns, ~10 ms at 300, measured), which is the size of
+the targets. Both direct rows are in the results, so either difference can be read off.
+
+gateway-memory sends `X-Gateway-Persist: false` there, so the conversation stays at N turns.
+Persistence on is measured after all cells, per length, at c=1 non-streaming: a stateless client
+continues the N-turn conversation (each request records a turn, so it grows by one per
+request), interleaved with direct (forwarded); its turns are the length it started at.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
-import secrets
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from bench.overhead.load import LoadResult, new_session, request_body, run_load
+from bench.overhead.conversation import Conversation, prepare, stored_messages, wait_idle
+from bench.overhead.load import Bodies, LoadResult, new_session, run_load, run_stateless_client
 from bench.overhead.stack import Stack, Target
-from bench.overhead.stats import Row, percentile, row
+from bench.overhead.stats import Body, CellKey, Row, percentile, row
 
-# ~100 tokens per stored message: 50 turns (user + echoed reply) are ~10k tokens, more than
-# the bench tenant's budget of 8000 - 1000, so the rewrite drops and restores turns for real.
-HISTORY_TEXT = ("Turn {i}: notes on the quarterly plan — the team reviewed budgets, hiring, the "
-                "migration of the billing service, open incidents and the roadmap for search; "
-                "decisions were recorded with owners and dates, and follow-ups were assigned "
-                "for the security review, the customer interviews and the load tests of the "
-                "new storage layer before the next release window closes.")
-QUESTION = "What did we decide about the billing migration, and who owns the follow-up?"
+PERSIST_QUESTION = ("Follow-up {i}: remind me who owns the load tests of the storage layer and "
+                    "what is still open before the release window?")
 
 
 @dataclass(frozen=True)
@@ -35,31 +44,59 @@ class Plan:
     targets: tuple[str, ...]
     concurrency: tuple[int, ...]
     streams: tuple[bool, ...] = (False, True)
+    turns: tuple[int, ...] = (50, 300)
     requests: int = 300
-    """Measured requests per target and cell (at least 6 x concurrency), split over rounds."""
+    """Measured requests per entry and cell (at least 3 x concurrency), split over rounds."""
     rounds: int = 3
+    """Interleaved rounds per cell; fewer where a round would be under two waves of requests."""
     warmup: int = 20
     """Unmeasured requests before each measurement (at least one per concurrent slot)."""
-    history_turns: int = 50
     persist_requests: int = 100
-    """Requests of the persistence-on run (concurrency 1, non-streaming); 0 skips it."""
-    request_timeout_s: float = 60.0
-    cell_deadline_s: float = 180.0
+    """Requests of each persistence-on run (c=1, non-streaming); 0 skips them."""
+    request_timeout_s: float = 120.0
+    cell_deadline_s: float = 300.0
 
     def requests_at(self, concurrency: int) -> int:
-        return max(self.requests, 6 * concurrency)
+        return max(self.requests, 3 * concurrency)
+
+    def rounds_at(self, concurrency: int) -> int:
+        """Rounds of at least two requests per concurrent slot: a round of one request per slot
+        is a burst whose latencies spread from 1 to c service times, not a closed loop at c.
+        300 requests at c=100 are one round of three waves (the warm-up is a fourth)."""
+        waves = self.requests_at(concurrency) // (2 * concurrency)
+        return max(1, min(self.rounds, waves))
 
     def per_round(self, concurrency: int) -> int:
-        return math.ceil(self.requests_at(concurrency) / self.rounds)
+        return math.ceil(self.requests_at(concurrency) / self.rounds_at(concurrency))
+
+    @property
+    def forwarded(self) -> bool:
+        """Whether cells need the forwarded body (and a direct row with it)."""
+        return "gateway-memory" in self.targets or "litellm-proxy-forwarded" in self.targets
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One target in one cell: where it is sent, what it is sent, what its upstream gets."""
+
+    target: Target
+    bodies: Bodies
+    body: Body
+    baseline: Body
+    tokens_in: int | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.target.name} ({self.body})" if self.target.name == "direct" else \
+            self.target.name
 
 
 @dataclass
 class Outcome:
     results: list[Row] = field(default_factory=list)
-    persist_on: list[Row] = field(default_factory=list)
     errors: dict[str, list[str]] = field(default_factory=dict)
-    server_overhead_p50_ms: dict[str, float] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
+    conversations: dict[str, Any] = field(default_factory=dict)
+    persist: dict[str, Any] = field(default_factory=dict)
 
 
 Progress = Callable[[str], None]
@@ -67,120 +104,141 @@ Progress = Callable[[str], None]
 
 async def measure(stack: Stack, plan: Plan, progress: Progress) -> Outcome:
     outcome = Outcome()
-    conversation = ""
-    if "gateway-memory" in plan.targets:
-        conversation, outcome.memory = await build_conversation(stack, plan.history_turns)
-        progress(f"memory conversation: {plan.history_turns} turns, "
-                 f"{outcome.memory['tokens_original']} tokens stored, "
-                 f"{outcome.memory['tokens_forwarded']} forwarded")
-    targets = {name: stack.target(name, conversation=conversation or None)
-               for name in plan.targets}
-    for stream in plan.streams:
-        for concurrency in plan.concurrency:
-            cell = await _cell(targets, plan, stream, concurrency, progress)
-            outcome.results += _rows(cell, stream, concurrency, outcome)
+    conversations = {}
+    for turns in plan.turns:
+        conv = await prepare(stack, turns)
+        conversations[turns] = conv
+        outcome.conversations[str(turns)] = conv.meta()
+        progress(f"conversation of {turns} turns ready in {conv.prepare_s:.1f} s: body "
+                 f"{conv.tokens_full} tokens, forwarded {conv.tokens_forwarded}")
+    for turns, conv in conversations.items():
+        for stream in plan.streams:
+            for concurrency in plan.concurrency:
+                cell = CellKey(stream, concurrency, turns)
+                entries = cell_entries(stack, plan, conv, stream)
+                pooled = await _cell(entries, plan, cell, progress)
+                outcome.results += _rows(cell, entries, pooled, outcome)
     if plan.persist_requests and "gateway-memory" in plan.targets:
-        persist_conversation, _ = await build_conversation(stack, plan.history_turns)
-        persist_targets = {"direct": stack.target("direct"),
-                           "gateway-memory-persist": stack.target(
-                               "gateway-memory", conversation=persist_conversation,
-                               persist=True)}
-        persist_plan = Plan(targets=tuple(persist_targets), concurrency=(1,),
-                            requests=plan.persist_requests, rounds=2, warmup=0,
-                            history_turns=plan.history_turns, persist_requests=0,
-                            request_timeout_s=plan.request_timeout_s,
-                            cell_deadline_s=plan.cell_deadline_s)
-        cell = await _cell(persist_targets, persist_plan, False, 1, progress)
-        outcome.persist_on = [r for r in _rows(cell, False, 1, outcome)
-                              if r["target"] != "direct"]
-        outcome.memory["persist_on_final_tokens_original"] = await _tokens(
-            stack.target("gateway-memory", conversation=persist_conversation))
+        for turns, conv in conversations.items():
+            waited = await wait_idle(stack)
+            outcome.results += await _persist_cell(stack, plan, conv, outcome, progress)
+            outcome.persist[str(turns)]["idle_wait_before_s"] = round(waited, 1)
     return outcome
 
 
-async def _cell(targets: dict[str, Target], plan: Plan, stream: bool, concurrency: int,
-                progress: Progress) -> dict[str, LoadResult]:
-    """All rounds of one cell; each round runs every target once, in a rotated order."""
-    body = request_body(QUESTION, stream=stream)
-    names = list(targets)
-    pooled = {name: LoadResult() for name in names}
-    for round_ in range(plan.rounds):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            async with new_session(concurrency, plan.request_timeout_s) as session:
-                warm = max(plan.warmup, concurrency) if plan.warmup else 0
+def cell_entries(stack: Stack, plan: Plan, conv: Conversation, stream: bool) -> list[Entry]:
+    full, tokens_full = conv.full_bodies(stream), conv.tokens_full
+    entries = [Entry(stack.target("direct"), full, "full", "full", tokens_full)]
+    if plan.forwarded:
+        entries.append(Entry(stack.target("direct"), conv.forwarded_bodies(stream), "forwarded",
+                             "forwarded", conv.tokens_forwarded))
+    for name in plan.targets:
+        if name == "gateway-memory":
+            target = stack.target(name, conversation=conv.conversation_id, user=conv.user)
+            entries.append(Entry(target, full, "full", "forwarded", tokens_full))
+        elif name == "litellm-proxy-forwarded":
+            entries.append(Entry(stack.target(name), conv.forwarded_bodies(stream), "forwarded",
+                                 "forwarded", conv.tokens_forwarded))
+        elif name != "direct":
+            entries.append(Entry(stack.target(name), full, "full", "full", tokens_full))
+    return entries
+
+
+async def _cell(entries: list[Entry], plan: Plan, cell: CellKey,
+                progress: Progress) -> list[LoadResult]:
+    """All rounds of one cell; each round runs every entry once, in a rotated order."""
+    pooled = [LoadResult() for _ in entries]
+    order = list(range(len(entries)))
+    rounds = plan.rounds_at(cell.concurrency)
+    for round_ in range(rounds):
+        shift = round_ % len(order)
+        for i in order[shift:] + order[:shift]:
+            entry = entries[i]
+            async with new_session(cell.concurrency, plan.request_timeout_s) as session:
+                warm = max(plan.warmup, cell.concurrency) if plan.warmup else 0
                 if warm:
-                    await run_load(session, targets[name], body, requests=warm,
-                                   concurrency=concurrency, deadline_s=plan.cell_deadline_s)
-                result = await run_load(session, targets[name], body,
-                                        requests=plan.per_round(concurrency),
-                                        concurrency=concurrency,
+                    await run_load(session, entry.target, entry.bodies, requests=warm,
+                                   concurrency=cell.concurrency,
+                                   deadline_s=plan.cell_deadline_s)
+                result = await run_load(session, entry.target, entry.bodies,
+                                        requests=plan.per_round(cell.concurrency),
+                                        concurrency=cell.concurrency,
                                         deadline_s=plan.cell_deadline_s)
-            pooled[name].extend(result)
-            progress(f"{'stream' if stream else 'json  '} c={concurrency:<3} round {round_ + 1}/"
-                     f"{plan.rounds} {name:<22} n={result.n:<4} "
-                     f"p50={_p(result.latency_ms, 50):8.2f} ms  rps={result.rps:7.1f}"
-                     + (f"  errors={len(result.errors)}" if result.errors else ""))
+            pooled[i].extend(result)
+            _report(progress, cell, round_, rounds, entry.label, result)
     return pooled
 
 
-def _rows(cell: dict[str, LoadResult], stream: bool, concurrency: int,
-          outcome: Outcome) -> list[Row]:
-    direct = cell.get("direct")
-    rows = []
-    for name, result in cell.items():
-        key = f"{name}/{'stream' if stream else 'json'}/c{concurrency}"
-        if result.errors:
-            outcome.errors[key] = result.errors[:5] + (
-                [f"... {len(result.errors) - 5} more"] if len(result.errors) > 5 else [])
-        if result.server_overhead_ms:
-            outcome.server_overhead_p50_ms[key] = round(
-                percentile(result.server_overhead_ms, 50), 3)
-        rows.append(row(name, stream=stream, concurrency=concurrency,
-                        latency_ms=result.latency_ms, wall_s=result.wall_s,
-                        direct_ms=direct.latency_ms if direct else None))
+async def _persist_cell(stack: Stack, plan: Plan, conv: Conversation, outcome: Outcome,
+                        progress: Progress) -> list[Row]:
+    """Persistence on: a stateless client continuing the conversation, c=1, interleaved with
+    direct (forwarded) in rounds."""
+    cell = CellKey(False, 1, conv.turns, persist=True)
+    gateway = stack.target("gateway-memory", conversation=conv.conversation_id, user=conv.user,
+                           persist=True)
+    direct = Entry(stack.target("direct"), conv.forwarded_bodies(False), "forwarded",
+                   "forwarded", conv.tokens_forwarded)
+    history = list(conv.history)
+    asked = 0
+
+    def questions(n: int) -> list[str]:
+        nonlocal asked
+        asked += n
+        return [PERSIST_QUESTION.format(i=i) for i in range(asked - n + 1, asked + 1)]
+
+    per_round = math.ceil(plan.persist_requests / plan.rounds)
+    results = [LoadResult(), LoadResult()]
+    async with new_session(1, plan.request_timeout_s) as session:
+        if plan.warmup:
+            await run_stateless_client(session, gateway, history, questions(plan.warmup),
+                                       deadline_s=plan.cell_deadline_s)
+            await run_load(session, direct.target, direct.bodies, requests=plan.warmup,
+                           concurrency=1, deadline_s=plan.cell_deadline_s)
+        for round_ in range(plan.rounds):
+            result = await run_stateless_client(session, gateway, history,
+                                                questions(per_round),
+                                                deadline_s=plan.cell_deadline_s)
+            results[1].extend(result)
+            _report(progress, cell, round_, plan.rounds, "gateway-memory", result)
+            result = await run_load(session, direct.target, direct.bodies, requests=per_round,
+                                    concurrency=1, deadline_s=plan.cell_deadline_s)
+            results[0].extend(result)
+            _report(progress, cell, round_, plan.rounds, direct.label, result)
+    # Its body at the start (it grows by a turn per request); sent by the client above.
+    memory = Entry(gateway, conv.full_bodies(False), "full", "forwarded", conv.tokens_full)
+    rows = _rows(cell, [direct, memory], results, outcome)
+    await wait_idle(stack)
+    stored = await stored_messages(stack, conv)
+    outcome.persist[str(conv.turns)] = {
+        "start_turns": conv.turns, "requests": asked, "end_turns_expected": conv.turns + asked,
+        "end_messages_stored": stored,
+        "recorded_every_turn": stored == 2 * (conv.turns + asked)}
     return rows
 
 
-async def build_conversation(stack: Stack, turns: int) -> tuple[str, dict[str, Any]]:
-    """Store a fresh conversation of `turns` turns through the gateway (stateful client, one new
-    user message per request), then read back its size from the response headers."""
-    conversation = "bench-" + secrets.token_hex(6)
-    target = stack.target("gateway-memory", conversation=conversation, persist=True)
-    async with new_session(1, 60.0) as session:
-        for i in range(turns):
-            body = request_body(HISTORY_TEXT.format(i=i + 1), stream=False)
-            async with session.post(target.url, json=body, headers=target.headers) as response:
-                if response.status != 200:
-                    raise RuntimeError(f"building the conversation failed at turn {i + 1}: "
-                                       f"HTTP {response.status} {await response.text()}")
-                await response.read()
-    await asyncio.sleep(1.0)  # let the recorder apply the last turns before measuring
-    probe = stack.target("gateway-memory", conversation=conversation)
-    async with new_session(1, 60.0) as session:
-        async with session.post(probe.url, json=request_body(QUESTION, stream=False),
-                                headers=probe.headers) as response:
-            await response.read()
-            info = {"conversation_mode": "stateful (new user message only)",
-                    "persist": False, "history_turns": turns,
-                    "tokens_original": int(response.headers.get("x-gateway-tokens-original", -1)),
-                    "tokens_forwarded": int(response.headers.get("x-gateway-tokens-forwarded",
-                                                                 -1))}
-    return conversation, info
+def _rows(cell: CellKey, entries: list[Entry], results: list[LoadResult],
+          outcome: Outcome) -> list[Row]:
+    direct = {e.body: r.latency_ms for e, r in zip(entries, results)
+              if e.target.name == "direct"}
+    rows = []
+    for entry, result in zip(entries, results):
+        if result.errors:
+            outcome.errors[f"{entry.label}/{cell.label()}"] = result.errors[:5] + (
+                [f"... {len(result.errors) - 5} more"] if len(result.errors) > 5 else [])
+        rows.append(row(entry.target.name, cell, body=entry.body, baseline=entry.baseline,
+                        latency_ms=result.latency_ms, wall_s=result.wall_s,
+                        baseline_ms=direct.get(entry.baseline), tokens_in=entry.tokens_in,
+                        body_bytes=entry.bodies.size, errors=len(result.errors),
+                        reported_overhead_ms=result.server_overhead_ms))
+    return rows
 
 
-async def _tokens(target: Target) -> int:
-    probe = Target(target.name, target.url, {**target.headers, "X-Gateway-Persist": "false"})
-    async with new_session(1, 60.0) as session:
-        async with session.post(probe.url, json=request_body(QUESTION, stream=False),
-                                headers=probe.headers) as response:
-            await response.read()
-            return int(response.headers.get("x-gateway-tokens-original", -1))
+def _report(progress: Progress, cell: CellKey, round_: int, rounds: int, label: str,
+            result: LoadResult) -> None:
+    progress(f"{cell.label():<20} round {round_ + 1}/{rounds} {label:<24} n={result.n:<4} "
+             f"p50={_p(result.latency_ms, 50):8.2f} ms  rps={result.rps:7.1f}"
+             + (f"  errors={len(result.errors)}" if result.errors else ""))
 
 
 def _p(values: list[float], q: float) -> float:
     return percentile(values, q) if values else float("nan")
-
-
-def elapsed(started: float) -> float:
-    return round(time.monotonic() - started, 1)
