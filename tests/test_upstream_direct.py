@@ -51,11 +51,11 @@ async def test_sse_event_cut_off_at_the_end_is_still_given():
 
 # --- through the gateway -----------------------------------------------------------------
 
-EVENTS = [b'{"id": "r1", "object": "chat.completion.chunk", "created": 1, "model": "raw",  '
-          b'"choices": [{"index": 0, "delta": {"role": "assistant", "content": "caf\\u00e9 "}}]}',
-          '{"id":"r1","object":"chat.completion.chunk","created":1,"model":"raw","choices":'
-          '[{"index":0,"delta":{"content":"北京"},"finish_reason":"stop"}],"x_extra":null}'
-          .encode()]
+EVENTS = [(b'{"id": "r1", "object": "chat.completion.chunk", "created": 1, "model": "raw",  '
+           b'"choices": [{"index": 0, "delta": {"role": "assistant", "content": "caf\\u00e9 "}}]}'),
+          ('{"id":"r1","object":"chat.completion.chunk","created":1,"model":"raw","choices":'
+           '[{"index":0,"delta":{"content":"北京"},"finish_reason":"stop"}],"x_extra":null}'
+           ).encode()]
 
 
 class Upstream:
@@ -115,9 +115,9 @@ async def test_the_client_gets_the_upstream_stream_bytes_unchanged(redis_url, lo
                                                                    redis_client):
     from gateway.store.redis_store import RedisStore
 
-    with running_gateway(_config(redis_url, loopback.url)) as url, httpx.Client() as client:
-        with _post(client, url, "raw", "raw-bytes") as response:
-            body = response.read()
+    with running_gateway(_config(redis_url, loopback.url)) as url, httpx.Client() as client, \
+            _post(client, url, "raw", "raw-bytes") as response:
+        body = response.read()
     assert response.status_code == 200
     assert body == b"".join(b"data: " + e + b"\n\n" for e in EVENTS) + b"data: [DONE]\n\n"
     stored = await RedisStore(redis_client).load(conversation_key("raw-bytes"))

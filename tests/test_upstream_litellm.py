@@ -203,10 +203,10 @@ async def test_stream_false_in_the_body_is_not_sent(upstream, mock):
 
 async def test_direct_path_forwards_the_upstream_stream_bytes_as_they_are(mock):
     # Spacing, key order and escapes as the upstream chose them; comments and CRLFs skipped.
-    events = [b'{"id": "s1", "object": "chat.completion.chunk", "choices": '
-              b'[{"index": 0, "delta": {"role": "assistant", "content": "caf\\u00e9 "}}]}',
-              '{"id":"s1","object":"chat.completion.chunk","choices":[{"index":0,'
-              '"delta":{"content":"北京"},"finish_reason":"stop"}]}'.encode()]
+    events = [(b'{"id": "s1", "object": "chat.completion.chunk", "choices": '
+               b'[{"index": 0, "delta": {"role": "assistant", "content": "caf\\u00e9 "}}]}'),
+              ('{"id":"s1","object":"chat.completion.chunk","choices":[{"index":0,'
+               '"delta":{"content":"北京"},"finish_reason":"stop"}]}').encode()]
     body = (b": keep-alive\r\n\r\ndata: " + events[0] + b"\r\n\r\ndata:" + events[1]
             + b"\n\ndata: [DONE]\n\n")
     mock.post(URL).respond(200, content=body, headers={"content-type": "text/event-stream"})

@@ -133,7 +133,8 @@ print(json.dumps(seen))
 def test_litellm_is_not_imported_when_no_model_needs_it(redis_url):
     with serve(create_fake_app()) as fake:
         done = subprocess.run([sys.executable, "-c", _NO_LITELLM, redis_url, fake + "/v1"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              check=False, cwd=ROOT, capture_output=True, text=True,
+                              timeout=120,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
