@@ -31,6 +31,7 @@ from gateway.tasks import TaskTracker
 from gateway.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
 from gateway.upstream import FAKE_PREFIX, RoutingUpstream
+from gateway.upstream.endpoint import openai_endpoint
 from gateway.worker import WORKER_ENV, Background, build_recorder, step
 
 logger = logging.getLogger("gateway")
@@ -125,15 +126,23 @@ def store_url(config: Config) -> tuple[str, EmbeddedRedis | None]:
 
 
 def routing_upstream(config: Config) -> RoutingUpstream:
-    """The fake upstream in-process; litellm (a ~3 s import) only if a real model is named,
-    and then at start-up rather than on the first request."""
-    real = any(not m.model.startswith(FAKE_PREFIX)
-               for t in config.tenants.values() for m in t.models.values())
-    if not real:
-        return RoutingUpstream()
-    from gateway.upstream.litellm_upstream import LitellmUpstream
+    """The fake upstream in-process; the direct client's pool if a model speaks the OpenAI
+    chat API; litellm (a ~3 s import) only if a model needs it, and then at start-up rather
+    than on the first request. The caller closes it (`aclose`)."""
+    models = [m for t in config.tenants.values() for m in t.models.values()
+              if not m.model.startswith(FAKE_PREFIX)]
+    direct_models = [openai_endpoint(m.model, m.api_base, m.litellm_params) is not None
+                     for m in models]
+    direct = litellm = None
+    if any(direct_models):
+        from gateway.upstream.direct import DirectUpstream
 
-    return RoutingUpstream(litellm=LitellmUpstream())
+        direct = DirectUpstream()
+    if not all(direct_models):
+        from gateway.upstream.litellm_upstream import LitellmUpstream
+
+        litellm = LitellmUpstream()
+    return RoutingUpstream(direct=direct, litellm=litellm)
 
 
 def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette:
@@ -155,7 +164,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         recorder = build_recorder(config, worker_redis) if worker_redis is not None else None
         tasks, metrics = TaskTracker(), Metrics()
         tenants = TenantDirectory(config)
-        chat_upstream = upstream or routing_upstream(config)
+        routed = None if upstream else routing_upstream(config)
+        chat_upstream = upstream or routed
         memory = None
         if any(t.memory.enabled for t in config.tenants.values()):
             memory = build_memory(config, redis, chat_upstream, tenants)
@@ -190,6 +200,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                 await background.drain(drain, config.recorder.claim_idle_seconds)
             if memory is not None:
                 memory.close()
+            if routed is not None:
+                await step("upstream connections", routed.aclose())
             await step("store connection", redis.aclose())
             if worker_redis is not None:
                 await step("worker store connection", worker_redis.aclose())

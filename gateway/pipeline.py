@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Mapping, Protocol
 
+import anyio
+
 from gateway.chat_request import ChatRequest
 from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext
@@ -28,7 +30,8 @@ from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import UpstreamError
 from gateway.memory.service import RecallSettings
 from gateway.observability import Metrics, RequestLog
-from gateway.ports import ConversationStore, Upstream, UpstreamCall
+from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
+                           chunk_data)
 from gateway.record_buffer import BufferedTurn, RecordBuffer
 from gateway.tasks import TaskTracker
 from gateway.tenants import Tenant
@@ -185,19 +188,20 @@ class Pipeline:
             log.upstream_ms = (time.perf_counter() - started) * 1000
         return self._sse(prepared, first, chunks, log)
 
-    async def _sse(self, prepared: Prepared, first: dict[str, Any] | None,
-                   chunks: AsyncIterator[dict[str, Any]], log: RequestLog) -> AsyncIterator[bytes]:
-        """Pass chunks through as server-sent events, teeing them into the reply; whatever
-        happens — completion, upstream failure, the client hanging up — the turn is recorded
-        (an unfinished reply marked incomplete) and the request logged."""
+    async def _sse(self, prepared: Prepared, first: StreamChunk | None,
+                   chunks: AsyncIterator[StreamChunk], log: RequestLog) -> AsyncIterator[bytes]:
+        """Pass chunks through as server-sent events (the upstream's own bytes when it gave
+        them), teeing them into the reply; whatever happens — completion, upstream failure,
+        the client hanging up — the upstream stream is closed, the turn is recorded (an
+        unfinished reply marked incomplete) and the request logged."""
         assembler = StreamAssembler()
         finished = False
         try:
             if first is not None:
-                assembler.add(first)
+                assembler.add(chunk_data(first))
                 yield _event(first)
             async for chunk in chunks:
-                assembler.add(chunk)
+                assembler.add(chunk_data(chunk))
                 yield _event(chunk)
             finished = True
             yield b"data: [DONE]\n\n"
@@ -205,14 +209,21 @@ class Pipeline:
             log.status, log.error = exc.status, f"upstream failed mid-stream: {exc.message}"
             yield _event(exc.body())
         finally:
-            if not finished and log.error is None:
-                log.error = "client disconnected"
-            reply = assembler.message()
-            await self.tasks.shielded(
-                self.record(prepared, [reply] if reply else [], log,
-                            incomplete=not finished or not assembler.complete),
-                name=f"record-{log.request_id}")
-            self.finish(log)
+            try:
+                # A client that hung up leaves the upstream stream open: close it now, so its
+                # connection is freed and the upstream stops generating (shielded: this runs
+                # in a cancelled scope then).
+                with anyio.CancelScope(shield=True):
+                    await _close(chunks)
+            finally:
+                if not finished and log.error is None:
+                    log.error = "client disconnected"
+                reply = assembler.message()
+                await self.tasks.shielded(
+                    self.record(prepared, [reply] if reply else [], log,
+                                incomplete=not finished or not assembler.complete),
+                    name=f"record-{log.request_id}")
+                self.finish(log)
 
     def finish(self, log: RequestLog) -> None:
         """The request's one log line and its metrics."""
@@ -285,6 +296,15 @@ class Pipeline:
         log.record_buffered = True
 
 
-def _event(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() \
+def _event(chunk: StreamChunk) -> bytes:
+    """One SSE event: a raw chunk as the upstream sent it, a dict encoded."""
+    if isinstance(chunk, RawChunk):
+        return b"data: " + chunk.payload + b"\n\n"
+    return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() \
         + b"\n\n"
+
+
+async def _close(chunks: AsyncIterator[StreamChunk]) -> None:
+    close = getattr(chunks, "aclose", None)  # async generators have it; a bare iterator not
+    if close is not None:
+        await close()

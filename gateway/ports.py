@@ -2,13 +2,14 @@
 
 The pipeline only talks to these; the app's lifespan builds the real adapters (Redis store,
 litellm upstream, fake upstream) and tests may pass others. Anything that crosses a port is a
-plain value: frozen core types in, OpenAI-shaped dicts out of the upstream.
+plain value: frozen core types in, OpenAI-shaped dicts out of the upstream (streamed chunks
+optionally with the upstream's own bytes, to forward them unchanged).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator, Protocol, TypeAlias
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
@@ -47,13 +48,33 @@ class UpstreamCall:
     """Further per-call litellm arguments from the tenant's model config (api_version, ...)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RawChunk:
+    """A streamed `chat.completion.chunk` as the upstream sent it: `payload` is its SSE `data`
+    (forwarded to the client byte for byte), `data` the same parsed (for the reply recorded).
+    Neither is ever modified."""
+
+    data: dict[str, Any]
+    payload: bytes
+
+
+StreamChunk: TypeAlias = dict[str, Any] | RawChunk
+"""A chunk dict (re-encoded when forwarded), or the upstream's raw chunk."""
+
+
+def chunk_data(chunk: StreamChunk) -> dict[str, Any]:
+    """The chunk as a `chat.completion.chunk` dict, whichever form it came in."""
+    return chunk.data if isinstance(chunk, RawChunk) else chunk
+
+
 class Upstream(Protocol):
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
         """A non-streaming completion as an OpenAI `chat.completion` dict.
         Raises gateway.errors.UpstreamError (status + OpenAI error body) on failure."""
         ...
 
-    def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
-        """Streaming completion: OpenAI `chat.completion.chunk` dicts. Errors raise
-        gateway.errors.UpstreamError — before the first chunk if the upstream refuses."""
+    def stream(self, call: UpstreamCall) -> AsyncIterator[StreamChunk]:
+        """Streaming completion: OpenAI `chat.completion.chunk`s, as dicts or RawChunks.
+        Errors raise gateway.errors.UpstreamError — before the first chunk if the upstream
+        refuses. The iterator may be closed early (`aclose`, a client that hung up)."""
         ...

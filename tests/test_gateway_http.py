@@ -1,4 +1,8 @@
-"""The gateway end to end: the real app over HTTP, the real openai SDK, a real store."""
+"""The gateway end to end: the real app over HTTP, the real openai SDK, a real store.
+
+The cases that depend on the upstream run three ways: the in-process fake (`fake/...`), and
+the standalone fake server over loopback HTTP reached by the direct path and by litellm.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +15,40 @@ import pytest
 
 from gateway.store import connect
 from gateway.store.redis_store import RedisStore
-from tests.support.gateway import KEYS, conversation_key, forwarded, gateway_config, \
+from gateway.upstream.fake_server import create_fake_app
+from tests.support.gateway import KEYS, MODELS, conversation_key, forwarded, gateway_config, \
     running_gateway
+from tests.support.servers import serve
+
+UPSTREAM_PATHS = pytest.mark.parametrize("path", ["in-process", "direct", "litellm"],
+                                         indirect=True)
+"""For a test that depends on the upstream: run it on each path a call can take."""
+
+
+@pytest.fixture(scope="module")
+def fake_server_url():
+    with serve(create_fake_app()) as url:
+        yield url + "/v1"
+
+
+@pytest.fixture(params=["in-process"])
+def path(request):
+    return request.param
 
 
 @pytest.fixture
-def gateway_url(redis_url):
-    with running_gateway(gateway_config(redis_url)) as url:
+def gateway_url(redis_url, path, request, monkeypatch):
+    models = None
+    if path != "in-process":
+        monkeypatch.setenv("FAKE_SERVER_KEY", "sk-fake")  # the openai SDK under litellm wants one
+        # The same aliases, served by the fake server; any litellm_params keep a route on
+        # litellm (this one is litellm's own value, so it changes nothing else).
+        base = request.getfixturevalue("fake_server_url")
+        forced = {"litellm_params": {"max_retries": 0}} if path == "litellm" else {}
+        models = {alias: {"model": "openai/" + m["model"].removeprefix("fake/"),
+                          "api_base": base, "api_key_env": "FAKE_SERVER_KEY", **forced}
+                  for alias, m in MODELS.items()}
+    with running_gateway(gateway_config(redis_url, models=models)) as url:
         yield url
 
 
@@ -42,6 +73,7 @@ def user(text):
     return {"role": "user", "content": text}
 
 
+@UPSTREAM_PATHS
 def test_openai_sdk_non_streaming_gets_the_upstream_answer(client):
     raw = client.chat.completions.with_raw_response.create(
         model="echo", messages=[user("hello there")],
@@ -54,6 +86,7 @@ def test_openai_sdk_non_streaming_gets_the_upstream_answer(client):
     assert float(raw.headers["x-gateway-overhead-ms"]) >= 0
 
 
+@UPSTREAM_PATHS
 def test_openai_sdk_streaming_gets_every_chunk(client):
     stream = client.chat.completions.create(
         model="echo", stream=True, messages=[user("stream these words back to me")],
@@ -64,6 +97,7 @@ def test_openai_sdk_streaming_gets_every_chunk(client):
         "stream these words back to me"
 
 
+@UPSTREAM_PATHS
 async def test_turns_are_recorded_with_the_reply(client, store):
     for text in ("first", "second"):
         client.chat.completions.create(model="echo", messages=[user(text)],
@@ -73,6 +107,7 @@ async def test_turns_are_recorded_with_the_reply(client, store):
         ("user", "first"), ("assistant", "first"), ("user", "second"), ("assistant", "second")]
 
 
+@UPSTREAM_PATHS
 async def test_streamed_reply_is_recorded(client, store):
     list(client.chat.completions.create(model="echo", stream=True, messages=[user("s1")],
                                         extra_headers={"X-Conversation-Id": "st"}))
@@ -101,6 +136,7 @@ async def test_forty_turn_stateless_conversation_is_stored_once_and_stays_under_
         [m["content"] for m in history[1::2]]
 
 
+@UPSTREAM_PATHS
 def test_stateless_and_stateful_clients_get_the_same_upstream_request(gateway_url):
     system = {"role": "system", "content": "Be brief."}
     full_history: list[dict] = []
@@ -117,6 +153,7 @@ def test_stateless_and_stateful_clients_get_the_same_upstream_request(gateway_ur
         full_history.append({"role": "assistant", "content": a})
 
 
+@UPSTREAM_PATHS
 async def test_no_conversation_id_forwards_unchanged_and_stores_nothing(gateway_url, redis_url):
     messages = [{"role": "system", "content": "s"}, user("a"), {"role": "assistant",
                                                                "content": "b"}, user("c")]
@@ -224,6 +261,7 @@ def test_body_over_the_limit_gets_413(redis_url):
     assert response.json()["error"]["code"] == "payload_too_large"
 
 
+@UPSTREAM_PATHS
 def test_openai_sdk_sees_upstream_errors_with_their_status(client):
     with pytest.raises(openai.RateLimitError) as info:
         client.chat.completions.create(model="rate-limited", messages=[user("x")],
@@ -234,6 +272,7 @@ def test_openai_sdk_sees_upstream_errors_with_their_status(client):
                                        extra_headers={"X-Conversation-Id": "err"})
 
 
+@UPSTREAM_PATHS
 async def test_upstream_error_records_nothing(client, store):
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="rate-limited", messages=[user("lost?")],
@@ -275,6 +314,7 @@ def test_store_down_fails_open(caplog, mode):
     assert lines and lines[-1]["passthrough"] == "store_unavailable"
 
 
+@UPSTREAM_PATHS
 def test_one_json_log_line_per_request(gateway_url, caplog):
     with caplog.at_level(logging.INFO, logger="gateway.request"):
         post(gateway_url, {"model": "echo", "messages": [user("log me")]},
@@ -292,6 +332,7 @@ def test_one_json_log_line_per_request(gateway_url, caplog):
             assert field in line, field
 
 
+@UPSTREAM_PATHS
 async def test_sdk_client_resending_replies_as_returned_stores_one_branch(client, store):
     history = []
     for turn in range(3):

@@ -1,8 +1,9 @@
 """Upstream faults reach the client as the upstream's status or a clean 502/504 in OpenAI's
 error shape, and no partial reply is ever recorded as complete.
 
-The gateway (real HTTP, real store, litellm) talks to a misbehaving upstream served on
-loopback: slow, 429, 500, a stream cut off midway; and to a port nobody listens on.
+The gateway (real HTTP, real store) talks to a misbehaving upstream served on loopback: slow,
+429, 500, a stream cut off midway; and to a port nobody listens on — once over the direct
+path, once through litellm (forced by a route's `litellm_params`).
 """
 
 from __future__ import annotations
@@ -62,14 +63,19 @@ def upstream_url():
         yield url + "/v1"
 
 
-def _models(base: str) -> dict:
-    route = {"api_base": base, "api_key_env": "FAULTY_KEY", "timeout_seconds": 1.0}
+# Any litellm_params keep a route on litellm; this one changes nothing (litellm's own value).
+LITELLM_ONLY = {"litellm_params": {"max_retries": 0}}
+
+
+def _models(base: str, path: str) -> dict:
+    forced = LITELLM_ONLY if path == "litellm" else {}
+    route = {"api_base": base, "api_key_env": "FAULTY_KEY", "timeout_seconds": 1.0, **forced}
     return {"slow-up": {"model": "openai/slow", **route},
             "limited": {"model": "openai/status-429", **route},
             "broken": {"model": "openai/status-500", **route},
             "cut": {"model": "openai/cut", **route},
             "refused": {"model": "openai/echo", "api_key_env": "FAULTY_KEY",
-                        "api_base": f"http://127.0.0.1:{closed_port()}/v1"}}
+                        "api_base": f"http://127.0.0.1:{closed_port()}/v1", **forced}}
 
 
 CASES = [("slow-up", False, 504), ("limited", False, 429), ("broken", False, 500),
@@ -85,10 +91,11 @@ async def _stored(redis_url: str, conversation: str):
         await client.aclose()
 
 
+@pytest.mark.parametrize("path", ["direct", "litellm"])
 def test_upstream_faults_give_clean_errors_and_record_nothing_complete(redis_url, upstream_url,
-                                                                       monkeypatch):
+                                                                       monkeypatch, path):
     monkeypatch.setenv("FAULTY_KEY", "unused")
-    config = gateway_config(redis_url, models=_models(upstream_url))
+    config = gateway_config(redis_url, models=_models(upstream_url, path))
     results = {}
     with running_gateway(config) as url, httpx.Client(timeout=30) as client:
         for model, stream, expected in CASES:
@@ -112,7 +119,7 @@ def test_upstream_faults_give_clean_errors_and_record_nothing_complete(redis_url
             text = b"".join(r.iter_bytes()).decode()
         stored = asyncio.run(_stored(redis_url, "fault-cut"))
     results["fault-cut"] = r.status_code
-    report("upstream faults", **results,
+    report(f"upstream faults ({path})", **results,
            cut_reply_stored_incomplete=bool(stored) and stored[-1].incomplete)
     assert r.status_code == 200 and "partial" in text
     assert '"error"' in text and "[DONE]" not in text

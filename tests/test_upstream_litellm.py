@@ -1,5 +1,7 @@
-"""LitellmUpstream: the request reaches the upstream untouched, the answer comes back in
-OpenAI's shape, and upstream errors keep their status and body.
+"""Both ways to a real upstream — DirectUpstream (the pooled HTTP client) and LitellmUpstream —
+through the same cases: the request reaches the upstream untouched, the answer comes back in
+OpenAI's shape, upstream errors keep their status and body, timeouts are 504s, an upstream
+not reached is a 502 retried once, streams refuse before their first chunk.
 
 respx mocks the HTTP edge (conftest sets DISABLE_AIOHTTP_TRANSPORT so litellm goes through
 httpx); the last tests talk to the standalone fake server over real loopback HTTP.
@@ -16,7 +18,8 @@ import pytest
 import respx
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.ports import UpstreamCall
+from gateway.ports import RawChunk, UpstreamCall, chunk_data
+from gateway.upstream.direct import DirectUpstream
 from gateway.upstream.fake_server import create_fake_app
 from gateway.upstream.litellm_upstream import LitellmUpstream
 from tests.support.servers import closed_port, serve
@@ -55,8 +58,23 @@ def call(model: str = "openai/gpt-4o-mini", api_base: str = BASE, **body) -> Ups
 
 
 @pytest.fixture(scope="module")
-def upstream() -> LitellmUpstream:
+def litellm_upstream() -> LitellmUpstream:
     return LitellmUpstream()
+
+
+@pytest.fixture(params=["direct", "litellm"])
+async def upstream(request, litellm_upstream):
+    """Each case runs through both paths a call to an OpenAI-compatible upstream may take."""
+    if request.param == "litellm":
+        yield litellm_upstream
+        return
+    direct = DirectUpstream()
+    yield direct
+    await direct.aclose()
+
+
+async def chunks_of(stream) -> list[dict]:
+    return [chunk_data(c) async for c in stream]
 
 
 @pytest.fixture
@@ -75,12 +93,29 @@ async def test_complete_returns_openai_chat_completion(upstream, mock):
     assert result["object"] == "chat.completion"
     assert result["id"] == "chatcmpl-abc" and result["model"] == "gpt-4o-mini-2024-07-18"
     assert result["system_fingerprint"] == "fp_1"
-    assert result["choices"] == [{"index": 0, "logprobs": None, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": "Hi!",
-                                              "annotations": []}}]
+    [choice] = result["choices"]
+    assert (choice["index"], choice["logprobs"], choice["finish_reason"]) == (0, None, "stop")
+    # litellm drops the message's null fields (`refusal`); the direct path keeps every byte
+    assert without_nulls(choice["message"]) == {"role": "assistant", "content": "Hi!",
+                                                "annotations": []}
     assert result["usage"] == {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14}
     json.dumps(result)  # what the client receives is plain JSON
     assert not {"provider_specific_fields", "citations", "moderation"} & set(result)
+
+
+def without_nulls(message: dict) -> dict:
+    return {k: v for k, v in message.items() if v is not None}
+
+
+async def test_direct_path_returns_the_upstream_answer_unchanged(mock):
+    answer = {**COMPLETION, "x_vendor": {"kept": [1, None]}, "choices": [
+        {**COMPLETION["choices"][0], "x_choice_extra": "é"}]}
+    mock.post(URL).respond(200, json=answer)
+    direct = DirectUpstream()
+    try:
+        assert await direct.complete(call()) == answer
+    finally:
+        await direct.aclose()
 
 
 async def test_tool_call_reply_keeps_null_content_and_tool_calls(upstream, mock):
@@ -147,7 +182,7 @@ async def test_api_key_is_sent_as_bearer(upstream, mock):
 
 async def test_stream_chunks_assemble_to_the_upstream_text(upstream, mock):
     route = mock.post(URL).respond(200, text=STREAM, headers={"content-type": "text/event-stream"})
-    chunks = [c async for c in upstream.stream(call(stream=True, x_vendor_option=1))]
+    chunks = await chunks_of(upstream.stream(call(stream=True, x_vendor_option=1)))
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == "chatcmpl-s"
                for c in chunks)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -159,13 +194,39 @@ async def test_stream_chunks_assemble_to_the_upstream_text(upstream, mock):
                                 "x_vendor_option": 1}
 
 
+async def test_stream_false_in_the_body_is_not_sent(upstream, mock):
+    route = mock.post(URL).respond(200, json=COMPLETION)
+    await upstream.complete(call(stream=False, stream_options=None))
+    assert sent_body(route) == {"model": "gpt-4o-mini", "messages": MESSAGES,
+                                "stream_options": None}
+
+
+async def test_direct_path_forwards_the_upstream_stream_bytes_as_they_are(mock):
+    # Spacing, key order and escapes as the upstream chose them; comments and CRLFs skipped.
+    events = [(b'{"id": "s1", "object": "chat.completion.chunk", "choices": '
+               b'[{"index": 0, "delta": {"role": "assistant", "content": "caf\\u00e9 "}}]}'),
+              ('{"id":"s1","object":"chat.completion.chunk","choices":[{"index":0,'
+               '"delta":{"content":"北京"},"finish_reason":"stop"}]}').encode()]
+    body = (b": keep-alive\r\n\r\ndata: " + events[0] + b"\r\n\r\ndata:" + events[1]
+            + b"\n\ndata: [DONE]\n\n")
+    mock.post(URL).respond(200, content=body, headers={"content-type": "text/event-stream"})
+    direct = DirectUpstream()
+    try:
+        chunks = [c async for c in direct.stream(call(stream=True))]
+    finally:
+        await direct.aclose()
+    assert all(isinstance(c, RawChunk) for c in chunks)
+    assert [c.payload for c in chunks] == events
+    assert [c.data for c in chunks] == [json.loads(e) for e in events]
+
+
 async def test_stream_usage_chunk_has_no_choices_like_openai(upstream, mock):
     usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
     stream = sse(chunk({"role": "assistant", "content": "Hi"}), chunk({}, "stop"),
                  {**chunk({}), "choices": [], "usage": usage})
     route = mock.post(URL).respond(200, text=stream, headers={"content-type": "text/event-stream"})
     options = {"include_usage": True}
-    chunks = [c async for c in upstream.stream(call(stream=True, stream_options=options))]
+    chunks = await chunks_of(upstream.stream(call(stream=True, stream_options=options)))
     assert sent_body(route)["stream_options"] == options
     assert chunks[-1]["choices"] == []
     assert {k: chunks[-1]["usage"][k] for k in usage} == usage
@@ -253,17 +314,18 @@ async def test_stream_failing_midway_raises_from_iteration(upstream, mock):
     received = []
     with pytest.raises(UpstreamError):
         async for c in upstream.stream(call(stream=True)):
-            received.append(c)
+            received.append(chunk_data(c))
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in received) == "Hel"
 
 
 async def test_translated_providers_get_fields_as_arguments_but_never_litellm_options(
-        upstream, mock):
+        litellm_upstream, mock):
     # Providers other than `openai` go through litellm's translation (here hosted_vllm, an
     # OpenAI-compatible one): OpenAI parameters and unknown fields arrive; a field named like
     # a litellm option is neither obeyed nor sent (litellm would take it as its own).
     route = mock.post("http://vllm.test/v1/chat/completions").respond(200, json=COMPLETION)
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    upstream = litellm_upstream  # only litellm translates
     result = await upstream.complete(UpstreamCall(
         model="hosted_vllm/my-model", api_base="http://vllm.test/v1", api_key="sk-tenant",
         body={"messages": MESSAGES, "temperature": 0.2, "tools": tools, "top_k": 5,
@@ -278,9 +340,9 @@ async def test_translated_providers_get_fields_as_arguments_but_never_litellm_op
                  {**chunk({}), "choices": [], "usage": COMPLETION["usage"]})
     route = mock.post("http://vllm.test/v1/chat/completions").respond(
         200, text=stream, headers={"content-type": "text/event-stream"})
-    chunks = [c async for c in upstream.stream(UpstreamCall(
+    chunks = await chunks_of(upstream.stream(UpstreamCall(
         model="hosted_vllm/my-model", api_base="http://vllm.test/v1",
-        body={"messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}))]
+        body={"messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}})))
     assert sent_body(route)["stream_options"] == {"include_usage": True}
     assert chunks[-1]["usage"]["total_tokens"] == 14
 
@@ -298,22 +360,22 @@ def fake_call(fake_base: str, model: str, timeout: float = 10, **body) -> Upstre
                         api_base=fake_base, api_key="sk-fake", timeout=timeout)
 
 
-async def test_litellm_and_fake_server_agree_without_streaming(upstream, fake_base):
+async def test_upstream_and_fake_server_agree_without_streaming(upstream, fake_base):
     result = await upstream.complete(fake_call(fake_base, "echo-messages", temperature=0))
     assert result["model"] == "fake/echo-messages"
     assert json.loads(result["choices"][0]["message"]["content"]) == MESSAGES
     assert result["usage"]["total_tokens"] > 0
 
 
-async def test_litellm_and_fake_server_agree_when_streaming(upstream, fake_base):
-    chunks = [c async for c in upstream.stream(fake_call(
-        fake_base, "echo", stream=True, stream_options={"include_usage": True}))]
+async def test_upstream_and_fake_server_agree_when_streaming(upstream, fake_base):
+    chunks = await chunks_of(upstream.stream(fake_call(
+        fake_base, "echo", stream=True, stream_options={"include_usage": True})))
     assert "".join(c["choices"][0]["delta"].get("content") or ""
                    for c in chunks if c["choices"]) == "Hello there"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
 
 
-async def test_fake_server_errors_come_through_litellm_with_their_status(upstream, fake_base):
+async def test_fake_server_errors_come_through_with_their_status(upstream, fake_base):
     with pytest.raises(UpstreamError) as caught:
         await upstream.complete(fake_call(fake_base, "error-429"))
     assert caught.value.status == 429 and caught.value.body()["error"]["code"] \
@@ -328,3 +390,13 @@ async def test_call_timeout_is_honoured(upstream, fake_base):
     with pytest.raises(UpstreamTimeout):
         await upstream.complete(fake_call(fake_base, "slow-1500", timeout=0.3))
     assert time.monotonic() - started < 1.2
+
+
+async def test_without_a_configured_key_openai_api_key_is_sent_on_both_paths(
+        upstream, mock, monkeypatch):
+    # A config that relied on litellm reading OPENAI_API_KEY keeps working on the direct path.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    route = mock.post(URL).respond(200, json=COMPLETION)
+    await upstream.complete(UpstreamCall(model="openai/gpt-4o-mini",
+                                         body={"messages": MESSAGES}, api_base=BASE, timeout=10))
+    assert route.calls.last.request.headers["authorization"] == "Bearer sk-from-env"

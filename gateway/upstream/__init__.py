@@ -1,35 +1,50 @@
-"""Upstream adapters: litellm for real models, the built-in fake for `fake/<behaviour>`."""
+"""Upstream adapters: the built-in fake for `fake/<behaviour>`, a direct HTTP client for
+OpenAI-compatible endpoints (the rule: gateway/upstream/endpoint.py), litellm for the rest."""
 
 from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
-from gateway.ports import Upstream, UpstreamCall
+from gateway.ports import StreamChunk, Upstream, UpstreamCall
+from gateway.upstream.endpoint import openai_endpoint
 from gateway.upstream.fake import FakeUpstream
 
 FAKE_PREFIX = "fake/"
 
 
 class RoutingUpstream:
-    """ports.Upstream: `fake/...` models to the in-process fake, all others to litellm.
+    """ports.Upstream: `fake/...` models to the in-process fake, OpenAI-compatible endpoints
+    to `direct` (a DirectUpstream), all others to litellm.
 
-    Pass `litellm` (a LitellmUpstream, whose construction imports litellm, ~2–4 s) when the
-    config names real models; left out, it is built on the first non-fake call.
+    Without `direct`, OpenAI-compatible calls go to litellm too, which sends them the same
+    body. Pass `litellm` (a LitellmUpstream, whose construction imports litellm, ~2–4 s) when
+    the config names models that need it; left out, it is built on the first such call.
     """
 
-    def __init__(self, *, fake: Upstream | None = None, litellm: Upstream | None = None) -> None:
+    def __init__(self, *, fake: Upstream | None = None, direct: Upstream | None = None,
+                 litellm: Upstream | None = None) -> None:
         self._fake = fake or FakeUpstream()
+        self._direct = direct
         self._litellm = litellm
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
         return await self._route(call).complete(call)
 
-    def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+    def stream(self, call: UpstreamCall) -> AsyncIterator[StreamChunk]:
         return self._route(call).stream(call)
+
+    async def aclose(self) -> None:
+        """Close the direct path's connection pool (litellm keeps its clients to itself)."""
+        close = getattr(self._direct, "aclose", None)
+        if close is not None:
+            await close()
 
     def _route(self, call: UpstreamCall) -> Upstream:
         if call.model.startswith(FAKE_PREFIX):
             return self._fake
+        if self._direct is not None and openai_endpoint(call.model, call.api_base,
+                                                        call.extra) is not None:
+            return self._direct
         if self._litellm is None:
             from gateway.upstream.litellm_upstream import LitellmUpstream
 
