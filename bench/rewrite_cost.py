@@ -2,18 +2,25 @@
 
 `python -m bench rewrite-cost [--runs 60] [--before FILE]` prints a table and writes
 `bench/results/rewrite-cost.json` and `.md`. Synthetic, seeded inputs shaped like a served
-request with memory on: one system prompt, `turns` stored messages of ~60-120 tokens (English,
-a Chinese one in four, a date anchor now and then), the current user message; memory holds a
-summary chunk per 10 messages (at most 30) covering all but the newest 20 messages, a
-profile, and 50 recollections (8 facts, 32 turns of this conversation, 10 chunks), best first.
+request with memory on: one system prompt, `turns` stored turns (a user message and its reply,
+as the overhead benchmark stores them: 2 x `turns` messages) of ~60-120 tokens per message
+(English, a Chinese one in four, a date anchor now and then), the current user message;
+memory holds a summary chunk per 7 turns (at most 30, the compactor's cap) covering all but
+the newest 4 turns, a profile, and 50 recollections (8 facts, 32 messages of this
+conversation, 10 chunks), best first.
 The policy is the default one with a summary share (0.2 summary, 0.05 profile, 0.5 recall),
 counted with o200k_base. Budgets: 2,000 and 8,000 prompt tokens, and `fits` (128,000: the
 whole history is forwarded, so that row's output grows with the conversation).
 
 Each run rewrites a request decoded afresh from JSON (new strings, as the request path
-decodes the stored transcript), timed alone; the median over `--runs` runs is reported after
-warm-up runs, the steady state of a long-running server. `cold ms` is the median of five
-first rewrites, each on a newly built tokenizer (nothing counted before, nothing cached).
+decodes the stored transcript), timed alone, with the recollections ranked in another order
+(as another question would rank them: the recalled block differs from run to run). Runs go
+round-robin over the six cases, so a change in the machine's load touches all of them alike;
+the median over `--runs` runs per case is reported after warm-up runs, the steady state of a
+long-running server. `cold ms` is the median of five first rewrites, each on a newly built
+tokenizer (nothing counted before, nothing cached). `--same-objects` reuses one decoded
+history per case instead (what a per-conversation transcript cache would hand the rewrite:
+the texts keep their hash), only the recollections change per run.
 `--before FILE` adds the figures of an earlier run of this benchmark (the same script run on
 an older commit) side by side.
 """
@@ -21,6 +28,7 @@ an older commit) side by side.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -79,14 +87,14 @@ def scenario(turns: int, seed: int, tokenizer: TiktokenTokenizer) -> dict[str, A
     """The request and memory of one conversation of `turns` stored messages, as JSON data."""
     rng = random.Random(seed)
     history = []
-    for i in range(turns):
+    for i in range(2 * turns):
         text = _text(rng, rng.randint(60, 120), tokenizer)
         if i % 40 == 0:
             text = f"[{1 + i // 40} May, 2023] {text}"
         history.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
-    ids = [f"m{i:04d}" for i in range(turns)]
-    covered = max(0, turns - 20)
-    n_chunks = min(30, turns // 10)
+    ids = [f"m{i:04d}" for i in range(len(history))]
+    covered = max(0, len(history) - 8)
+    n_chunks = min(30, turns // 7)
     chunks = []
     for c in range(n_chunks):
         span = ids[c * covered // n_chunks:(c + 1) * covered // n_chunks]
@@ -99,12 +107,12 @@ def scenario(turns: int, seed: int, tokenizer: TiktokenTokenizer) -> dict[str, A
                              ("user_sport", "climbing twice a week"),
                              ("user_diet", "vegetarian"), ("user_brother", "lives in Kyoto"),
                              ("user_hobby", "pottery and sourdough baking")]]
-    for i in sorted(rng.sample(range(turns), min(32, turns))):
+    for i in sorted(rng.sample(range(len(history)), min(32, len(history)))):
         recalled.append({"kind": "turn", "id": ids[i], "text": history[i]["content"],
                          "source_ids": [ids[i]], "position": i})
     for c in rng.sample(range(n_chunks), min(10, n_chunks)):
         recalled.append({"kind": "chunk", "id": f"chunk:{c}", "text": chunks[c]["text"],
-                         "source_ids": chunks[c]["ids"], "position": c * 10})
+                         "source_ids": chunks[c]["ids"], "position": c * 14})
     rng.shuffle(recalled)  # ranked by relevance, not by place
     return {
         "instructions": [{"role": "system", "content": _text(rng, 50, tokenizer)}],
@@ -117,9 +125,11 @@ def scenario(turns: int, seed: int, tokenizer: TiktokenTokenizer) -> dict[str, A
     }
 
 
-def request(data: str, budget: int) -> RewriteRequest:
-    """The rewrite request of a scenario, decoded from its JSON text (fresh strings)."""
+def request(data: str, budget: int, variant: int = 0) -> RewriteRequest:
+    """The rewrite request of a scenario, decoded from its JSON text (fresh strings), with
+    the recollections in the rank order of `variant`."""
     s = json.loads(data)
+    random.Random(variant).shuffle(s["recalled"])
     recalled = tuple(Recollection(r["kind"], r["id"], r["text"], tuple(r["source_ids"]),
                                   r["position"], 1.0 - n / 100)
                      for n, r in enumerate(s["recalled"]))
@@ -134,32 +144,44 @@ def request(data: str, budget: int) -> RewriteRequest:
         policy=policy, memory=memory, history_ids=tuple(s["ids"]))
 
 
-def measure(turns: int, label: str, budget: int, runs: int) -> dict[str, Any]:
+def measure(cases: list[tuple[int, str, int]], runs: int,
+            same_objects: bool = False) -> list[dict[str, Any]]:
+    """Median times of rewriting each (turns, label, budget) case, the runs interleaved."""
     tokenizer = tokenizer_for_encoding(O200K)
-    data = json.dumps(scenario(turns, seed=turns, tokenizer=TiktokenTokenizer(O200K)),
-                      ensure_ascii=False)
-    cold = []
-    for _ in range(COLD_RUNS):
-        fresh, req = TiktokenTokenizer(O200K), request(data, budget)
-        started = time.perf_counter()
-        rewrite(req, fresh)
-        cold.append((time.perf_counter() - started) * 1e3)
-    requests = [request(data, budget) for _ in range(runs + 5)]
-    for req in requests[:5]:  # warm-up: the server has seen this conversation before
-        out = rewrite(req, tokenizer)
-    times = []
-    for req in requests[5:]:
-        started = time.perf_counter()
-        rewrite(req, tokenizer)
-        times.append((time.perf_counter() - started) * 1e3)
-    times.sort()
-    return {"turns": turns, "budget": label, "prompt_budget": budget, "runs": runs,
-            "median_ms": round(statistics.median(times), 3),
-            "p90_ms": round(times[int(0.9 * (len(times) - 1))], 3),
-            "cold_ms": round(statistics.median(cold), 3),
-            "tokens_original": out.tokens_original, "tokens_forwarded": out.tokens_forwarded,
-            "messages_forwarded": len(out.messages), "recalled": out.recalled,
-            "summary_chunks": out.summary_chunks}
+    data = {turns: json.dumps(scenario(turns, seed=turns, tokenizer=TiktokenTokenizer(O200K)),
+                              ensure_ascii=False) for turns in {c[0] for c in cases}}
+    cold: dict[tuple[int, str, int], list[float]] = {case: [] for case in cases}
+    for case in cases:
+        for _ in range(COLD_RUNS):
+            fresh, req = TiktokenTokenizer(O200K), request(data[case[0]], case[2])
+            started = time.perf_counter()
+            rewrite(req, fresh)
+            cold[case].append((time.perf_counter() - started) * 1e3)
+    times: dict[tuple[int, str, int], list[float]] = {case: [] for case in cases}
+    last = {}
+    base = {case: request(data[case[0]], case[2]) for case in cases}
+    for run in range(-5, runs):  # five warm-up rounds: the server has seen these before
+        for case in cases:
+            req = request(data[case[0]], case[2], variant=run)
+            if same_objects:
+                req = dataclasses.replace(base[case], memory=req.memory)
+            started = time.perf_counter()
+            last[case] = rewrite(req, tokenizer)
+            if run >= 0:
+                times[case].append((time.perf_counter() - started) * 1e3)
+    rows = []
+    for case in cases:
+        turns, label, budget = case
+        t, out = sorted(times[case]), last[case]
+        rows.append({"turns": turns, "budget": label, "prompt_budget": budget, "runs": runs,
+                     "median_ms": round(statistics.median(t), 3),
+                     "p90_ms": round(t[int(0.9 * (len(t) - 1))], 3),
+                     "cold_ms": round(statistics.median(cold[case]), 3),
+                     "tokens_original": out.tokens_original,
+                     "tokens_forwarded": out.tokens_forwarded,
+                     "messages_forwarded": len(out.messages), "recalled": out.recalled,
+                     "summary_chunks": out.summary_chunks})
+    return rows
 
 
 def machine() -> dict[str, Any]:
@@ -190,7 +212,9 @@ def markdown(result: dict[str, Any]) -> str:
     before = {(r["turns"], r["budget"]): r for r in (result.get("before") or {}).get("rows", [])}
     lines = ["# Rewrite cost (`core.rewrite` alone)", "",
              f"{m['cores']} cores, {m['cpu_model']}, {m['python']}; o200k_base; "
-             f"median of {result['runs']} warm runs; commit {result.get('commit') or '?'}"
+             f"median of {result['runs']} warm runs"
+             + (", one decoded history per case reused" if result.get("same_objects") else "")
+             + f"; commit {result.get('commit') or '?'}"
              + (f", before: {result['before'].get('commit') or '?'}" if before else "") + ".",
              ""]
     head = "| turns | budget | median ms | p90 ms | cold ms | tokens original | forwarded |"
@@ -206,14 +230,14 @@ def markdown(result: dict[str, Any]) -> str:
             line += (f" {b['median_ms']} | {b['cold_ms']} | "
                      f"{b['median_ms'] / r['median_ms']:.1f}× |")
         lines.append(line)
-    lines += ["", "300 turns over 50 turns (median): " + ", ".join(
-        f"budget {k}: {v}×" for k, v in result["ratios"].items())
-        + (" — before: " + ", ".join(f"budget {k}: {v}×"
-                                      for k, v in result["before"]["ratios"].items())
-           if before else "") + ".", "",
-        "Target: within 1.5× at the 2,000 and 8,000 budgets. The `fits` row forwards the "
-        "whole history, so its output (and cost) grows with the conversation. Inputs and method: "
-        "the docstring of bench/rewrite_cost.py.", ""]
+    ratio = ", ".join(f"budget {k}: {v}×" for k, v in result["ratios"].items())
+    if before:
+        ratio += " — before: " + ", ".join(f"budget {k}: {v}×"
+                                            for k, v in result["before"]["ratios"].items())
+    lines += ["", f"300 turns over 50 turns (median): {ratio}.", "",
+              ("Target: within 1.5× at the 2,000 and 8,000 budgets. The `fits` row forwards "
+               "the whole history, so its output (and cost) grows with the conversation. "
+               "Inputs and method: the docstring of bench/rewrite_cost.py."), ""]
     return "\n".join(lines)
 
 
@@ -223,15 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--turns", type=int, nargs="+", default=list(TURNS))
     parser.add_argument("--commit", default=None, help="the commit measured, for the record")
+    parser.add_argument("--same-objects", action="store_true",
+                        help="reuse one decoded history per case (see the docstring)")
     parser.add_argument("--before", type=Path, default=None,
                         help="an earlier result of this benchmark, shown side by side")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    rows = [measure(turns, label, budget, args.runs)
-            for turns in args.turns for label, budget in BUDGETS]
+    rows = measure([(turns, label, budget) for turns in args.turns for label, budget in BUDGETS],
+                   args.runs, args.same_objects)
     result: dict[str, Any] = {"benchmark": "rewrite_cost", "machine": machine(),
-                              "runs": args.runs, "commit": args.commit, "rows": rows,
+                              "runs": args.runs, "commit": args.commit,
+                              "same_objects": args.same_objects, "rows": rows,
                               "ratios": ratios(rows)}
     if args.before is not None:
         result["before"] = json.loads(args.before.read_text())
