@@ -14,6 +14,7 @@ BENCHMARKS = {
     "locomo-rescore": "bench.locomo.rescore",
     "overhead": "bench.overhead.cli",
     "recall-latency": "bench.recall_latency",
+    "rewrite-cost": "bench.rewrite_cost",
     "load": "bench.load.cli",
 }
 

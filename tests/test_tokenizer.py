@@ -3,12 +3,14 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from gateway.tokenizer import (
     CL100K,
     O200K,
+    BoundedCache,
     TiktokenTokenizer,
     encoding_for_model,
     tokenizer_for_encoding,
@@ -152,3 +154,91 @@ def test_core_does_not_import_tiktoken():
     importing = re.compile(r"^\s*(import|from)\s+tiktoken\b", re.MULTILINE)
     for path in core.glob("*.py"):
         assert not importing.search(path.read_text(encoding="utf-8")), path
+
+
+# --- the caches ---------------------------------------------------------------------------------
+
+def test_each_text_counted_is_kept_once():
+    tokenizer = TiktokenTokenizer(CL100K)
+    texts = ["hello world", CHINESE, "hello world", CHINESE, ""]
+    assert [tokenizer.count(t) for t in texts] == [2, 36, 2, 36, 0]
+    assert tokenizer.cached_texts == 3
+
+
+def test_counts_and_truncations_do_not_depend_on_what_is_cached():
+    """A tokenizer whose caches hold almost nothing (evicting all the time) answers exactly as
+    one that never forgets."""
+    tiny = TiktokenTokenizer(O200K, count_entries=4, count_chars=60, truncate_entries=2,
+                             truncate_chars=80)
+    roomy = tokenizer_for_encoding(O200K)
+    texts = [CHINESE, "The quick brown fox. " * 5, "ok 👍🏽👨‍👩‍👧 done", "a\ud800b and more", "x"]
+    for _ in range(3):
+        for text in texts + texts[::-1]:
+            assert tiny.count(text) == roomy.count(text) == len(
+                roomy._encoding.encode_ordinary(text))
+            for n in (0, 3, 7, 100):
+                assert tiny.truncate(text, n) == roomy.truncate(text, n)
+    assert tiny.cached_texts <= 4
+
+
+def sized(key: str, value: int) -> int:
+    return len(key)
+
+
+def test_cache_never_holds_more_than_its_bounds():
+    cache = BoundedCache(10, 100, sized)
+    for i in range(1_000):
+        cache.put(f"key{i}", i)
+        assert len(cache) <= 10 and cache.size <= 100
+    cache = BoundedCache(1_000, 50, sized)
+    for i in range(1_000):
+        cache.put("k" * (i % 20) + str(i), i)
+        assert cache.size <= 50
+
+
+def test_cache_answers_what_was_put_until_it_is_evicted():
+    cache = BoundedCache(8, 1_000, sized)
+    for i in range(100):
+        cache.put(f"key{i}", i)
+        assert cache.get(f"key{i}") == i
+        assert all(cache.get(f"key{j}") in (j, None) for j in range(i))
+    assert cache.get("never put") is None
+
+
+def test_an_entry_used_in_every_generation_stays_and_unused_ones_go():
+    cache = BoundedCache(8, 1_000, sized)
+    cache.put("hot", -1)
+    for i in range(100):
+        cache.put(f"cold{i}", i)
+        assert cache.get("hot") == -1
+    assert cache.get("cold0") is None
+
+
+def test_an_entry_larger_than_half_the_size_bound_is_not_kept():
+    cache = BoundedCache(8, 20, sized)
+    cache.put("x" * 11, 1)
+    assert cache.get("x" * 11) is None and len(cache) == 0
+    cache.put("x" * 10, 1)
+    assert cache.get("x" * 10) == 1
+
+
+def test_cache_keeps_its_bounds_and_answers_under_concurrent_use():
+    cache = BoundedCache(64, 2_000, sized)
+    errors = []
+
+    def work(offset: int) -> None:
+        for i in range(3_000):
+            key = f"k{(i * 7 + offset) % 500}"
+            found = cache.get(key)
+            if found is not None and found != int(key[1:]):
+                errors.append((key, found))
+            cache.put(key, int(key[1:]))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(cache) <= 64 and cache.size <= 2_000
+    assert cache.size == sum(len(k) for k in list(cache._current) + list(cache._previous))

@@ -29,6 +29,7 @@ SUMMARY_HEADER = "Summary of earlier parts of this conversation, oldest first. "
 PROFILE_HEADER = "What is known about the user's preferences. " + _UNTRUSTED
 RECALLED_HEADER = ("Context from earlier conversations or earlier in this conversation that may "
                    "be relevant to the next message; it may be outdated. " + _UNTRUSTED)
+SUMMARY_TAG, PROFILE_TAG, RECALLED_TAG = "summary", "profile", "memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +79,32 @@ def render_blocks(memory: MemoryContext) -> MemoryBlocks:
 def render_summary(chunks: Iterable[str]) -> Message | None:
     """The summary block: the chunks in the order given (oldest first), a blank line apart.
     Blank lines inside a chunk are dropped, so the blank line only ever separates chunks."""
-    kept = [re.sub(r"\n\s*\n", "\n", c.strip()) for c in chunks if c and c.strip()]
-    return _block(SUMMARY_HEADER, "summary", "\n\n".join(kept)) if kept else None
+    kept = [_without_blank_lines(c.strip()) for c in chunks if c and c.strip()]
+    return _block(SUMMARY_HEADER, SUMMARY_TAG, "\n\n".join(kept)) if kept else None
+
+
+def summary_parts(chunks: Sequence[str]) -> tuple[str, ...]:
+    """The non-blank chunks as the summary block shows them: for every j,
+    `render_summary(usable[j:]).content == opening + "\n\n".join(parts[j:]) + "\n" + closing`
+    (`usable` the non-blank chunks, opening and closing the `block_frame` of the summary).
+
+    Escaping is decided per `<` by the text after it, and a shown chunk holds no blank line,
+    so escaping all the chunks joined and cutting at the blank lines gives each chunk exactly
+    as any run of the newest chunks shows it, also where a tag is split across two chunks."""
+    kept = tuple(_without_blank_lines(c.strip()) for c in chunks if c and c.strip())
+    if not any("<" in c for c in kept):
+        return kept  # nothing to escape: the usual case, and no long text to cut
+    return tuple(escape_tag("\n\n".join(kept), SUMMARY_TAG).split("\n\n"))
+
+
+def _without_blank_lines(text: str) -> str:
+    return re.sub(r"\n\s*\n", "\n", text) if "\n" in text else text
 
 
 def render_profile(profile: str | None) -> Message | None:
     if not profile or not profile.strip():
         return None
-    return _block(PROFILE_HEADER, "profile", profile.strip())
+    return _block(PROFILE_HEADER, PROFILE_TAG, profile.strip())
 
 
 def render_recalled(items: Sequence[Recollection]) -> Message | None:
@@ -95,7 +114,7 @@ def render_recalled(items: Sequence[Recollection]) -> Message | None:
     kept = recalled_in_reading_order(r for r in items if r.text.strip())
     if not kept:
         return None
-    return _block(RECALLED_HEADER, "memory", "\n".join(_dated_lines(kept)))
+    return _block(RECALLED_HEADER, RECALLED_TAG, "\n".join(_dated_lines(kept)))
 
 
 _ANCHOR = re.compile(r"\[([^\[\]\n]{1,60})\] ")
@@ -130,18 +149,33 @@ def _dated_lines(items: Sequence[Recollection]) -> list[str]:
 
 def recalled_in_reading_order(items: Iterable[Recollection]) -> tuple[Recollection, ...]:
     # sorted() is stable: facts keep their rank order, equal positions too.
-    return tuple(sorted(items, key=lambda r: (0, 0) if r.kind == "fact" else (1, r.position)))
+    return tuple(sorted(items, key=reading_key))
+
+
+def reading_key(item: Recollection) -> tuple[int, int]:
+    """Facts first, then the rest by place in the conversation."""
+    return (0, 0) if item.kind == "fact" else (1, item.position)
 
 
 def one_line(text: str) -> str:
     """`text` stripped, each newline (with the blanks around it) made one space."""
-    return re.sub(r"\s*\n\s*", " ", text.strip())
+    text = text.strip()
+    return re.sub(r"\s*\n\s*", " ", text) if "\n" in text else text
+
+
+def block_frame(header: str, tag: str) -> tuple[str, str]:
+    """(opening, closing) of a block: its text is opening + escaped body + "\n" + closing."""
+    return f"{header}\n<{tag}>\n", f"</{tag}>"
 
 
 def _block(header: str, tag: str, body: str) -> Message:
-    return Message.of(BLOCK_ROLE, f"{header}\n<{tag}>\n{_escape_tag(body, tag)}\n</{tag}>")
+    opening, closing = block_frame(header, tag)
+    return Message.of(BLOCK_ROLE, f"{opening}{escape_tag(body, tag)}\n{closing}")
 
 
-def _escape_tag(text: str, tag: str) -> str:
-    """`text` with every opening or closing `tag` made inert (`<` written as `&lt;`)."""
+def escape_tag(text: str, tag: str) -> str:
+    """`text` with every opening or closing `tag` made inert (`<` written as `&lt;`). Whether
+    a `<` is escaped depends only on the text from it on."""
+    if "<" not in text:
+        return text
     return re.sub(rf"<(/?\s*{tag}\b)", r"&lt;\1", text, flags=re.IGNORECASE)

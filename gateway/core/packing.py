@@ -1,26 +1,42 @@
 """Fitting memory into its share of the budget: which summary chunks and which recollections
 go before the model (the rewrite decides the shares; see gateway/core/rewrite.py).
 
-A block is always measured as rendered (`count_message` of the block message), never as a sum
-of its items' costs: the shared wrapper and the tokenizer's merges across item boundaries make
-the parts not add up exactly, and the budget must hold exactly.
+The definition of packing is to render a block and measure it (`count_message`) for every
+candidate set; done so, packing is quadratic in the candidates. Here a block is priced by
+arithmetic instead: a block's text is its frame (message, header, tags) plus its items, each
+ending in a newline, and the tokenizers in use never merge tokens across a newline into the
+next line (tiktoken's encodings split text before tokenising it; so does counting words), so
+a block costs its frame plus the sum of its items. Each item is counted once (the tokenizer
+may cache the count), so packing is linear in the candidates. The block chosen is rendered
+once and measured as rendered: the budget holds exactly whatever the tokenizer; should a
+tokenizer not add up (the measure differs from the price), the definition is applied.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Generic, Sequence, TypeVar
 
 from gateway.core.memory import (
+    BLOCK_ROLE,
+    RECALLED_HEADER,
+    RECALLED_TAG,
+    SUMMARY_HEADER,
+    SUMMARY_TAG,
+    block_frame,
     date_line,
+    escape_tag,
     item_line,
     one_line,
+    reading_key,
     recalled_in_reading_order,
     render_profile,
     render_recalled,
     render_summary,
     split_anchor,
+    summary_parts,
 )
 from gateway.core.messages import Message
 from gateway.core.recall import Recollection
@@ -44,12 +60,53 @@ def share(fraction: float, room: int) -> int:
     return max(0, math.floor(fraction * room))
 
 
+def _frame_cost(header: str, tag: str, tokenizer: Tokenizer) -> int:
+    """What a block costs beside its items: the message, the header and the tags."""
+    opening, closing = block_frame(header, tag)
+    return count_message(Message(BLOCK_ROLE, opening), tokenizer) + tokenizer.count(closing)
+
+
+# --- the summary block ------------------------------------------------------------------------
+
 def pack_summary(chunks: Sequence[str], limit: int, tokenizer: Tokenizer) -> Packed[str]:
     """The longest run of newest chunks whose block fits `limit`, shown oldest first. The run
     is unbroken up to the newest chunk, so the block never skips a stretch of the conversation
-    (an older chunk is dropped before a newer one). Nothing when not even the newest fits."""
+    (an older chunk is dropped before a newer one). Nothing when not even the newest fits.
+
+    Priced by arithmetic, newest chunk first; the block chosen and the block one chunk longer
+    (the first that does not fit) are measured as rendered."""
     usable = tuple(c for c in chunks if c and c.strip())
-    for k in range(len(usable), 0, -1):  # everything usually fits: then one measure
+    parts = summary_parts(usable)
+    if not usable or len(parts) != len(usable):  # the latter never (see summary_parts)
+        return _pack_summary_by_measure(usable, limit, tokenizer)
+    price = _frame_cost(SUMMARY_HEADER, SUMMARY_TAG, tokenizer) + tokenizer.count(
+        parts[-1] + "\n")
+    k = 0
+    if price <= limit:
+        k = 1
+        for part in reversed(parts[:-1]):
+            more = tokenizer.count(part + "\n\n")
+            if price + more > limit:
+                break
+            price, k = price + more, k + 1
+    packed: Packed[str] = Packed()
+    if k:
+        block = render_summary(usable[-k:])
+        assert block is not None
+        if count_message(block, tokenizer) != price:
+            return _pack_summary_by_measure(usable, limit, tokenizer)
+        packed = Packed(block, price, usable[-k:])
+    if k < len(usable):  # the next longer run must not fit, as priced
+        longer = render_summary(usable[-k - 1:])
+        if longer is not None and count_message(longer, tokenizer) <= limit:
+            return _pack_summary_by_measure(usable, limit, tokenizer)
+    return packed
+
+
+def _pack_summary_by_measure(usable: tuple[str, ...], limit: int,
+                             tokenizer: Tokenizer) -> Packed[str]:
+    """The definition of `pack_summary`: each run measured as rendered, longest first."""
+    for k in range(len(usable), 0, -1):
         block = render_summary(usable[-k:])
         if block is not None and (cost := count_message(block, tokenizer)) <= limit:
             return Packed(block, cost, usable[-k:])
@@ -63,17 +120,38 @@ def pack_profile(profile: str | None, limit: int, tokenizer: Tokenizer) -> Packe
     return Packed(block, cost, (profile or "",))
 
 
-def recall_reservation(recalled: Sequence[Recollection], limit: int,
-                       tokenizer: Tokenizer) -> int:
-    """What to hold back from the recent window for recalled items: `limit`, or the cost of
-    showing all of them if that is less; nothing without recollections."""
-    block = render_recalled(recalled)
-    return 0 if block is None else max(0, min(limit, count_message(block, tokenizer)))
+# --- the recalled block -----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RecalledLine:
+    """A recollection as the recalled block shows it, priced once for the whole rewrite."""
+
+    item: Recollection
+    text: str
+    """`one_line(item.text)`: blank for an item that is never shown."""
+    anchor: str | None
+    """Its date anchor, shown on a date line above it (once for items in a row sharing it)."""
+    rest: str
+    """Its text without the anchor: what redundancy is judged on."""
+    cost: int
+    """Tokens of its line in the block, newline included (0 for a blank item)."""
 
 
-def drop_redundant(recalled: Sequence[Recollection], window_ids: frozenset[str],
+def recalled_lines(recalled: Sequence[Recollection],
+                   tokenizer: Tokenizer) -> tuple[RecalledLine, ...]:
+    """Each recollection with its line, in rank order."""
+    out = []
+    for r in recalled:
+        text = one_line(r.text)
+        anchor, rest = split_anchor(text)
+        cost = tokenizer.count(escape_tag(item_line(rest), RECALLED_TAG) + "\n") if text else 0
+        out.append(RecalledLine(r, text, anchor, rest, cost))
+    return tuple(out)
+
+
+def drop_redundant(recalled: Sequence[RecalledLine], window_ids: frozenset[str],
                    summary: Sequence[str],
-                   shown_texts: frozenset[str] = frozenset()) -> tuple[Recollection, ...]:
+                   shown_texts: frozenset[str] = frozenset()) -> tuple[RecalledLine, ...]:
     """The recollections not already before the model, in rank order. Dropped: a turn whose id
     is a message id of the recent window; a turn or chunk all of whose (non-empty) source ids
     are; a chunk whose text is a summary chunk being forwarded; a turn or chunk whose text
@@ -85,15 +163,15 @@ def drop_redundant(recalled: Sequence[Recollection], window_ids: frozenset[str],
     seen: set[tuple[str, str]] = set()
     texts = set(shown_texts)
     kept = []
-    for r in recalled:
-        text = split_anchor(one_line(r.text))[1]
+    for line in recalled:
+        r, text = line.item, line.rest
         shown = r.kind != "fact" and (
             (r.kind == "turn" and r.id in window_ids)
             or (bool(r.source_ids) and window_ids.issuperset(r.source_ids))
-            or (r.kind == "chunk" and one_line(r.text) in summary_texts)
+            or (r.kind == "chunk" and line.text in summary_texts)
             or (bool(text) and text in texts))
         if not shown and (r.kind, r.id) not in seen:
-            kept.append(r)
+            kept.append(line)
             seen.add((r.kind, r.id))
             if r.kind != "fact" and text:
                 texts.add(text)
@@ -105,23 +183,43 @@ def shown_texts(messages: Sequence[Message]) -> frozenset[str]:
     return frozenset(t for m in messages if (t := one_line(m.text)))
 
 
-def pack_recalled(recalled: Sequence[Recollection], limit: int,
+def recall_reservation(recalled: Sequence[RecalledLine], limit: int,
+                       tokenizer: Tokenizer) -> int:
+    """What to hold back from the recent window for recalled items: `limit`, or the cost of
+    showing all of them if that is less; nothing without recollections. Priced, not measured:
+    it decides how the room is shared, never whether the prompt fits."""
+    usable = [line for line in recalled if line.text]
+    if not usable:
+        return 0
+    return max(0, min(limit, _RecalledPrices(usable, tokenizer).whole()))
+
+
+def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
                   tokenizer: Tokenizer) -> Packed[Recollection]:
     """Best first: each recollection, in rank order, that the block can take and still fit
     `limit`. Items are independent, so one that does not fit is skipped and the next (smaller)
-    ones are tried. The block shows them in reading order (see `render_recalled`)."""
-    usable = [r for r in recalled if r.text.strip()]
-    block = render_recalled(usable)
-    if block is None:
+    ones are tried. The block shows them in reading order (see `render_recalled`).
+
+    Priced by arithmetic in one pass over the items; the block chosen (or, when nothing fits,
+    the best item's) is rendered and measured once."""
+    usable = [line for line in recalled if line.text]
+    if not usable:
         return Packed()
-    if (cost := count_message(block, tokenizer)) <= limit:  # the usual case: one measure
-        return Packed(block, cost, recalled_in_reading_order(usable))
-    return _pack_by_lines(usable, limit, tokenizer) or _pack_by_measure(usable, limit, tokenizer)
+    prices = _RecalledPrices(usable, tokenizer)
+    chosen, price = prices.pack(limit)
+    # Measured as rendered: the block chosen, or when none is, the best item's block.
+    kept = [usable[i].item for i in chosen or [0]]
+    block = render_recalled(kept)
+    assert block is not None
+    if count_message(block, tokenizer) != (price if chosen else prices.alone(0)):
+        return _pack_recalled_by_measure([line.item for line in usable], limit, tokenizer)
+    return Packed(block, price, recalled_in_reading_order(kept)) if chosen else Packed()
 
 
-def _pack_by_measure(usable: list[Recollection], limit: int,
-                     tokenizer: Tokenizer) -> Packed[Recollection]:
-    """The definition of packing: render and measure the block for every candidate."""
+def _pack_recalled_by_measure(usable: list[Recollection], limit: int,
+                              tokenizer: Tokenizer) -> Packed[Recollection]:
+    """The definition of `pack_recalled`: the block rendered and measured for every
+    candidate."""
     kept: list[Recollection] = []
     packed: Packed[Recollection] = Packed()
     for item in usable:
@@ -132,43 +230,63 @@ def _pack_by_measure(usable: list[Recollection], limit: int,
     return packed
 
 
-def _pack_by_lines(usable: list[Recollection], limit: int,
-                   tokenizer: Tokenizer) -> Packed[Recollection] | None:
-    """The same packing as `_pack_by_measure`, in one measure instead of one per candidate.
+class _RecalledPrices:
+    """Prices of recalled blocks made of some of `usable` (non-blank lines, in rank order).
 
-    The block's lines (an item's, a date's) each end in a newline, and the BPE tokenizers in
-    use never merge tokens across a newline into the next line, so a block costs a constant
-    plus the sum of its lines' costs: each candidate is priced by arithmetic. The result is
-    measured once as rendered; if the tokenizer did not add up (None), the caller measures.
-    """
-    lines = [split_anchor(one_line(r.text)) for r in usable]
-    item_cost = [tokenizer.count(item_line(rest) + "\n") for _, rest in lines]
-    date_cost = {a: tokenizer.count(date_line(a) + "\n") for a, _ in lines if a is not None}
-    order = {id(r): i for i, r in enumerate(recalled_in_reading_order(usable))}
+    A block is its frame, then per item in reading order a date line when its anchor differs
+    from the item before it, and its own line. Adding an item to a chosen set changes the
+    price by its own line, its date line (if the item before it has another anchor) and the
+    date line of the item after it (which may now share its anchor, or no longer share the
+    anchor of the one before): known from its two neighbours in reading order."""
 
-    def lines_cost(chosen: list[int]) -> int:
-        total, current = 0, None
-        for i in sorted(chosen, key=lambda i: order[id(usable[i])]):
-            anchor = lines[i][0]
-            if anchor is not None and anchor != current:
-                total += date_cost[anchor]
-            current = anchor
-            total += item_cost[i]
-        return total
+    __slots__ = ("anchors", "dates", "frame", "lines", "position")
 
-    first = render_recalled(usable[:1])
-    assert first is not None
-    constant = count_message(first, tokenizer) - lines_cost([0])
-    chosen: list[int] = []
-    for i in range(len(usable)):
-        if constant + lines_cost(chosen + [i]) <= limit:
-            chosen.append(i)
-    if not chosen:
-        return Packed()
-    kept = [usable[i] for i in chosen]
-    block = render_recalled(kept)
-    assert block is not None
-    cost = count_message(block, tokenizer)
-    if cost != constant + lines_cost(chosen):
-        return None
-    return Packed(block, cost, recalled_in_reading_order(kept))
+    def __init__(self, usable: list[RecalledLine], tokenizer: Tokenizer) -> None:
+        self.lines = usable
+        self.frame = _frame_cost(RECALLED_HEADER, RECALLED_TAG, tokenizer)
+        # sorted() is stable, as in `recalled_in_reading_order`: ties keep their rank order.
+        reading = sorted(range(len(usable)), key=lambda i: reading_key(usable[i].item))
+        self.position = [0] * len(usable)
+        for place, i in enumerate(reading):
+            self.position[i] = place
+        self.anchors = [usable[i].anchor for i in reading]
+        """Anchor of each item, by place in reading order."""
+        self.dates = {a: tokenizer.count(escape_tag(date_line(a), RECALLED_TAG) + "\n")
+                      for a in dict.fromkeys(self.anchors) if a is not None}
+
+    def _date(self, anchor: str | None, before: str | None) -> int:
+        return self.dates[anchor] if anchor is not None and anchor != before else 0
+
+    def whole(self) -> int:
+        """The price of the block of all the items."""
+        total, before = self.frame, None
+        for anchor in self.anchors:
+            total += self._date(anchor, before)
+            before = anchor
+        return total + sum(line.cost for line in self.lines)
+
+    def alone(self, i: int) -> int:
+        """The price of the block of item `i` alone."""
+        return self.frame + self._date(self.anchors[self.position[i]], None) + self.lines[i].cost
+
+    def pack(self, limit: int) -> tuple[list[int], int]:
+        """(the items taken, as indexes in rank order; the block's price), taking in rank order
+        each item with which the block still fits `limit`."""
+        chosen: list[int] = []
+        places: list[int] = []  # the places of the chosen items in reading order, sorted
+        total = self.frame
+        for i, line in enumerate(self.lines):
+            place = self.position[i]
+            at = bisect_left(places, place)
+            before = self.anchors[places[at - 1]] if at else None
+            anchor = self.anchors[place]
+            more = line.cost + self._date(anchor, before)
+            if at < len(places):
+                after = self.anchors[places[at]]
+                more += self._date(after, anchor) - self._date(after, before)
+            if total + more <= limit:
+                chosen.append(i)
+                insort(places, place)
+                total += more
+        return chosen, total
+

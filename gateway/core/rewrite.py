@@ -37,7 +37,7 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from gateway.core.memory import BlockName, MemoryContext
 from gateway.core.messages import Message, thaw
@@ -47,11 +47,12 @@ from gateway.core.packing import (
     pack_recalled,
     pack_summary,
     recall_reservation,
+    recalled_lines,
     share,
     shown_texts,
 )
 from gateway.core.policy import ContextPolicy
-from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message
+from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
 
 TRUNCATION_MARKER = " […]"
 _ANSWER_ROLES = frozenset({"tool", "function"})
@@ -59,6 +60,8 @@ _ANSWER_ROLES = frozenset({"tool", "function"})
 Conversation = tuple[Message, ...]
 Unit = tuple[Message, ...]
 """Messages kept or dropped together: one message plus the tool results that follow it."""
+Span = tuple[int, int]
+"""A unit as the (start, end) of its messages in the history."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +127,17 @@ def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conver
 
 
 def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
-    """The messages to forward upstream for `request` (see the module docstring)."""
+    """The messages to forward upstream for `request` (see the module docstring).
+
+    Each history message is counted once (`count_each`; the tokenizer may cache counts by
+    text, so a message seen before costs a lookup), and the counts are reused; beyond that,
+    only the newest turns are looked at. Memory blocks are priced in one pass over their
+    items (gateway/core/packing.py)."""
     policy = request.policy
     fixed = request.instructions + request.current
     fixed_cost = _sum_cost(fixed, tokenizer)
-    history_cost = _sum_cost(request.history, tokenizer)
-    tokens_original = _total(fixed_cost + history_cost, bool(fixed or request.history))
+    costs = count_each(request.history, tokenizer)
+    tokens_original = _total(fixed_cost + sum(costs), bool(fixed or request.history))
 
     if _total(fixed_cost, bool(fixed)) > policy.prompt_budget:
         return Rewrite(messages=fixed, tokens_original=tokens_original,
@@ -139,24 +147,27 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     # Anything added makes the prompt non-empty, so the reply priming is always paid.
     room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
     memory = request.memory
-    forwardable = tuple(m for unit in _units(request.history) for m in unit)
-    forwardable_cost = _sum_cost(forwardable, tokenizer)
+    start = _first_forwardable(request.history)
+    forwardable_cost = sum(costs[start:])
     if forwardable_cost <= room:
-        return _whole_history(request, forwardable, room - forwardable_cost, tokens_original,
-                              fixed_cost + forwardable_cost, tokenizer)
+        return _whole_history(request, request.history[start:], room - forwardable_cost,
+                              tokens_original, fixed_cost + forwardable_cost, tokenizer)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
     summary = pack_summary(memory.summary_chunks, share(policy.summary_share, room), tokenizer)
     left = room - summary.cost
     profile = pack_profile(memory.profile, min(share(policy.profile_share, room), left),
                            tokenizer)
     left -= profile.cost
-    offered = drop_redundant(memory.recalled, frozenset(), summary.items)
-    candidates = _unsummarized(request, summary.block is not None)
-    first = _recent_window(candidates, left, replace(policy, max_recent_turns=min(
-        policy.min_recent_turns, policy.max_recent_turns)), tokenizer)
+    offered = drop_redundant(recalled_lines(memory.recalled, tokenizer), frozenset(),
+                             summary.items)
+    begin = _unsummarized(request, summary.block is not None)
+    candidates, candidate_costs = request.history[begin:], costs[begin:]
+    newest = replace(policy, max_recent_turns=min(policy.min_recent_turns,
+                                                  policy.max_recent_turns))
+    first = _recent_window(candidates, candidate_costs, left, newest, tokenizer)
     reserved = recall_reservation(offered, min(share(policy.recall_share, room),
                                                left - first.cost), tokenizer)
-    window = _recent_window(candidates, left - reserved, policy, tokenizer)
+    window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
     offered = drop_redundant(offered, _window_ids(request, window), (),
                              shown_texts(window.messages))
     recalled = pack_recalled(offered, left - window.cost, tokenizer)
@@ -201,7 +212,7 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
     # A fact learned from turns shown here says again what they say.
     outside = tuple(r for r in request.memory.recalled
                     if not (r.kind == "fact" and r.source_ids and ids.issuperset(r.source_ids)))
-    offered = drop_redundant(outside, ids, (), shown_texts(history))
+    offered = drop_redundant(recalled_lines(outside, tokenizer), ids, (), shown_texts(history))
     recalled = pack_recalled(offered, left - profile.cost, tokenizer)
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
         ("profile", profile.block), ("recalled", recalled.block))
@@ -224,14 +235,14 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
     )
 
 
-def _unsummarized(request: RewriteRequest, summary_shown: bool) -> tuple[Message, ...]:
-    """The history the recent window may draw from: after the last summarised message when
-    the summary block is shown (and that message is found in this request's history — after a
-    fork it may not be), else all of it."""
+def _unsummarized(request: RewriteRequest, summary_shown: bool) -> int:
+    """Where the history the recent window may draw from starts: after the last summarised
+    message when the summary block is shown (and that message is found in this request's
+    history — after a fork it may not be), else at its start."""
     boundary = request.memory.summarized_through
     if not summary_shown or boundary is None or boundary not in request.history_ids:
-        return request.history
-    return request.history[request.history_ids.index(boundary) + 1:]
+        return 0
+    return request.history_ids.index(boundary) + 1
 
 
 def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:
@@ -287,19 +298,21 @@ class _Window:
     truncated: int = 0
 
 
-def _recent_window(history: tuple[Message, ...], room: int, policy: ContextPolicy,
-                   tokenizer: Tokenizer) -> _Window:
+def _recent_window(history: tuple[Message, ...], message_costs: tuple[int, ...], room: int,
+                   policy: ContextPolicy, tokenizer: Tokenizer) -> _Window:
     """The newest whole turns that fit `room` (at most `max_recent_turns` user turns),
     chronological; stops at the first turn that does not fit. If not even the newest turn
-    fits whole, its newest units that fit instead."""
+    fits whole, its newest units that fit instead. `message_costs`: count_message of each
+    history message. Only the turns looked at are visited, newest first."""
     kept: list[Unit] = []  # newest first
     cost = user_turns = 0
-    for turn in reversed(_turns(_units(history))):
-        is_user_turn = turn[0][0].role == "user"
+    for turn in _turns_newest_first(history):
+        is_user_turn = history[turn[0][0]].role == "user"
         if is_user_turn and user_turns >= policy.max_recent_turns:
             break
-        shortened = [_shorten(unit, policy, tokenizer) for unit in turn]
-        costs = [_sum_cost(unit, tokenizer) for unit in shortened]
+        shortened = [_shorten(history[a:b], policy, tokenizer) for a, b in turn]
+        costs = [_cost_as_shortened(unit, history[a:b], message_costs[a:b], tokenizer)
+                 for unit, (a, b) in zip(shortened, turn)]
         if cost + sum(costs) <= room:
             kept.extend(reversed(shortened))
             cost += sum(costs)
@@ -319,34 +332,46 @@ def _recent_window(history: tuple[Message, ...], room: int, policy: ContextPolic
                    truncated=sum(1 for m, o in zip(messages, originals) if m is not o))
 
 
-def _units(history: tuple[Message, ...]) -> list[Unit]:
-    """History cut into units: each message with the tool/function results after it. Results
-    at the very start of the history answer a call that is not there; they are never
-    forwarded (the provider would reject them)."""
-    units: list[list[Message]] = []
-    for message in history:
-        if message.role in _ANSWER_ROLES:
-            if units:
-                units[-1].append(message)
-            continue
-        units.append([message])
-    return [tuple(unit) for unit in units]
+def _first_forwardable(history: tuple[Message, ...]) -> int:
+    """Where the history that can be forwarded starts: tool/function results at its very start
+    answer a call that is not there; they are never forwarded (the provider would reject
+    them)."""
+    start = 0
+    while start < len(history) and history[start].role in _ANSWER_ROLES:
+        start += 1
+    return start
 
 
-def _turns(units: list[Unit]) -> list[tuple[Unit, ...]]:
-    """Units grouped into turns, each opened by a user message; units before the first user
-    message form a turn of their own (it counts as no user turn)."""
-    turns: list[list[Unit]] = []
-    for unit in units:
-        if unit[0].role == "user" or not turns:
-            turns.append([unit])
-        else:
-            turns[-1].append(unit)
-    return [tuple(turn) for turn in turns]
+def _turns_newest_first(history: tuple[Message, ...]) -> Iterator[tuple[Span, ...]]:
+    """The forwardable history cut into units — each message with the tool/function results
+    after it — and the units grouped into turns, each opened by a user message; units before
+    the first user message form a turn of their own (it counts as no user turn). Turns come
+    newest first, each one's units oldest first; found from the end, so a caller that stops
+    early never walks the older history."""
+    turn: list[Span] = []  # newest unit first
+    end = len(history)
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].role in _ANSWER_ROLES:
+            continue  # a result: part of the unit its call opens
+        turn.append((i, end))
+        end = i
+        if history[i].role == "user":
+            yield tuple(reversed(turn))
+            turn = []
+    if turn:
+        yield tuple(reversed(turn))
 
 
 def _shorten(unit: Unit, policy: ContextPolicy, tokenizer: Tokenizer) -> Unit:
     return tuple(truncate_message(m, policy.truncate_message_tokens, tokenizer) for m in unit)
+
+
+def _cost_as_shortened(unit: Unit, originals: Unit, costs: tuple[int, ...],
+                       tokenizer: Tokenizer) -> int:
+    """count_message summed over `unit`, the possibly shortened `originals` (whose costs are
+    `costs`): only a shortened copy is counted."""
+    return sum(c if m is o else count_message(m, tokenizer)
+               for m, o, c in zip(unit, originals, costs))
 
 
 def _sum_cost(messages: Sequence[Message], tokenizer: Tokenizer) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from gateway.core.messages import Message, thaw
 
@@ -38,6 +38,25 @@ def count_message(message: Message, tokenizer: Tokenizer) -> int:
         n += tokenizer.count(value if isinstance(value, str)
                              else json.dumps(value, ensure_ascii=False))
     return n
+
+
+def count_each(messages: Sequence[Message], tokenizer: Tokenizer) -> tuple[int, ...]:
+    """`count_message` of each message, in order: the same numbers, for a long history. A
+    role is counted once, and a plain message (text content, no other field) is priced in
+    line: a history's cost is then one count of each text (which the tokenizer may cache)."""
+    roles: dict[str, int] = {}
+    count = tokenizer.count
+    out = []
+    for m in messages:
+        content = m.content
+        if m.extra or type(content) is not str:
+            out.append(count_message(m, tokenizer))
+            continue
+        role = roles.get(m.role)
+        if role is None:
+            role = roles[m.role] = count(m.role)
+        out.append(PER_MESSAGE + role + count(content))
+    return tuple(out)
 
 
 def count_messages(messages: list[Message] | tuple[Message, ...], tokenizer: Tokenizer) -> int:
