@@ -44,7 +44,8 @@ class InlineRecorder(Protocol):
 
 
 class Memory(Protocol):
-    async def snapshot(self, key: ConversationKey, recall: RecallSettings) -> Any: ...
+    async def snapshot(self, key: ConversationKey, recall: RecallSettings,
+                       query: str = "") -> Any: ...
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
                           snapshot: Any = None) -> MemoryContext: ...
@@ -97,9 +98,11 @@ class Pipeline:
             # The transcript and memory's first reads go out together: one round trip each,
             # side by side (the question to recall for is known only after reconciling).
             stored, snapshot = await asyncio.gather(self.store.load(key),
-                                                    self._snapshot(key, tenant),
+                                                    self._snapshot(key, tenant, chat),
                                                     return_exceptions=True)
             if isinstance(stored, BaseException):
+                if hasattr(snapshot, "discard"):
+                    snapshot.discard()
                 if not isinstance(stored, Exception):
                     raise stored
                 # Any store failure fails open, logged.
@@ -139,12 +142,15 @@ class Pipeline:
         log.over_budget = result.over_budget
         return reconciliation, result.messages
 
-    async def _snapshot(self, key: ConversationKey, tenant: Tenant) -> Any:
-        """Memory's first reads for this request (None: the tenant has no memory)."""
+    async def _snapshot(self, key: ConversationKey, tenant: Tenant, chat: ChatRequest) -> Any:
+        """Memory's first reads for this request (None: the tenant has no memory), its
+        question's embedding started: the question as the client's own messages show it —
+        the reconciled conversation ends with them, so it is the same one (if it is not,
+        recall embeds the right one)."""
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:
             return None
-        return await self.memory.snapshot(key, settings)
+        return await self.memory.snapshot(key, settings, _query(split_current(chat.incoming)[1]))
 
     async def _recall(self, key: ConversationKey, tenant: Tenant, current: tuple[Message, ...],
                       snapshot: Any, log: RequestLog) -> MemoryContext:
@@ -152,7 +158,7 @@ class Pipeline:
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:
             return MemoryContext()
-        query = next((m.text for m in current if m.role == "user"), "")
+        query = _query(current)
         started = time.perf_counter()
         try:
             if isinstance(snapshot, BaseException):
@@ -294,6 +300,11 @@ class Pipeline:
         assert self.buffer is not None
         self.buffer.add(turn)
         log.record_buffered = True
+
+
+def _query(current: tuple[Message, ...]) -> str:
+    """What recall searches for: the current turn's user message."""
+    return next((m.text for m in current if m.role == "user"), "")
 
 
 def _event(chunk: StreamChunk) -> bytes:

@@ -416,3 +416,34 @@ def test_metrics_show_the_shared_queues_whichever_process_works_them(redis_url):
     assert _gauge(text, "gateway_record_queue_pending") == 0
     assert _gauge(text, "gateway_record_dead_letters") == 0
     assert _gauge(text, "gateway_memory_queue_conversations") == 0
+
+
+async def test_the_question_is_embedded_once_while_the_store_is_read(redis_url):
+    """The request path starts embedding the question before the store answers and uses that
+    embedding for recall: one embedding per request, of exactly the question."""
+    from gateway.app import create_app
+
+    app = create_app(gateway_config(redis_url))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            headers = {"Authorization": f"Bearer {KEYS['acme']}", "X-Conversation-Id": "spec"}
+            for text in ("my cat is called Quixote", "we live in Lisbon", "I like chess"):
+                r = await client.post("/v1/chat/completions", headers=headers,
+                                      json={"model": "echo", "messages": [user(text)]})
+                assert r.status_code == 200
+            service = app.state.gateway.memory.service
+            model, seen = service.embedding.embedder, []
+
+            class Counting:  # the same embedder, noting what it is asked to embed
+                dim = model.dim
+
+                def embed(self, texts):
+                    seen.extend(texts)
+                    return model.embed(texts)
+
+            service.embedding.embedder = Counting()
+            r = await client.post("/v1/chat/completions", headers=headers,
+                                  json={"model": "echo", "messages": [user("what is my cat called?")]})
+    assert r.status_code == 200
+    assert seen.count("what is my cat called?") == 1
