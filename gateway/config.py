@@ -55,6 +55,9 @@ class RecorderConfig(Strict):
     background: tasks on each serving process's event loop (competes with requests);
     inline: each turn before the response returns (tests and debugging only)."""
     workers: int = Field(1, ge=1, le=32)
+    process_nice: int = Field(10, ge=0, le=19)
+    """How much lower the CPU priority of the worker process is than the server's (Unix
+    `nice`): on a shared core, requests come first and memory work takes what is left."""
     max_attempts: int = Field(5, ge=1, le=100)
     backoff_seconds: float = Field(0.2, gt=0)
     claim_idle_seconds: float = Field(30.0, gt=0)

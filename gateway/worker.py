@@ -118,6 +118,9 @@ async def run_worker(config: Config, url: str, upstream: Upstream,
 def serve_worker(config: Config, url: str, upstream: Upstream) -> None:
     """`gateway worker`: run until SIGTERM or SIGINT, then drain and return."""
 
+    if config.recorder.process_nice:
+        # Background work: on a core shared with the server, requests come first.
+        lower_priority(config.recorder.process_nice)
     parent = os.environ.get(PARENT_ENV)
     if parent is not None:
         # A child of `gateway serve`: end with it, also if it is killed outright (Linux).
@@ -134,6 +137,22 @@ def serve_worker(config: Config, url: str, upstream: Upstream) -> None:
         await run_worker(config, url, upstream, stop)
 
     asyncio.run(main())
+
+
+def lower_priority(increment: int) -> None:
+    """Nice every thread of this process by `increment` (Linux sets niceness per thread, and
+    libraries start threads at import — a BLAS pool among them); threads started later inherit
+    it. Elsewhere, the process's niceness."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        os.nice(increment)
+        return
+    for tid in os.listdir(tasks):
+        try:
+            current = os.getpriority(os.PRIO_PROCESS, int(tid))
+            os.setpriority(os.PRIO_PROCESS, int(tid), min(19, current + increment))
+        except (ProcessLookupError, PermissionError):
+            continue  # the thread ended meanwhile
 
 
 class WorkerProcess:

@@ -337,6 +337,7 @@ async def test_a_cached_transcript_sees_turns_applied_by_another_process(store_c
     await writer.record(KEY, append(user("more"), assistant("b")))
     await recorder.process_available()
     assert texts(await reader.load(KEY)) == ["q", "a", "more", "b"]
+    assert reader.cache.extended == 1  # appended to: only the two new messages were sent
     # A regenerated answer replaces the last message: same length, another last element.
     loaded = await reader.load(KEY)
     await writer.record(KEY, after(loaded[2].id, assistant("b2")))

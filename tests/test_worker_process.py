@@ -76,6 +76,10 @@ def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_pat
         assert _alive(worker)
         assert Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[-1].split()[1] \
             == str(gateway.pid)
+        # Background work at a lower priority, every thread of it (Linux nices per thread).
+        nices = [int(Path(task, "stat").read_text().rsplit(")", 1)[-1].split()[16])
+                 for task in Path(f"/proc/{worker}/task").iterdir()]
+        assert nices and min(nices) >= 10, nices
         code = gateway.terminate(30)
         report("worker child", turns_applied=counts["stored"], worker_pid_differs=True,
                exit_code=code, worker_stopped=not _alive(worker))

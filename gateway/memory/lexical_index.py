@@ -47,7 +47,7 @@ CHUNK_PREFIX = "chunk:"
 # Above this many documents a rebuild takes more than a few ms: it runs on the index's thread.
 OFFLOAD_ABOVE = 1000
 # Namespaces with more documents than this keep serving their index while it is rebuilt.
-STALE_OK_ABOVE = 500
+STALE_OK_ABOVE = 50
 
 
 @dataclass(frozen=True, slots=True)

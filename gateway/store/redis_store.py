@@ -8,9 +8,10 @@ Invariants:
   stored transcript plus the pending turns applied in seq order with the same pure
   `apply_turn` the recorder uses. The reads are one script (atomic), so a recorder applying a
   turn concurrently can never make it appear twice or not at all. The decoded transcript is
-  cached in process (`TranscriptCache`); the script sends it only when its length or last
-  element differ from the cached one (hash-chained messages: they identify all of it), so a
-  cached transcript is never stale — also when another replica's recorder changed it.
+  cached in process (`TranscriptCache`); the script sends nothing when the cached one is
+  still current, only the new elements when it was appended to, and all of it otherwise
+  (hash-chained messages: an element identifies everything before it), so a cached
+  transcript is never stale — also when another replica's recorder changed it.
 - The store keeps only what a record says and never mutates its inputs (all frozen values).
 - Erasure: once a user's memory is erased (`mark_erased`, a tombstone holding the store's time
   of the erase), turns created at or before that time are never enqueued again (`record`), never
@@ -70,20 +71,26 @@ return ms
 
 # KEYS: transcript, pending hash, applied seq, the user's erase tombstone.
 # ARGV: the length and the sha1 of the last element of the transcript the caller has cached.
-# Returns {1 if that is still the transcript else 0, the transcript (empty when unchanged),
-# the pending hash (flat), applied ("" if none), the tombstone ("" if none)}. One round trip,
-# atomic like the MULTI it replaces.
+# Returns {how, elements, the pending hash (flat), applied ("" if none), the tombstone ("" if
+# none)}; how: 1 the cached transcript is the transcript (no elements), 2 it is a prefix of it
+# (elements: the ones after it), 0 otherwise (elements: the whole transcript). Messages are
+# hash-chained, so an element equal to the cached last one, at its place, means the elements
+# before it are the cached ones too. One round trip, atomic like the MULTI it replaces.
 _LOAD_LUA = """
 local n = redis.call('LLEN', KEYS[1])
-local same = 0
-local transcript = {}
-if n > 0 and tostring(n) == ARGV[1]
-   and redis.sha1hex(redis.call('LINDEX', KEYS[1], -1)) == ARGV[2] then
-  same = 1
+local cached = tonumber(ARGV[1])
+local how = 0
+local elements = {}
+if n > 0 and cached > 0 and n >= cached
+   and redis.sha1hex(redis.call('LINDEX', KEYS[1], cached - 1)) == ARGV[2] then
+  if n == cached then how = 1 else
+    how = 2
+    elements = redis.call('LRANGE', KEYS[1], cached, -1)
+  end
 elseif n > 0 then
-  transcript = redis.call('LRANGE', KEYS[1], 0, -1)
+  elements = redis.call('LRANGE', KEYS[1], 0, -1)
 end
-return {same, transcript, redis.call('HGETALL', KEYS[2]),
+return {how, elements, redis.call('HGETALL', KEYS[2]),
         redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[4]) or ''}
 """
 
@@ -134,18 +141,22 @@ class RedisStore:
     async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
         ck = self.keys.conversation(key)
         cached = self.cache.get(key)
-        same, raw_transcript, flat_pending, applied, erased = await self._load_script(
+        how, elements, flat_pending, applied, erased = await self._load_script(
             keys=[ck.transcript, ck.pending, ck.applied, self.keys.erased(key.tenant, key.user)],
             args=[cached.length if cached else -1, cached.last_sha1 if cached else ""])
-        if same and cached is not None:
+        if how == 1 and cached is not None:
             self.cache.hits += 1
             messages = cached.messages
+        elif how == 2 and cached is not None:  # appended to: decode only what is new
+            self.cache.extended += 1
+            messages = cached.messages + tuple(decode_stored(text) for text in elements)
+            self.cache.put(key, CachedTranscript(len(messages), last_sha1(elements), messages))
         else:
             self.cache.misses += 1
-            messages = tuple(decode_stored(text) for text in raw_transcript)
+            messages = tuple(decode_stored(text) for text in elements)
             if messages:
-                self.cache.put(key, CachedTranscript(len(raw_transcript),
-                                                     last_sha1(raw_transcript), messages))
+                self.cache.put(key, CachedTranscript(len(elements), last_sha1(elements),
+                                                     messages))
         pending = dict(zip(flat_pending[::2], flat_pending[1::2]))
         erased = erased or None
         done = int(applied or 0)

@@ -3,8 +3,9 @@
 Loading a conversation used to read and decode its whole transcript on every request (at 300
 turns most of the store's share of the request). A transcript is append-only between branch
 edits and its messages are hash-chained, so its length and its last element identify all of
-it: the load script compares them with what this cache holds and sends the transcript only
-when they differ. Replicas stay correct without invalidation messages — every load checks.
+it: the load script compares them with what this cache holds and sends nothing when they
+match, only the elements after the cached ones when the cached last element is still in its
+place (the conversation grew), and the whole transcript otherwise. Replicas stay correct without invalidation messages — every load checks.
 
 Bounded: least recently used conversations are dropped beyond `max_conversations` or
 `max_messages` in total (the newest entry is always kept).
@@ -39,6 +40,8 @@ class TranscriptCache:
         self._entries: OrderedDict[ConversationKey, CachedTranscript] = OrderedDict()
         self._messages = 0
         self.hits = 0
+        self.extended = 0
+        """Loads that decoded only the messages appended since the cached transcript."""
         self.misses = 0
 
     def __len__(self) -> int:
