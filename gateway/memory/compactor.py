@@ -94,7 +94,7 @@ class Compactor:
 
         roles = [m.message.role for m in transcript]
         tokens = self._token_counts(transcript, chunks)
-        dates = self._dates(transcript)
+        dates: list[date | None] | None = None  # read off the whole transcript: only if needed
         created, shift, pending = 0, None, False
         while True:
             span = plan_compaction(roles, tokens, chunks, self.policy)
@@ -108,6 +108,8 @@ class Compactor:
             if created == self.max_new_chunks:
                 pending = True
                 break
+            if dates is None:
+                dates = self._dates(transcript)
             chunk = await self._summarise(transcript, span, chunks, dates)
             vector = await self._vector(chunk.text)
             if not await self.store.append(key, chunk, vector):

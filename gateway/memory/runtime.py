@@ -37,6 +37,7 @@ from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.worker import MemoryUpdate, MemoryWorker
 from gateway.ports import Upstream
 from gateway.store.codec import encode_key
+from gateway.store.redis_store import RedisStore
 from gateway.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
 
@@ -115,7 +116,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                           poll_seconds=worker_config.poll_seconds,
                           lock_ms=int(worker_config.lock_seconds * 1000),
                           max_attempts=worker_config.max_attempts,
-                          backoff_seconds=worker_config.backoff_seconds, clock=clock)
+                          backoff_seconds=worker_config.backoff_seconds,
+                          transcripts=RedisStore(redis).applied, clock=clock)
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
                                                                    redis, keys),
                             vector_index=vectors, chunks=chunks, profiles=profiles,

@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Awaitable, Callable, Protocol, Sequence
 
 import redis.asyncio as aioredis
 
@@ -76,7 +76,11 @@ class MemoryWorker:
                  keys: MemoryKeySpace | None = None, settings: SettingsStore | None = None,
                  poll_seconds: float = 0.2, lock_ms: int = 60_000, max_attempts: int = 5,
                  backoff_seconds: float = 0.5, batch: int = 8,
+                 transcripts: Callable[[ConversationKey],
+                                       Awaitable[tuple[StoredMessage, ...]]] | None = None,
                  clock: Callable[[], float] = time.time):
+        """`transcripts`: reads a conversation's applied transcript (RedisStore.applied: cached
+        in process, only new messages decoded); default: read and decode it whole."""
         self._redis = redis
         self._processors = tuple(processors)
         self._keys = keys or MemoryKeySpace()
@@ -87,6 +91,7 @@ class MemoryWorker:
         self._backoff = backoff_seconds
         self._batch = batch
         self._clock = clock
+        self._transcripts = transcripts
         self._done = redis.register_script(_DONE_LUA)
         self._unlock = redis.register_script(_UNLOCK_LUA)
         self._failures = _Failures()
@@ -177,10 +182,9 @@ class MemoryWorker:
             return
         store_keys = self._keys.store.conversation(key)
         mem_keys = self._keys.conversation(key)
-        raw, seen, erased = await asyncio.gather(
-            self._redis.lrange(store_keys.transcript, 0, -1), self._redis.get(mem_keys.processed),
+        transcript, seen, erased = await asyncio.gather(
+            self._transcript(key, store_keys.transcript), self._redis.get(mem_keys.processed),
             self._redis.get(self._keys.store.erased(key.tenant, key.user)))
-        transcript = tuple(decode_stored(item) for item in raw)
         if erased is not None and all(erased_before(erased, m.created_at) for m in transcript):
             return  # the user erased their memory, and nothing newer is here: write nothing
         update = MemoryUpdate(key, transcript, _new_since(transcript, seen), settings)
@@ -188,6 +192,12 @@ class MemoryWorker:
             await processor.process(update)
         if transcript:
             await self._redis.set(mem_keys.processed, f"{len(transcript)}:{transcript[-1].id}")
+
+    async def _transcript(self, key: ConversationKey, list_key: str
+                          ) -> tuple[StoredMessage, ...]:
+        if self._transcripts is not None:
+            return await self._transcripts(key)
+        return tuple(decode_stored(item) for item in await self._redis.lrange(list_key, 0, -1))
 
     async def _failed(self, member: str, exc: Exception) -> int:
         attempts = self._failures.attempts.get(member, 0) + 1

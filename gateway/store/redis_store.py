@@ -139,6 +139,32 @@ class RedisStore:
         return "" if entry_id is None else str(entry_id)
 
     async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
+        messages, flat_pending, applied, erased = await self._read(key)
+        pending = dict(zip(flat_pending[::2], flat_pending[1::2]))
+        erased = erased or None
+        done = int(applied or 0)
+        for seq in sorted(int(s) for s in pending):
+            if seq <= done:
+                continue  # cannot happen with our writers; never apply a turn twice
+            try:
+                turn = decode_record(pending[str(seq)])
+            except CodecError:
+                # A poison job: the recorder will dead-letter it; the conversation stays usable.
+                log.warning("skipping undecodable pending turn %s of %s", seq, key)
+                continue
+            if erased_before(erased, turn.created_at):
+                continue  # its user erased their memory since; the recorder drops it
+            messages = apply_turn(messages, turn).applied_to(messages)
+        return messages
+
+    async def applied(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
+        """The transcript as the recorder has applied it (no pending turn), through the same
+        cache: what the memory worker derives memory from."""
+        return (await self._read(key))[0]
+
+    async def _read(self, key: ConversationKey) -> tuple[tuple[StoredMessage, ...], list[str],
+                                                         str, str]:
+        """(the applied transcript, the pending hash flat, applied seq, erase tombstone)."""
         ck = self.keys.conversation(key)
         cached = self.cache.get(key)
         how, elements, flat_pending, applied, erased = await self._load_script(
@@ -157,22 +183,7 @@ class RedisStore:
             if messages:
                 self.cache.put(key, CachedTranscript(len(elements), last_sha1(elements),
                                                      messages))
-        pending = dict(zip(flat_pending[::2], flat_pending[1::2]))
-        erased = erased or None
-        done = int(applied or 0)
-        for seq in sorted(int(s) for s in pending):
-            if seq <= done:
-                continue  # cannot happen with our writers; never apply a turn twice
-            try:
-                turn = decode_record(pending[str(seq)])
-            except CodecError:
-                # A poison job: the recorder will dead-letter it; the conversation stays usable.
-                log.warning("skipping undecodable pending turn %s of %s", seq, key)
-                continue
-            if erased_before(erased, turn.created_at):
-                continue  # its user erased their memory since; the recorder drops it
-            messages = apply_turn(messages, turn).applied_to(messages)
-        return messages
+        return messages, flat_pending, applied, erased
 
     async def delete(self, key: ConversationKey) -> None:
         """Forget the conversation: transcript, branches, pending turns and meta. Turns
