@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from gateway.config import load_config
+from gateway.config import Config, load_config
 from gateway.errors import ConfigError
 
 
@@ -82,17 +82,25 @@ def _check(path: str) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from gateway.app import CONFIG_ENV, STORE_URL_ENV, configure_logging, store_url
-    from gateway.store.embedded import EmbeddedRedisError
+def _config_and_logging(args: argparse.Namespace) -> Config:
+    """The config named by `--config` (exit with its error if invalid), logging set up."""
+    from gateway.app import configure_logging
 
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         sys.exit(f"gateway: {exc}")
     configure_logging(args.log_level)
+    return config
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from gateway.app import CONFIG_ENV, STORE_URL_ENV, store_url
+    from gateway.store.embedded import EmbeddedRedisError
+
+    config = _config_and_logging(args)
     host = args.host or config.server.host
     port = args.port or config.server.port
     workers = args.workers or config.server.workers
@@ -141,15 +149,11 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    from gateway.app import configure_logging, routing_upstream, store_url
+    from gateway.app import routing_upstream, store_url
     from gateway.store.embedded import EmbeddedRedisError
     from gateway.worker import serve_worker
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        sys.exit(f"gateway: {exc}")
-    configure_logging(args.log_level)
+    config = _config_and_logging(args)
     try:
         url, embedded = store_url(config)
     except EmbeddedRedisError as exc:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import GatewayProcess, Processes, gateway_config_file, report
+from tests.support.processes import (GatewayProcess, Processes, alive, gateway_config_file,
+                                     report)
 
 
 @pytest.fixture
@@ -26,13 +27,6 @@ def _store_pid(data: Path) -> int:
     return int((data / "redis.pid").read_text())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
 
 def _wait_exit(gateway: GatewayProcess, timeout: float = 40.0) -> int:
     assert gateway.proc is not None
@@ -41,7 +35,7 @@ def _wait_exit(gateway: GatewayProcess, timeout: float = 40.0) -> int:
 
 def _stop_leftover(pid: int) -> None:
     """Test hygiene: never leave a store behind, even when an assertion failed."""
-    if _alive(pid):
+    if alive(pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -66,7 +60,7 @@ def test_a_signal_stops_the_embedded_store_with_the_gateway(workdir, signals):
                 gateway.proc.send_signal(sig)
                 time.sleep(0.2)
             code = _wait_exit(gateway)
-            gone = not _alive(store)
+            gone = not alive(store)
             report(f"embedded store after {'+'.join(signal.Signals(s).name for s in signals)}",
                    exit_code=code, store_stopped=gone)
             assert gone, gateway.log_tail()
@@ -89,7 +83,7 @@ def test_a_failed_start_up_stops_the_embedded_store(workdir):
         code = _wait_exit(gateway)
         assert code != 0
         pid_file = data / "redis.pid"
-        assert not pid_file.exists() or not _alive(_store_pid(data)), gateway.log_tail()
+        assert not pid_file.exists() or not alive(_store_pid(data)), gateway.log_tail()
         assert "embedded_store" in gateway.log_text()  # the store had been started
 
 
@@ -101,7 +95,7 @@ def test_a_store_orphaned_by_kill_9_is_adopted_and_stopped_by_the_next_gateway(w
         store = _store_pid(data)
         try:
             crashed.kill()  # -9: no cleanup at all; the store is in its own session
-            assert _alive(store)
+            assert alive(store)
             successor = procs.gateway(config)
             assert _store_pid(data) == store  # adopted, not replaced: no AOF reload
             assert "adopting it" in successor.log_text()
@@ -109,8 +103,8 @@ def test_a_store_orphaned_by_kill_9_is_adopted_and_stopped_by_the_next_gateway(w
             successor.proc.send_signal(signal.SIGTERM)
             code = _wait_exit(successor)
             report("orphaned embedded store", adopted=True, exit_code=code,
-                   store_stopped=not _alive(store))
-            assert not _alive(store), successor.log_tail()
+                   store_stopped=not alive(store))
+            assert not alive(store), successor.log_tail()
         finally:
             _stop_leftover(store)
 
@@ -126,7 +120,7 @@ def test_sigterm_with_several_workers_stops_the_embedded_store(workdir):
             assert gateway.proc is not None
             gateway.proc.send_signal(signal.SIGTERM)
             code = _wait_exit(gateway)
-            assert not _alive(store), gateway.log_tail()
+            assert not alive(store), gateway.log_tail()
             assert code in (0, -signal.SIGTERM), (code, gateway.log_tail())
         finally:
             _stop_leftover(store)

@@ -19,17 +19,10 @@ import httpx
 import redis
 
 from gateway.store.keys import KeySpace
-from tests.support.processes import (Child, Ledger, Processes, consumers,
+from tests.support.processes import (Child, Ledger, Processes, alive, consumers,
                                      gateway_config_file, report, send_turn, transcripts,
                                      wait_all_applied)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _consumer_pids(url: str) -> set[int]:
@@ -73,7 +66,7 @@ def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_pat
         # The turns were applied by another process than the one serving requests: its child.
         assert len(workers) == 1 and gateway.pid not in workers, workers
         (worker,) = workers
-        assert _alive(worker)
+        assert alive(worker)
         assert Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[-1].split()[1] \
             == str(gateway.pid)
         # Background work at a lower priority, every thread of it (Linux nices per thread).
@@ -82,9 +75,9 @@ def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_pat
         assert nices and min(nices) >= 10, nices
         code = gateway.terminate(30)
         report("worker child", turns_applied=counts["stored"], worker_pid_differs=True,
-               exit_code=code, worker_stopped=not _alive(worker))
+               exit_code=code, worker_stopped=not alive(worker))
         assert code == -signal.SIGTERM
-        assert not _alive(worker)
+        assert not alive(worker)
         assert '"event": "worker_stopped"' in gateway.log_text()
         assert consumers(store.url) == []  # the worker left the group tidy
         assert "Traceback" not in gateway.log_text()
@@ -117,7 +110,7 @@ def test_serve_killed_with_9_takes_its_worker_with_it(tmp_path):
         gateway = procs.gateway(gateway_config_file(tmp_path / "config.yaml", store.url))
         (worker,) = _wait(lambda: _consumer_pids(store.url), 20, "the worker's consumer")
         gateway.kill()
-        _wait(lambda: not _alive(worker), 20, "the orphaned worker to exit")
+        _wait(lambda: not alive(worker), 20, "the orphaned worker to exit")
 
 
 def test_external_mode_leaves_turns_to_a_gateway_worker_run_on_its_own(tmp_path):
