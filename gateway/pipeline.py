@@ -28,7 +28,7 @@ from gateway.core.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.tokens import Tokenizer, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import UpstreamError
-from gateway.memory.service import RecallSettings
+from gateway.memory.service import MemorySnapshot, RecallSettings
 from gateway.observability import Metrics, RequestLog
 from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
                            chunk_data)
@@ -45,10 +45,10 @@ class InlineRecorder(Protocol):
 
 class Memory(Protocol):
     async def snapshot(self, key: ConversationKey, recall: RecallSettings,
-                       query: str = "") -> Any: ...
+                       query: str = "") -> MemorySnapshot: ...
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
-                          snapshot: Any = None) -> MemoryContext: ...
+                          snapshot: MemorySnapshot | None = None) -> MemoryContext: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ class Pipeline:
                                                     self._snapshot(key, tenant, chat),
                                                     return_exceptions=True)
             if isinstance(stored, BaseException):
-                if hasattr(snapshot, "discard"):
+                if isinstance(snapshot, MemorySnapshot):
                     snapshot.discard()
                 if not isinstance(stored, Exception):
                     raise stored
@@ -121,7 +121,8 @@ class Pipeline:
         return Prepared(call, key, reconciliation, persist, chat.incoming)
 
     async def _rewrite(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey,
-                       stored: tuple[StoredMessage, ...], snapshot: Any, tokenizer: Tokenizer,
+                       stored: tuple[StoredMessage, ...],
+                       snapshot: MemorySnapshot | BaseException | None, tokenizer: Tokenizer,
                        log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
         reconciliation = reconcile(chat.incoming, stored)
         history, current = split_current(reconciliation.conversation)
@@ -142,7 +143,8 @@ class Pipeline:
         log.over_budget = result.over_budget
         return reconciliation, result.messages
 
-    async def _snapshot(self, key: ConversationKey, tenant: Tenant, chat: ChatRequest) -> Any:
+    async def _snapshot(self, key: ConversationKey, tenant: Tenant,
+                        chat: ChatRequest) -> MemorySnapshot | None:
         """Memory's first reads for this request (None: the tenant has no memory), its
         question's embedding started: the question as the client's own messages show it —
         the reconciled conversation ends with them, so it is the same one (if it is not,
@@ -153,7 +155,8 @@ class Pipeline:
         return await self.memory.snapshot(key, settings, _query(split_current(chat.incoming)[1]))
 
     async def _recall(self, key: ConversationKey, tenant: Tenant, current: tuple[Message, ...],
-                      snapshot: Any, log: RequestLog) -> MemoryContext:
+                      snapshot: MemorySnapshot | BaseException | None,
+                      log: RequestLog) -> MemoryContext:
         """What memory offers for this request; nothing (logged) if it cannot be read."""
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:

@@ -10,7 +10,7 @@ across lines (the arithmetic is then caught out and the definition applies).
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.memory import (
@@ -134,9 +134,13 @@ def test_summary_packed_by_arithmetic_is_the_summary_packed_by_measure(chunks, l
 
 @REAL
 @given(st.lists(anchored, max_size=8), limits)
+@example(chunks=["alpha ", "/etc/hosts "], limit=49)
 def test_summary_packed_by_arithmetic_is_exact_with_tiktoken(chunks, limit):
-    check_summary(chunks, limit, CL100K)
-    check_summary(chunks, limit, O200K)
+    # Exact, always; but not always priced by arithmetic alone: tiktoken's pre-tokeniser can
+    # merge the blank line between two chunks with what follows (hypothesis found
+    # "alpha " + "/etc/hosts "), and then the packer measures blocks instead (its fallback).
+    check_summary(chunks, limit, CL100K, adds_up=False)
+    check_summary(chunks, limit, O200K, adds_up=False)
 
 
 @FAST
