@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -39,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.machine import machine
 from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
@@ -184,19 +183,6 @@ def measure(cases: list[tuple[int, str, int]], runs: int,
     return rows
 
 
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu_model": cpu,
-            "python": f"{platform.python_implementation()} {platform.python_version()}",
-            "platform": platform.platform()}
-
-
 def ratios(rows: list[dict[str, Any]], key: str = "median_ms") -> dict[str, float]:
     """Cost at the most turns over cost at the fewest, per budget."""
     out = {}
@@ -211,7 +197,7 @@ def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     before = {(r["turns"], r["budget"]): r for r in (result.get("before") or {}).get("rows", [])}
     lines = ["# Rewrite cost (`core.rewrite` alone)", "",
-             f"{m['cores']} cores, {m['cpu_model']}, {m['python']}; o200k_base; "
+             f"{m['cores']} cores, {m['cpu_model']}, Python {m['python']}; o200k_base; "
              f"median of {result['runs']} warm runs"
              + (", one decoded history per case reused" if result.get("same_objects") else "")
              + f"; commit {result.get('commit') or '?'}"

@@ -21,7 +21,6 @@ import datetime
 import importlib.metadata
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import yaml
 
 import gateway
 from bench.locomo import report
+from bench.machine import machine
 from bench.locomo.data import Conversation, file_sha256, load
 from bench.locomo.replay import MODES, Outcome, PromptDump, Replayer, gateway_config
 from bench.locomo.results import rows
@@ -86,18 +86,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not args.budgets or min(args.budgets) <= 0:
         parser.error("budgets must be positive integers")
     return args
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu_model": cpu, "python": platform.python_version(),
-            "platform": platform.platform()}
 
 
 def versions() -> dict[str, str]:

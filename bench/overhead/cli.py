@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import datetime as dt
 import os
-import platform
 import signal
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
+from bench.machine import machine
 from bench.overhead.goals import check, goals
 from bench.overhead.processes import STORE_PLACES, Pinning
 from bench.overhead.report import table, targets_table, write_all
@@ -162,8 +162,7 @@ METHOD = [
 def _meta(args: argparse.Namespace, plan: Plan, pinning: Pinning, started_at: dt.datetime,
           duration_s: float) -> dict[str, Any]:
     return {
-        "machine": {"cores": os.cpu_count(), "cpu_model": _cpu_model(),
-                    "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
         "versions": {"gateway": _version("context-gateway"),
                      "litellm": _version("litellm"),
                      "litellm_proxy": litellm_version(args.litellm),
@@ -185,16 +184,6 @@ def _meta(args: argparse.Namespace, plan: Plan, pinning: Pinning, started_at: dt
         "duration_s": round(duration_s, 1),
         "method": METHOD,
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _version(package: str) -> str:
