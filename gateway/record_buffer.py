@@ -18,15 +18,17 @@ Invariants:
   then is lost with the process — logged at ERROR and counted as dropped.
 
 A turn whose request could not even read the store (`incoming` set, `record` None) is
-reconciled against the transcript when it is flushed, exactly as the request would have done.
-Retrying an enqueue whose reply was lost may enqueue an `append` turn twice; the window is one
-round trip of a store that failed mid-command.
+reconciled against the transcript when it is flushed, exactly as the request would have done,
+once: a retry sends the same record. The store's enqueue is idempotent for a retried payload
+(`RedisStore.record`), so an enqueue whose reply was lost when the store failed mid-command
+is not applied twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import logging
 import time
@@ -66,15 +68,16 @@ class BufferedTurn:
     created_at: float = 0.0
     incomplete_reply: bool = False
 
-    async def enqueue(self, sink: TurnSink) -> None:
-        record = self.record
-        if record is None:
-            stored = await sink.load(self.key)
-            record = reconcile(self.incoming, stored).record(
-                self.reply, created_at=self.created_at, request_id=self.request_id,
-                incomplete_reply=self.incomplete_reply and bool(self.reply))
-        if record.messages:
-            await sink.record(self.key, record)
+    async def resolved(self, sink: TurnSink) -> BufferedTurn:
+        """This turn with its `record`: reconciled against the stored transcript if the
+        request could not do it."""
+        if self.record is not None:
+            return self
+        stored = await sink.load(self.key)
+        record = reconcile(self.incoming, stored).record(
+            self.reply, created_at=self.created_at, request_id=self.request_id,
+            incomplete_reply=self.incomplete_reply and bool(self.reply))
+        return dataclasses.replace(self, record=record, incoming=(), reply=())
 
 
 class RecordBuffer:
@@ -179,7 +182,11 @@ class RecordBuffer:
         while self._items:
             turn = self._inflight = self._items.popleft()
             try:
-                await turn.enqueue(self._sink)
+                # Resolved once and kept resolved: a retry sends the very same payload.
+                turn = self._inflight = await turn.resolved(self._sink)
+                assert turn.record is not None
+                if turn.record.messages:
+                    await self._sink.record(turn.key, turn.record)
             except asyncio.CancelledError:
                 # Stopped mid-enqueue: the turn goes back to the head; drain() retries it.
                 self._items.appendleft(turn)

@@ -81,7 +81,9 @@ async def test_a_resent_and_a_retried_turn_store_each_message_once(store, record
     await store.record(KEY, after(None, user("one"), assistant("1")))
     second = after(first[-1].id, user("two"), assistant("2"))
     await store.record(KEY, second)
-    await store.record(KEY, second)  # the same job enqueued again (a client retry)
+    # The same job in the stream twice (the store's record dedupes a retry; a raw enqueue
+    # does not): applying must be idempotent too.
+    await enqueue_raw(store_client, KEY, encode_record(second))
     await store.record(KEY, after(None, user("one"), assistant("1")))  # a prefix resent
     assert await recorder.process_available() == 4
 

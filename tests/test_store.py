@@ -89,6 +89,26 @@ async def test_record_enqueues_one_stream_entry_and_returns_its_id(store, store_
     assert await store.applied_seq(KEY) == 0
 
 
+async def test_a_retried_record_is_enqueued_once_and_returns_the_first_entry_id(store,
+                                                                                  store_client):
+    # The store applied the first call but its reply was lost (failed mid-command): the
+    # caller retries the very same record, which must not become a second turn.
+    record = TurnRecord("append", None, (user("hi"), assistant("hello")), 7.25, "req-9")
+    first = await store.record(KEY, record)
+    assert await store.record(KEY, record) == first
+    assert [e[0] for e in await store_client.xrange("gw:records")] == [first]
+    assert await store.pending_count(KEY) == 1
+    # Another turn, even with the same messages, is a turn of its own; so is a repeat after it.
+    again = TurnRecord("append", None, record.messages, 8.5, "req-10")
+    second = await store.record(KEY, again)
+    third = await store.record(KEY, record)
+    assert len({first, second, third}) == 3
+    assert [m.message.text for m in await store.load(KEY)] == ["hi", "hello"] * 3
+    # Per conversation: the same payload in another conversation is enqueued too.
+    other = ConversationKey("acme", "alice", "conv-2")
+    assert await store.record(other, record) not in {first, second, third}
+
+
 async def test_load_sees_pending_turns_in_seq_order_before_the_recorder_ran(store):
     first = turn(user("one"), assistant("1"))
     await store.record(KEY, first)

@@ -39,9 +39,13 @@ class ConversationKeys:
     """String: the seq of the last turn applied (or dead-lettered); turns apply in seq order."""
     meta: str
     """Hash: tenant, user, conversation, created_at, updated_at, message_count."""
+    last_enqueued: str
+    """String: "<sha1 of the payload> <stream entry id>" of the turn enqueued last, so the retry
+    of an enqueue whose reply was lost (the store failed mid-command) is not enqueued twice."""
 
     def all(self) -> tuple[str, ...]:
-        return (self.transcript, self.branches, self.pending, self.seq, self.applied, self.meta)
+        return (self.transcript, self.branches, self.pending, self.seq, self.applied, self.meta,
+                self.last_enqueued)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,7 @@ class KeySpace:
             seq=f"{base}:seq",
             applied=f"{base}:applied",
             meta=f"{base}:meta",
+            last_enqueued=f"{base}:last",
         )
 
     @property

@@ -4,6 +4,8 @@ Invariants:
 - `record` is one atomic step (a Lua script): the turn gets the conversation's next seq, is
   kept in the pending hash and is added to the record stream — all or nothing. Once it returns,
   the turn survives a crash of this process; the recorder applies it later, in seq order.
+  Retrying a record whose reply was lost is safe: the conversation's last enqueued payload is
+  remembered (by its sha1) and the same payload again is not enqueued twice.
 - `load` returns the active branch *as it will be* once every pending turn is applied: the
   stored transcript plus the pending turns applied in seq order with the same pure
   `apply_turn` the recorder uses. The reads are one script (atomic), so a recorder applying a
@@ -36,28 +38,35 @@ from gateway.store.transcript_cache import CachedTranscript, TranscriptCache, la
 
 log = logging.getLogger("gateway.store")
 
-# KEYS: seq counter, pending hash, record stream, the user's erase tombstone.
+# KEYS: seq counter, pending hash, record stream, the user's erase tombstone, last enqueued.
 # ARGV: tenant, user, conversation, payload, created_at (ms).
 # Returns the stream entry id (false: the turn predates an erase of its user and is dropped —
 # e.g. held in a record buffer while the store was down). Lua runs atomically, so seq order
 # equals stream order per conversation, and a seq is pending exactly while it is neither
-# applied nor dead-lettered.
+# applied nor dead-lettered. Idempotent for a retry: a payload equal to the one enqueued last
+# for the conversation (same messages, request id and creation time — a retried enqueue whose
+# reply was lost) returns that turn's entry id instead of enqueueing it again.
 _RECORD_LUA = """
 local erased = redis.call('GET', KEYS[4])
 if erased and tonumber(ARGV[5]) <= tonumber(erased) then return false end
+local digest = redis.sha1hex(ARGV[4])
+local last = redis.call('GET', KEYS[5])
+if last and string.sub(last, 1, 40) == digest then return string.sub(last, 42) end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('HSET', KEYS[2], seq, ARGV[4])
-return redis.call('XADD', KEYS[3], '*', 'tenant', ARGV[1], 'user', ARGV[2],
-                  'conversation', ARGV[3], 'seq', seq, 'payload', ARGV[4])
+local id = redis.call('XADD', KEYS[3], '*', 'tenant', ARGV[1], 'user', ARGV[2],
+                      'conversation', ARGV[3], 'seq', seq, 'payload', ARGV[4])
+redis.call('SET', KEYS[5], digest .. ' ' .. id)
+return id
 """
 
-# KEYS: seq counter, applied seq, transcript, branches, pending, meta.
+# KEYS: seq counter, applied seq, transcript, branches, pending, meta, last enqueued.
 # Marks every enqueued turn as done (applied := seq) while deleting the content, so jobs still
 # in the stream are duplicates to the recorder and cannot bring the conversation back.
 _DELETE_LUA = """
 local seq = redis.call('GET', KEYS[1])
 if seq then redis.call('SET', KEYS[2], seq) end
-return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 """
 
 # KEYS: the user's erase tombstone. ARGV: its time to live (ms). Returns the erase time (ms).
@@ -133,7 +142,8 @@ class RedisStore:
     async def record(self, key: ConversationKey, record: TurnRecord) -> str:
         ck = self.keys.conversation(key)
         entry_id = await self._record_script(
-            keys=[ck.seq, ck.pending, self.keys.records, self.keys.erased(key.tenant, key.user)],
+            keys=[ck.seq, ck.pending, self.keys.records, self.keys.erased(key.tenant, key.user),
+                  ck.last_enqueued],
             args=[key.tenant, key.user, key.conversation, encode_record(record),
                   int(record.created_at * 1000)])
         return "" if entry_id is None else str(entry_id)
@@ -190,7 +200,7 @@ class RedisStore:
         enqueued before the delete are never applied afterwards (the seq counters stay)."""
         ck = self.keys.conversation(key)
         await self._delete_script(keys=[ck.seq, ck.applied, ck.transcript, ck.branches,
-                                        ck.pending, ck.meta])
+                                        ck.pending, ck.meta, ck.last_enqueued])
 
     @property
     def client(self) -> aioredis.Redis:
