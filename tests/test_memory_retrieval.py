@@ -433,3 +433,48 @@ async def test_a_large_conversation_keeps_its_bm25_index_while_a_rebuild_runs(me
             break
         await asyncio.sleep(0.01)
     assert [i for i, _ in await memory.lexical.search(ns, "zeppelin", 5)] == [grown[-1].id]
+
+
+async def settled(index: Bm25LexicalIndex, ns: Namespace, query: str, k: int = 10) -> list:
+    """Search until no refresh of the index is running (large namespaces answer stale)."""
+    for _ in range(300):
+        await index.search(ns, query, k)
+        if not index._refreshing:
+            return await index.search(ns, query, k)
+        await asyncio.sleep(0.01)
+    raise AssertionError("the refresh never finished")
+
+
+async def test_the_incremental_bm25_index_answers_as_a_fresh_build(redis_client, memory):
+    store = ChunkStore(redis_client, KEYS)
+    ns = Namespace.of_conversation(KEY)
+    texts = filler(120)
+    transcript = conversation(texts)
+    await memory.indexer.sync(KEY, transcript)
+    queries = ["zeppelin over Lisbon", "river garden piano", "kettle tiger", "the user sold"]
+    assert await settled(memory.lexical, ns, "river") != []
+    # Turns appended, a chunk added, then rewritten: each a small refresh of the cached index.
+    grown = conversation(texts + ["We flew in a zeppelin over Lisbon."])
+    await memory.indexer.sync(KEY, grown)
+    old = SummaryChunk(id="c1", text="Summary: the user adopted a tortoise named Sheldon.",
+                       source_ids=(grown[0].id,), first_position=0, last_position=0,
+                       start_date=None, end_date=None, tokens=12, created_at=0.0,
+                       method="extractive")
+    assert await store.append(KEY, old, HashEmbedder().embed([old.text])[0])
+    hits = await settled(memory.lexical, ns, "zeppelin over Lisbon")
+    assert hits[0][0] == grown[-1].id
+    assert (await settled(memory.lexical, ns, "tortoise Sheldon"))[0][0] == "chunk:c1"
+    new = SummaryChunk(**{**{f: getattr(old, f) for f in old.__dataclass_fields__},
+                          "text": "Summary: the user sold the kettle to a tiger."})
+    assert await store.replace(KEY, [old], [new], {"c1": HashEmbedder().embed([new.text])[0]})
+    assert await settled(memory.lexical, ns, "tortoise Sheldon") == []
+    assert (await settled(memory.lexical, ns, "kettle tiger"))[0][0] == "chunk:c1"
+    fresh = Bm25LexicalIndex(redis_client, KEYS)
+    try:
+        for query in queries:  # every hit (ties may come in another order)
+            mine = dict(await settled(memory.lexical, ns, query, k=1000))
+            theirs = dict(await settled(fresh, ns, query, k=1000))
+            assert mine.keys() == theirs.keys() and mine, query
+            assert mine == pytest.approx(theirs, rel=1e-5), query
+    finally:
+        fresh.close()

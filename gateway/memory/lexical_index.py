@@ -1,4 +1,4 @@
-"""Lexical search per namespace: BM25 (bm25s) over the namespace's texts in the store.
+"""Lexical search per namespace: BM25 over the namespace's texts in the store.
 
 Documents: for conversation memory, each turn entry's text (the `turns` hash, id = message
 id) and each summary chunk's text (the `chunks` list, id "chunk:<id>"); for facts,
@@ -6,19 +6,26 @@ id) and each summary chunk's text (the `chunks` list, id "chunk:<id>"); for fact
 `gateway.core.lexical` (words; character unigrams + bigrams for Chinese).
 
 Built lazily and cached per namespace like the dense index: one GET of the version counter
-per search, a rebuild when it moved. Turn texts never change under their id, so their tokens
-are kept across rebuilds and only new turns are fetched and tokenised; chunks and facts are
-always read again. bm25s has no incremental insert, so the BM25 matrix itself is rebuilt
-(measured ~17 ms at 1k turns, ~140 ms at 10k, on the index's own thread above a few
-thousand documents).
+per search, a refresh when it moved. The index is incremental (`gateway.memory.bm25`): a
+refresh reads the ids present (HKEYS), fetches and tokenises only the documents it does not
+have, adds them and removes the ones gone — a recorded turn costs its own tokens, not a
+rebuild of the conversation. Turn texts never change under their id; chunks may be rewritten
+under theirs, so they are read again and replaced when their text changed. Facts (at most a
+hundred) are rebuilt whole.
 
 A user namespace (the turns and chunks of all of a user's conversations) holds both in its
-`recall` hash (ids "<conversation>/<item id>"); its chunks are re-read like facts, and a search
-may leave out one conversation's items (masked before the top k are taken).
+`recall` hash (ids "<conversation>/<item id>"); a search may leave out one conversation's items
+(masked before the top k are taken).
+
+Concurrency: one refresh per namespace at a time (later searches wait for it, or — above
+STALE_OK_ABOVE documents — answer from the index as it is while it runs); a refresh mutates
+the cached index on the event loop between searches, never while one scores. A first build of
+many documents runs on the index's own thread, on an index no search can see yet.
 
 Invariants: a search reads only its namespace's keys; results are ids with BM25 score > 0,
 best first; a query with no known token returns [] without scoring; an excluded
-conversation's items are never returned.
+conversation's items are never returned; scores equal a fresh bm25s build over the live
+documents (tests/test_bm25.py).
 """
 
 from __future__ import annotations
@@ -27,60 +34,87 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
-import bm25s
 import numpy as np
 import redis.asyncio as aioredis
 
 from gateway.core.lexical import tokens
-from gateway.memory.stemming import stemmed
+from gateway.memory.bm25 import Bm25
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import UNREAD, Namespace, Unread
+from gateway.memory.stemming import stemmed
 from gateway.memory.user_index import is_chunk, split_id
 from gateway.store.codec import json_object
 
 log = logging.getLogger(__name__)
 
 CHUNK_PREFIX = "chunk:"
-# Above this many documents a rebuild takes more than a few ms: it runs on the index's thread.
+# A refresh tokenising more new documents than this builds a fresh index on the index's
+# thread (a cold start of a long conversation) instead of adding them on the event loop.
 OFFLOAD_ABOVE = 1000
-# Namespaces with more documents than this keep serving their index while it is rebuilt.
+# Namespaces with more documents than this answer from the index they have while a refresh
+# runs: what it lacks are the newest turns, which the recent window forwards verbatim anyway.
 STALE_OK_ABOVE = 50
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Lexical:
-    ids: tuple[str, ...]
-    tokens: dict[str, list[str]]
-    """Per document id (reused by the next rebuild for immutable turn documents)."""
-    bm25: Any  # bm25s.BM25, None when the namespace has no document
-    conversations: np.ndarray | None = None
-    """User namespaces: each document's conversation."""
+    """A namespace's index, updated in place by its refreshes (see the module docstring)."""
+
+    bm25: Bm25 = field(default_factory=Bm25)
+    ids: list[str] = field(default_factory=list)
+    """Per row (removed rows keep their id)."""
+    rows: dict[str, int] = field(default_factory=dict)
+    """Live id -> row."""
+    tokens: dict[str, list[str]] = field(default_factory=dict)
+    """Live id -> its tokens (to tell whether a rewritten chunk changed)."""
+    grouped: bool = False
+    """User namespaces: rows are masked by conversation."""
     masks: dict[str, np.ndarray] = field(default_factory=dict)
-    """Made on first use: conversation -> a boolean mask of its documents."""
+    """Made on first use and extended as rows are added: conversation -> its rows."""
+
+    def add(self, item: str, words: list[str]) -> None:
+        old = self.rows.get(item)
+        if old is not None:
+            if self.tokens[item] == words:
+                return
+            self.bm25.remove(old)
+        self.rows[item] = self.bm25.add(words)
+        self.ids.append(item)
+        self.tokens[item] = words
+
+    def remove(self, item: str) -> None:
+        row = self.rows.pop(item, None)
+        if row is not None:
+            self.bm25.remove(row)
+            del self.tokens[item]
+
+    def compacted(self) -> _Lexical:
+        """Itself, or — once removed rows outnumber live ones — a rebuild of the live ones."""
+        if self.bm25.dead <= max(64, self.bm25.live):
+            return self
+        fresh = _Lexical(grouped=self.grouped)
+        for item in sorted(self.rows, key=self.rows.__getitem__):
+            fresh.add(item, self.tokens[item])
+        return fresh
 
     def mask(self, conversation: str) -> np.ndarray | None:
-        if self.conversations is None:
+        if not self.grouped:
             return None
-        if conversation not in self.masks:
-            self.masks[conversation] = self.conversations == conversation
-        return self.masks[conversation]
+        mask = self.masks.get(conversation)
+        if mask is None or len(mask) < len(self.ids):
+            done = 0 if mask is None else len(mask)
+            tail = np.fromiter((split_id(i)[0] == conversation for i in self.ids[done:]),
+                               dtype=bool, count=len(self.ids) - done)
+            mask = tail if mask is None else np.concatenate([mask, tail])
+            self.masks[conversation] = mask
+        return mask
 
 
 def chunk_id(raw_id: str) -> str:
     """The item id of a summary chunk (vectors and recall use "chunk:<id>")."""
     return raw_id if raw_id.startswith(CHUNK_PREFIX) else CHUNK_PREFIX + raw_id
-
-
-def _build(ids: tuple[str, ...], docs: dict[str, list[str]], grouped: bool = False) -> _Lexical:
-    if not ids:
-        return _Lexical((), {}, None)
-    bm25 = bm25s.BM25()
-    bm25.index([docs[i] for i in ids], show_progress=False)
-    conversations = np.array([split_id(i)[0] for i in ids]) if grouped else None
-    return _Lexical(ids, docs, bm25, conversations)
 
 
 class Bm25LexicalIndex:
@@ -109,16 +143,14 @@ class Bm25LexicalIndex:
                      excluding: str | None = None,
                      version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         lexical = await self._current(namespace, version)
-        if lexical.bm25 is None or k <= 0:
-            return []
-        token_ids = lexical.bm25.get_tokens_ids(self._tokens(query))
-        if not token_ids:
+        words = self._tokens(query)
+        if k <= 0 or not lexical.bm25.knows_any(words):
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
-        scores = lexical.bm25.get_scores_from_ids(token_ids)
+        scores = lexical.bm25.scores(words)
         mask = lexical.mask(excluding) if excluding is not None else None
         if mask is not None:
-            scores = np.where(mask, 0.0, scores)
+            scores = np.where(mask, np.float32(0.0), scores)
         n = min(k, len(scores))
         top = np.argpartition(-scores, n - 1)[:n]
         top = top[np.argsort(-scores[top], kind="stable")]
@@ -131,27 +163,17 @@ class Bm25LexicalIndex:
         cached = self._cache.get(namespace)
         if cached is not None and cached.version == version:
             return cached.value
+        task = self._refreshing.get(namespace)
+        if task is None:
+            task = self._start_refresh(namespace)
         if cached is not None and cached.size > STALE_OK_ABOVE:
-            # bm25s rebuilds a whole index to add one document (~40 ms at 1k turns, ~270 ms
-            # at 10k): a large conversation's request keeps the index it has and a rebuild
-            # runs beside it. What it lacks are the newest turns, which the recent window
-            # forwards verbatim anyway.
-            self._refresh_in_background(namespace, cached.value)
-            return cached.value
-        return await self._refresh_and_cache(namespace, cached.value if cached else None)
+            return cached.value  # the refresh runs beside this search
+        return await asyncio.shield(task)
 
-    async def _refresh_and_cache(self, namespace: Namespace, old: _Lexical | None) -> _Lexical:
-        lexical, version = await self._refresh(namespace, old)
-        self._cache.put(namespace, Cached(version, lexical, len(lexical.ids)))
-        return lexical
-
-    def _refresh_in_background(self, namespace: Namespace, old: _Lexical) -> None:
-        """At most one rebuild per namespace at a time; tracked, cancelled by `close()`."""
-        if namespace in self._refreshing:
-            return
-        task: asyncio.Task[_Lexical] = asyncio.get_running_loop().create_task(
-            self._refresh_and_cache(namespace, old),
-            name=f"bm25-refresh-{namespace.kind}")
+    def _start_refresh(self, namespace: Namespace) -> asyncio.Task[_Lexical]:
+        """The namespace's one refresh; tracked, cancelled by `close()`."""
+        task = asyncio.get_running_loop().create_task(self._refresh(namespace),
+                                                      name=f"bm25-refresh-{namespace.kind}")
         self._refreshing[namespace] = task
 
         def done(finished: asyncio.Task[_Lexical]) -> None:
@@ -160,31 +182,50 @@ class Bm25LexicalIndex:
                 log.warning("BM25 refresh failed; the next search retries",
                             exc_info=finished.exception())
         task.add_done_callback(done)
+        return task
 
-    async def _refresh(self, namespace: Namespace,
-                       old: _Lexical | None) -> tuple[_Lexical, str | None]:
-        texts = (await self._fact_texts(namespace) if namespace.kind == "facts"
-                 else await self._conversation_texts(namespace, old))
-        version, reused, fresh = texts
-        docs = dict(reused)
-        ids = tuple(list(reused) + list(fresh))
-        grouped = namespace.kind == "user"
-        if len(fresh) > OFFLOAD_ABOVE or len(ids) > OFFLOAD_ABOVE:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._tokenise_and_build, ids, docs, fresh, grouped), version
-        return self._tokenise_and_build(ids, docs, fresh, grouped), version
+    async def _refresh(self, namespace: Namespace) -> _Lexical:
+        cached = self._cache.get(namespace)
+        old = cached.value if cached is not None and namespace.kind != "facts" else None
+        if namespace.kind == "facts":
+            version, present, fresh = await self._fact_texts(namespace)
+        else:
+            version, present, fresh = await self._conversation_texts(namespace, old)
+        if old is None or len(fresh) > OFFLOAD_ABOVE:
+            # A new index no search sees yet: built on the index's thread when it is large.
+            grouped = namespace.kind == "user"
+            base = ({i: old.tokens[i] for i in present if i in old.tokens and i not in fresh}
+                    if old is not None else {})
+            if len(fresh) + len(base) > OFFLOAD_ABOVE:
+                lexical = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._build, base, fresh, grouped)
+            else:
+                lexical = self._build(base, fresh, grouped)
+        else:
+            # Between two searches, on the event loop: no search sees it half done.
+            for item in [i for i in old.rows if i not in present]:
+                old.remove(item)
+            for item, text in fresh.items():
+                old.add(item, self._tokens(text))
+            lexical = old.compacted()
+        self._cache.put(namespace, Cached(version, lexical, lexical.bm25.live))
+        return lexical
 
-    def _tokenise_and_build(self, ids: tuple[str, ...], docs: dict[str, list[str]],
-                            fresh: dict[str, str], grouped: bool) -> _Lexical:
+    def _build(self, base: dict[str, list[str]], fresh: dict[str, str],
+               grouped: bool) -> _Lexical:
+        lexical = _Lexical(grouped=grouped)
+        for item, words in base.items():
+            lexical.add(item, words)
         for item, text in fresh.items():
-            docs[item] = self._tokens(text)
-        return _build(ids, docs, grouped)
+            lexical.add(item, self._tokens(text))
+        return lexical
 
     async def _conversation_texts(
             self, namespace: Namespace, old: _Lexical | None,
-    ) -> tuple[str | None, dict[str, list[str]], dict[str, str]]:
-        """(version, tokens of turns kept from `old`, texts to tokenise by id). A conversation
-        keeps its chunks in a list; a user namespace keeps them beside the turns (mutable)."""
+    ) -> tuple[str | None, set[str], dict[str, str]]:
+        """(version, every id present, texts to (re)tokenise by id: the turns `old` lacks and
+        every chunk). A conversation keeps its chunks in a list; a user namespace keeps them
+        beside the turns."""
         nk = namespace_keys(self.keys, namespace)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.get(nk.version)
@@ -193,10 +234,10 @@ class Bm25LexicalIndex:
                 pipe.lrange(nk.chunks, 0, -1)
             version, turn_ids, *rest = await pipe.execute()
         raw_chunks = rest[0] if rest else []
-        previous = old.tokens if old is not None else {}
+        known = old.rows if old is not None else {}
         mutable = is_chunk if namespace.kind == "user" else (lambda _: False)
-        reused = {i: previous[i] for i in turn_ids if i in previous and not mutable(i)}
-        wanted = [i for i in turn_ids if i not in reused]
+        wanted = [i for i in turn_ids if i not in known or mutable(i)]
+        present = set(turn_ids)
         fresh: dict[str, str] = {}
         foreign = 0
         for item, raw in zip(wanted, await self.redis.hmget(nk.documents, wanted)
@@ -204,6 +245,7 @@ class Bm25LexicalIndex:
             entry = json_object(raw)
             if entry is None or not isinstance(entry.get("text"), str):
                 foreign += raw is not None  # None: deleted since HKEYS; not an error
+                present.discard(item)
                 continue
             fresh[item] = entry["text"]
         for raw in raw_chunks:
@@ -211,25 +253,26 @@ class Bm25LexicalIndex:
             if chunk is None or not isinstance(chunk.get("text"), str) or "id" not in chunk:
                 foreign += 1
                 continue
-            fresh[chunk_id(str(chunk["id"]))] = chunk["text"]
+            item = chunk_id(str(chunk["id"]))
+            fresh[item] = chunk["text"]
+            present.add(item)
         if foreign:
             log.warning("skipped %d unreadable memory entries in a conversation namespace",
                         foreign)
-        return version, reused, fresh
+        return version, present, fresh
 
-    async def _fact_texts(
-            self, namespace: Namespace,
-    ) -> tuple[str | None, dict[str, list[str]], dict[str, str]]:
+    async def _fact_texts(self, namespace: Namespace,
+                          ) -> tuple[str | None, set[str], dict[str, str]]:
         nk = namespace_keys(self.keys, namespace)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.get(nk.version)
             pipe.hgetall(nk.documents)
             version, facts = await pipe.execute()
         fresh: dict[str, str] = {}
-        for field, raw in sorted(facts.items()):
+        for field_name, raw in sorted(facts.items()):
             fact = json_object(raw)
             if fact is None or "value" not in fact:
                 log.warning("skipped an unreadable fact in a facts namespace")
                 continue
-            fresh[field] = f"{fact.get('key', field)}: {fact['value']}"
-        return version, {}, fresh
+            fresh[field_name] = f"{fact.get('key', field_name)}: {fact['value']}"
+        return version, set(fresh), fresh
