@@ -28,7 +28,7 @@ from gateway.memory.ports import Embedder, Namespace
 from gateway.memory.recaller import Recaller
 from gateway.memory.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entries
 from gateway.memory.vector_index import FaissVectorIndex
-from gateway.memory.vector_store import encode_vector, put_vectors
+from gateway.memory.vector_store import delete_vectors, encode_vector, put_vectors
 from gateway.store.codec import encode_stored
 from gateway.store.keys import KeySpace
 
@@ -476,5 +476,32 @@ async def test_the_incremental_bm25_index_answers_as_a_fresh_build(redis_client,
             theirs = dict(await settled(fresh, ns, query, k=1000))
             assert mine.keys() == theirs.keys() and mine, query
             assert mine == pytest.approx(theirs, rel=1e-5), query
+    finally:
+        fresh.close()
+
+
+async def test_the_incremental_faiss_index_answers_as_a_fresh_build(redis_client, memory):
+    # Facts: every item mutable. Rows appended, one vector replaced, one deleted, across
+    # refreshes of the same cached index; then compared with a fresh index over the store.
+    u = KEYS.user(KEY.tenant, KEY.user)
+    ns = Namespace("facts", KEY.tenant, KEY.user)
+    rng = np.random.default_rng(5)
+    unit = lambda m: m / np.linalg.norm(m, axis=1, keepdims=True)  # noqa: E731
+    ids = [f"fact-{n}" for n in range(40)]
+    await put_vectors(redis_client, u.fact_vectors, u.version, ids,
+                      unit(rng.normal(size=(40, memory.embedding.dim)).astype(np.float32)))
+    query = unit(rng.normal(size=(1, memory.embedding.dim)).astype(np.float32))[0]
+    assert len(await memory.vectors.search(ns, query, 5)) == 5
+    await put_vectors(redis_client, u.fact_vectors, u.version, ["fact-new"], query[None, :])
+    assert (await memory.vectors.search(ns, query, 1))[0][0] == "fact-new"
+    await put_vectors(redis_client, u.fact_vectors, u.version, ["fact-3"], query[None, :])
+    await delete_vectors(redis_client, u.fact_vectors, u.version, ["fact-new"])
+    hits = await memory.vectors.search(ns, query, 50)
+    assert hits[0][0] == "fact-3" and "fact-new" not in dict(hits)
+    assert len(hits) == 40 and len({i for i, _ in hits}) == 40  # a replaced row is not twice
+    fresh = FaissVectorIndex(redis_client, memory.embedding.dim, KEYS)
+    try:
+        theirs = await fresh.search(ns, query, 50)
+        assert dict(hits) == pytest.approx(dict(theirs), rel=1e-5)
     finally:
         fresh.close()

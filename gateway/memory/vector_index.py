@@ -47,42 +47,77 @@ log = logging.getLogger(__name__)
 OFFLOAD_ABOVE = 2048
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Dense:
-    ids: tuple[str, ...]
-    matrix: np.ndarray
-    index: faiss.IndexFlatIP | None
-    conversations: np.ndarray | None = None
-    """User namespaces: each row's conversation."""
-    selectors: dict[str, tuple[faiss.SearchParameters, object]] = field(default_factory=dict)
-    """Made on first use: conversation -> search parameters selecting the rows of every other
+    """A namespace's index, grown in place by its refreshes.
+
+    Rows are only ever appended (`index.add`); an item whose vector is gone or changed has its
+    row marked dead (searches skip it) and — when changed — a new row. Once dead rows
+    outnumber live ones a refresh builds a fresh index instead. Above OFFLOAD_ABOVE rows every
+    search and add runs on the index's one thread (so never concurrently); below it, on the
+    event loop. Mapping rows to ids after a search is safe meanwhile: `ids` only grows."""
+
+    dim: int
+    grouped: bool = False
+    """User namespaces: each row's conversation is kept, to exclude one conversation."""
+    index: faiss.IndexFlatIP = None  # type: ignore[assignment]
+    ids: list[str] = field(default_factory=list)
+    """Per row (dead rows keep their id)."""
+    rows: dict[str, int] = field(default_factory=dict)
+    """Live id -> row."""
+    stored: dict[str, str] = field(default_factory=dict)
+    """Mutable items (chunks, facts): the encoded vector of their live row, to tell a
+    re-embedded item from an unchanged one."""
+    dead: set[int] = field(default_factory=set)
+    conversations: list[str] = field(default_factory=list)
+    selectors: dict[tuple[str, int], tuple[faiss.SearchParameters, object]] = field(
+        default_factory=dict)
+    """(conversation, rows when made) -> search parameters selecting every row outside the
     conversation (with the selector they point to, kept alive beside them)."""
 
+    def __post_init__(self) -> None:
+        if self.index is None:
+            self.index = faiss.IndexFlatIP(self.dim)
+
+    @property
+    def live(self) -> int:
+        return len(self.rows)
+
+    def register(self, items: Sequence[str], encoded: Sequence[str | None]) -> None:
+        """Give `items` the next rows (their rows so far, if any, die); the caller adds their
+        vectors to `index` next, in the same order. `encoded[i]` is kept for mutable items
+        (None: immutable)."""
+        for item, text in zip(items, encoded):
+            self.kill(item)
+            self.rows[item] = len(self.ids)
+            self.ids.append(item)
+            if self.grouped:
+                self.conversations.append(split_id(item)[0])
+            if text is not None:
+                self.stored[item] = text
+
+    def kill(self, item: str) -> None:
+        row = self.rows.pop(item, None)
+        if row is not None:
+            self.dead.add(row)
+            self.stored.pop(item, None)
+
     def excluding(self, conversation: str) -> faiss.SearchParameters | None:
-        if self.conversations is None:
+        if not self.grouped:
             return None
-        if conversation not in self.selectors:
-            rows = np.flatnonzero(self.conversations == conversation).astype(np.int64)
+        made = (conversation, len(self.ids))
+        if made not in self.selectors:
+            self.selectors = {k: v for k, v in self.selectors.items() if k[1] == len(self.ids)}
+            rows = np.flatnonzero(np.asarray(self.conversations) == conversation).astype(np.int64)
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(rows))
-            self.selectors[conversation] = (faiss.SearchParameters(sel=selector),
-                                            (selector, rows))
-        return self.selectors[conversation][0]
-
-
-def _build(ids: tuple[str, ...], matrix: np.ndarray, dim: int, grouped: bool = False) -> _Dense:
-    if not ids:
-        return _Dense((), np.zeros((0, dim), dtype=np.float32), None)
-    index = faiss.IndexFlatIP(dim)
-    index.add(matrix)
-    conversations = np.array([split_id(i)[0] for i in ids]) if grouped else None
-    return _Dense(ids, matrix, index, conversations)
+            self.selectors[made] = (faiss.SearchParameters(sel=selector), (selector, rows))
+        return self.selectors[made][0]
 
 
 def _mutable(namespace: Namespace, item_id: str) -> bool:
     if namespace.kind == "user":
         return is_chunk(item_id)
     return namespace.kind == "facts" or item_id.startswith("chunk:")
-
 
 
 def _single_threaded_faiss() -> None:
@@ -102,25 +137,32 @@ class FaissVectorIndex:
         self._cache: NamespaceCache[_Dense] = NamespaceCache(max_namespaces, max_vectors)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="faiss",
                                             initializer=_single_threaded_faiss)
+        self._refreshing: dict[Namespace, asyncio.Task[_Dense]] = {}
 
     def close(self) -> None:
+        for task in self._refreshing.values():
+            task.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def search(self, namespace: Namespace, query: np.ndarray, k: int, *,
                      excluding: str | None = None,
                      version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         dense = await self._current(namespace, version)
-        if dense.index is None or k <= 0:
+        if not dense.live or k <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dim)
         params = dense.excluding(excluding) if excluding is not None else None
-        search = functools.partial(dense.index.search, q, min(k, len(dense.ids)), params=params)
+        # Dead rows are skipped after the search: ask for as many more.
+        wanted = min(k + len(dense.dead), len(dense.ids))
+        search = functools.partial(dense.index.search, q, wanted, params=params)
         if len(dense.ids) > OFFLOAD_ABOVE:
             scores, rows = await asyncio.get_running_loop().run_in_executor(
                 self._executor, search)
         else:
             scores, rows = search()
-        return [(dense.ids[r], float(s)) for s, r in zip(scores[0], rows[0]) if r >= 0]
+        hits = [(dense.ids[r], float(s)) for s, r in zip(scores[0], rows[0])
+                if r >= 0 and r not in dense.dead]
+        return hits[:k]
 
     async def _current(self, namespace: Namespace,
                        version: str | None | Unread = UNREAD) -> _Dense:
@@ -129,60 +171,85 @@ class FaissVectorIndex:
         cached = self._cache.get(namespace)
         if cached is not None and cached.version == version:
             return cached.value
-        dense, version = await self._refresh(namespace, cached.value if cached else None)
-        self._cache.put(namespace, Cached(version, dense, len(dense.ids)))
-        return dense
+        task = self._refreshing.get(namespace)
+        if task is None:  # one refresh per namespace at a time: it mutates the cached index
+            task = asyncio.get_running_loop().create_task(self._refresh(namespace),
+                                                          name="faiss-refresh")
+            self._refreshing[namespace] = task
+            task.add_done_callback(lambda _: self._refreshing.pop(namespace, None))
+        return await asyncio.shield(task)
 
-    async def _refresh(self, namespace: Namespace,
-                       old: _Dense | None) -> tuple[_Dense, str | None]:
+    async def _refresh(self, namespace: Namespace) -> _Dense:
         nk = namespace_keys(self.keys, namespace)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.get(nk.version)
             pipe.hkeys(nk.vectors)
             version, present = await pipe.execute()
+        cached = self._cache.get(namespace)
+        dense = cached.value if cached is not None else None
+        if dense is not None and len(dense.dead) > max(64, dense.live):
+            dense = None  # rebuilt from the store rather than carrying the dead rows on
         present_set = set(present)
-        kept_rows: list[int] = []
-        kept_ids: list[str] = []
-        if old is not None:
-            for row, item in enumerate(old.ids):
-                if item in present_set and not _mutable(namespace, item):
-                    kept_rows.append(row)
-                    kept_ids.append(item)
-        kept_set = set(kept_ids)
-        wanted = sorted(i for i in present_set if i not in kept_set)
+        # New ids, and the mutable items known (`stored`) — which may have been re-embedded.
+        # Set operations: at 10k vectors a per-id Python loop would cost milliseconds.
+        wanted = sorted(present_set - dense.rows.keys() | (present_set & dense.stored.keys())
+                        if dense is not None else present_set)
         # Written after our HKEYS and deleted before this HMGET: None, skipped (the version
         # moved on, so the next search refreshes again).
         encoded = await self.redis.hmget(nk.vectors, wanted) if wanted else []
-        kept = old.matrix[kept_rows] if old is not None else None
-        loop = asyncio.get_running_loop()
-        args = (namespace, kept, tuple(kept_ids), wanted, encoded)
-        if len(present) > OFFLOAD_ABOVE:
-            dense = await loop.run_in_executor(self._executor, self._assemble, *args)
+        fresh = dense is None
+        if dense is None:
+            dense = _Dense(self.dim, grouped=namespace.kind == "user")
+        apply = functools.partial(self._apply, namespace, dense, present_set, wanted, encoded)
+        if fresh and len(wanted) > OFFLOAD_ABOVE:  # a new index no search sees yet
+            await asyncio.get_running_loop().run_in_executor(self._executor, apply)
         else:
-            dense = self._assemble(*args)
-        return dense, version
+            matrix = apply(add=False)
+            if matrix is not None and len(dense.ids) > OFFLOAD_ABOVE:
+                # Searches of this index run on the index's thread: so does adding to it.
+                await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                                 dense.index.add, matrix)
+            elif matrix is not None:
+                dense.index.add(matrix)
+        self._cache.put(namespace, Cached(version, dense, dense.live))
+        return dense
 
-    def _assemble(self, namespace: Namespace, kept: np.ndarray | None,
-                  kept_ids: tuple[str, ...], wanted: Sequence[str],
-                  encoded: Sequence[str | None]) -> _Dense:
-        new_ids: list[str] = []
+    def _apply(self, namespace: Namespace, dense: _Dense, present: set[str],
+               wanted: Sequence[str], encoded: Sequence[str | None], *,
+               add: bool = True) -> np.ndarray | None:
+        """Bring `dense` to the store's state: ids no longer present die, new or re-embedded
+        vectors get rows (an unchanged mutable one keeps its row). The new rows' vectors are
+        added to the index (`add`) or returned for the caller to add."""
+        for item in dense.rows.keys() - present:
+            dense.kill(item)
+        items: list[str] = []
         rows: list[np.ndarray] = []
+        texts: list[str | None] = []
         skipped = 0
         for item, text in zip(wanted, encoded):
             if text is None:
+                dense.kill(item)
+                continue
+            mutable = _mutable(namespace, item)
+            if mutable and dense.stored.get(item) == text:
                 continue
             try:
                 rows.append(decode_vector(text, self.dim))
             except ValueError:
                 skipped += 1
+                dense.kill(item)
                 continue
-            new_ids.append(item)
+            items.append(item)
+            texts.append(text if mutable else None)
         if skipped:
             log.warning("skipped %d stored vectors of another dimension than %d in a %s "
                         "namespace (written by another embedder; re-index to use them)",
                         skipped, self.dim, namespace.kind)
-        parts = [m for m in (kept, np.stack(rows) if rows else None) if m is not None and len(m)]
-        matrix = (np.ascontiguousarray(np.concatenate(parts), dtype=np.float32) if parts
-                  else np.zeros((0, self.dim), dtype=np.float32))
-        return _build(kept_ids + tuple(new_ids), matrix, self.dim,
-                      grouped=namespace.kind == "user")
+        if not items:
+            return None
+        dense.register(items, texts)
+        matrix = np.ascontiguousarray(np.stack(rows), dtype=np.float32)
+        if add:
+            dense.index.add(matrix)
+            return None
+        return matrix
