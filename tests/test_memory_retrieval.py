@@ -505,3 +505,21 @@ async def test_the_incremental_faiss_index_answers_as_a_fresh_build(redis_client
         assert dict(hits) == pytest.approx(dict(theirs), rel=1e-5)
     finally:
         fresh.close()
+
+
+async def test_a_large_conversation_keeps_its_faiss_index_while_a_refresh_runs(memory):
+    texts = filler(60)  # 60 vectors: above the index's STALE_OK_ABOVE
+    await memory.indexer.sync(KEY, conversation(texts))
+    ns = Namespace.of_conversation(KEY)
+    grown = conversation(texts + ["We flew in a zeppelin over Lisbon."])
+    query = await memory.embedding.embed_one("We flew in a zeppelin over Lisbon.")
+    assert grown[-1].id not in dict(await memory.vectors.search(ns, query, 100))
+    await memory.indexer.sync(KEY, grown)
+    # The first search after the change answers from the index it has ...
+    assert grown[-1].id not in dict(await memory.vectors.search(ns, query, 100))
+    # ... while the refresh runs beside it; then the new turn is found.
+    for _ in range(200):
+        if not memory.vectors._refreshing:
+            break
+        await asyncio.sleep(0.01)
+    assert (await memory.vectors.search(ns, query, 1))[0][0] == grown[-1].id

@@ -3,12 +3,15 @@
 Each namespace's vectors hash is loaded lazily into a `faiss.IndexFlatIP` (exact search: at
 10k vectors a query takes ~0.5 ms, and there is nothing to tune or to get wrong) and cached in
 this process. Every search reads the namespace's version counter (one GET) and refreshes the
-cached index when it changed.
+cached index when it changed — one refresh per namespace at a time; above STALE_OK_ABOVE
+vectors the search does not wait for it and answers from the index as it is.
 
-A refresh fetches only what it must: turn vectors never change under their id (the id is a
-hash of the turn and everything before it), so the ids still present keep their cached rows
-and only new ids are read (HKEYS + HMGET). Summary chunks ("chunk:" ids) and facts may be
-re-embedded under the same id, so they are always read again (tens of items, not thousands).
+A refresh fetches only what it must and changes the index in place: turn vectors never
+change under their id (the id is a hash of the turn and everything before it), so only ids
+the index lacks are read (HKEYS + HMGET) and appended; summary chunks ("chunk:" ids) and facts
+may be re-embedded under the same id, so they are read again (tens of items, not thousands)
+and get a new row only when their vector changed. Rows of items gone or replaced are dead:
+skipped by searches until a rebuild, once they outnumber the live ones.
 
 In a user namespace (the turns and chunks of all of a user's conversations, ids qualified by
 conversation) a search may leave out one conversation's items: the index keeps, per
@@ -45,6 +48,10 @@ log = logging.getLogger(__name__)
 # Above this many vectors a search or a build can take more than ~0.2 ms, and runs on the
 # index's own thread instead of the event loop (below it, the thread hop costs more).
 OFFLOAD_ABOVE = 2048
+# Namespaces with more vectors than this answer from the index they have while a refresh runs
+# (as the lexical index does): the request does not wait for the refresh's two round trips,
+# and what the index lacks are the newest turns, which the recent window forwards anyway.
+STALE_OK_ABOVE = 50
 
 
 @dataclass(slots=True)
@@ -176,8 +183,16 @@ class FaissVectorIndex:
             task = asyncio.get_running_loop().create_task(self._refresh(namespace),
                                                           name="faiss-refresh")
             self._refreshing[namespace] = task
-            task.add_done_callback(lambda _: self._refreshing.pop(namespace, None))
+            task.add_done_callback(functools.partial(self._refreshed, namespace))
+        if cached is not None and cached.size > STALE_OK_ABOVE:
+            return cached.value  # the refresh runs beside this search
         return await asyncio.shield(task)
+
+    def _refreshed(self, namespace: Namespace, task: asyncio.Task[_Dense]) -> None:
+        self._refreshing.pop(namespace, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("FAISS refresh failed; the next search retries",
+                        exc_info=task.exception())
 
     async def _refresh(self, namespace: Namespace) -> _Dense:
         nk = namespace_keys(self.keys, namespace)
