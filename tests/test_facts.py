@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.facts import (DAY_SECONDS, MAX_HISTORY, Fact, FactPolicy, FactVersion,
+from gateway.core.facts import (DAY_SECONDS, MAX_HISTORY, Fact, FactPolicy, FactVersion, forget_sources,
                                 age_out, apply_policy, cap, decayed_weight, dedupe_key,
                                 normalize_key, render_fact, upsert)
 
@@ -139,3 +139,22 @@ def test_keys_are_normalised_to_snake_case_and_facts_render_with_a_date():
     assert normalize_key("  Home City! ") == "home_city"
     assert normalize_key("用户-城市") == "用户_城市"
     assert render_fact(fact("user_location", "北京")) == "user location: 北京 (as of 2023-11-14)"
+
+
+def test_forget_sources_drops_what_only_deleted_messages_stated():
+    old = FactVersion("Paris", 1.0, ("m1",))
+    both = FactVersion("Rome", 2.0, ("m1", "m5"))
+    fact = Fact("user_location", "Berlin", source_ids=("m2", "m3"), history=(old, both))
+    # Untouched: no overlap, or nothing deleted.
+    assert forget_sources(fact, frozenset({"x"})) is fact
+    assert forget_sources(fact, frozenset()) is fact
+    # The current value rests on m2 and m3: both gone, the fact goes (history or not).
+    assert forget_sources(fact, frozenset({"m2", "m3"})) is None
+    # One of its sources gone: the value stays on the other; a past value only m1 stated
+    # leaves the history, one also stated elsewhere stays without m1.
+    kept = forget_sources(fact, frozenset({"m1", "m2"}))
+    assert kept is not None and (kept.value, kept.source_ids) == ("Berlin", ("m3",))
+    assert kept.history == (FactVersion("Rome", 2.0, ("m5",)),)
+    # A value with no recorded source is not known to come from the deleted messages.
+    unsourced = Fact("user_name", "Ada")
+    assert forget_sources(unsourced, frozenset({"m1"})) is unsourced

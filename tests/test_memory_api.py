@@ -3,12 +3,13 @@ with their sources, conversations, export, deletes — always one user of one te
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.gateway import KEYS, running_gateway
+from tests.support.gateway import KEYS, forwarded, running_gateway
 from tests.test_memory_erase import BOB, ERIN, chat, converse, memory_config, populate
 
 
@@ -186,3 +187,25 @@ def test_a_wrong_key_is_a_401_and_an_unknown_method_a_405(url):
                          headers={"Authorization": "Bearer wrong", "X-User-Id": ERIN})
     assert error(response, 401)["code"] == "invalid_api_key"
     assert error(Api(url)("PUT", "/facts"), 405)["type"] == "invalid_request_error"
+
+
+def test_deleting_a_conversation_forgets_the_facts_learned_only_from_it(erin):
+    facts = {f["key"]: f for f in erin.ok("GET", "/facts")["data"]}
+    from_one = {k for k, f in facts.items()
+                if f["sources"] and {s["conversation"] for s in f["sources"]} == {"c-one"}}
+    assert "user_name" in from_one  # "My name is Zorblax Canary." was said in c-one
+    erin.ok("DELETE", "/conversations/c-one")
+    after = {f["key"]: f for f in erin.ok("GET", "/facts")["data"]}
+    assert not from_one & set(after), "a fact resting only on the deleted conversation stayed"
+    gone = {i for k in from_one for i in facts[k]["source_ids"]}
+    for fact in after.values():  # what stays points at no deleted message
+        assert not gone & set(fact["source_ids"])
+        assert all(s["conversation"] != "c-one" for s in fact["sources"])
+    # Nor is it recalled: a new conversation of the same user is not told the deleted name.
+    response = httpx.post(erin.url + "/v1/chat/completions", timeout=30, headers={
+        **erin.headers, "X-Conversation-Id": "c-three"}, json={
+        "model": "messages", "messages": [{"role": "user", "content": "What is my name?"}]})
+    assert response.status_code == 200, response.text
+    sent = forwarded(response.json()["choices"][0]["message"]["content"])
+    assert sent[-1]["content"] == "What is my name?"
+    assert "Zorblax Canary" not in json.dumps(sent, ensure_ascii=False)

@@ -169,6 +169,23 @@ def dedupe_key(facts: Sequence[Fact], new: Fact, similarity: Mapping[str, float]
     return new if best is None else replace(new, key=best[1])
 
 
+def forget_sources(fact: Fact, gone: frozenset[str]) -> Fact | None:
+    """The fact as if the messages `gone` (a deleted conversation's) had never been sent.
+
+    Their ids leave the fact's sources and its history; a past value only they stated leaves
+    the history; when the current value was stated only by them, the fact is forgotten (None)
+    — the user's statement is what a fact rests on, and the one it rested on is deleted. A
+    value with no recorded source at all is kept: nothing says it came from those messages."""
+    if not gone or gone.isdisjoint(fact.seen_source_ids):
+        return fact
+    if fact.source_ids and set(fact.source_ids) <= gone:
+        return None
+    history = tuple(replace(h, source_ids=tuple(i for i in h.source_ids if i not in gone))
+                    for h in fact.history if not (h.source_ids and set(h.source_ids) <= gone))
+    return replace(fact, source_ids=tuple(i for i in fact.source_ids if i not in gone),
+                   history=history)
+
+
 def decayed_weight(fact: Fact, now: float, half_life_days: float = 30.0) -> float:
     """importance × 0.5^(age / half-life), age counted from the last update (never negative)."""
     age_days = max(0.0, now - fact.updated_at) / DAY_SECONDS

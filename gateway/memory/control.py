@@ -144,17 +144,21 @@ class MemoryControl:
 
     async def delete_conversation(self, key: ConversationKey) -> bool:
         """Forget the conversation: transcript, branches, pending turns, meta and every memory
-        key derived from it (its queued jobs become duplicates: the seq counters stay), and its
-        entries in the user-level recall index. Facts learned from it are the user's and stay
-        until deleted themselves."""
+        key derived from it (its queued jobs become duplicates: the seq counters stay), its
+        entries in the user-level recall index, and what the user's facts owe to it — a fact
+        stated only in it is deleted, the others lose its messages from their sources
+        (`core.facts.forget_sources`)."""
         if not await self.exists(key):
             return False
+        said = frozenset(m.id for m in await self._messages_of(key))
         await self.store.delete(key)
         memory = self.keys.conversation(key)
         await self._settle([memory.lock])
         await self.redis.delete(*memory.all())
         await self.user_index.remove_conversation(key)
         await self.redis.zrem(self.keys.store.memory_dirty, encode_key(key))
+        # After the settle: a memory run of this conversation may have been adding facts.
+        await self.facts.forget_sources(key.tenant, key.user, said)
         return True
 
     # -- facts and chunks, with their sources ------------------------------------------------

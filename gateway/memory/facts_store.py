@@ -75,6 +75,23 @@ class FactStore:
             pipe.incr(keys.version)
             await pipe.execute()
 
+    async def forget_sources(self, tenant: str, user: str, gone: frozenset[str]) -> int:
+        """Apply `core.facts.forget_sources` to every fact of the user (a conversation was
+        deleted): facts resting only on `gone` are deleted with their vectors, the others lose
+        those ids. Returns how many facts were deleted. No fact's value changes, so no vector
+        needs embedding again."""
+        async def forget(before: dict[str, Fact]) -> dict[str, Fact]:
+            after = {k: policy.forget_sources(f, gone) for k, f in before.items()}
+            return {k: f for k, f in after.items() if f is not None}
+
+        keys = self._keys(tenant, user)
+        written = await self._rewrite(tenant, user, forget)
+        if written is None:
+            return 0
+        _before, _changed, dropped = written
+        await delete_vectors(self.redis, keys.fact_vectors, keys.version, dropped)
+        return len(dropped)
+
     async def upsert(self, tenant: str, user: str, new: Sequence[Fact],
                      now: float | None = None) -> list[Fact]:
         """Apply `new` in order (see core.facts.upsert) at `now` (default: the clock), then
@@ -83,16 +100,33 @@ class FactStore:
         if not new:
             return []
         keys = self._keys(tenant, user)
+        written = await self._rewrite(
+            tenant, user, lambda before: self._apply(keys, before, new, now))
+        if written is None:
+            return []
+        before, changed, dropped = written
+        await self._write_vectors(keys, before, changed, dropped)
+        return changed
+
+    async def _rewrite(
+            self, tenant: str, user: str,
+            compute: Callable[[dict[str, Fact]], Awaitable[dict[str, Fact]]],
+    ) -> tuple[dict[str, Fact], list[Fact], list[str]] | None:
+        """Replace the user's facts by `compute(facts as stored)` in one optimistic
+        transaction (retried when the hash changed meanwhile), bumping the version. Returns
+        (before, changed or added, dropped keys), or None when nothing changed. Raises
+        WatchError if the hash kept changing."""
+        keys = self._keys(tenant, user)
         for attempt in range(_MAX_ATTEMPTS):
             async with self.redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(keys.facts)
                 before = _decoded(await pipe.hgetall(keys.facts))
-                after = await self._apply(keys, before, new, now)
+                after = await compute(before)
                 changed = [f for f in after.values() if before.get(f.key) != f]
                 dropped = [k for k in before if k not in after]
                 if not changed and not dropped:
                     await pipe.unwatch()
-                    return []
+                    return None
                 pipe.multi()
                 if changed:
                     pipe.hset(keys.facts, mapping={f.key: json.dumps(f.to_dict(),
@@ -107,8 +141,7 @@ class FactStore:
                     log.info("facts of %s/%s changed meanwhile; retrying (%d)", tenant, user,
                              attempt + 1)
                     continue
-            await self._write_vectors(keys, before, changed, dropped)
-            return changed
+            return before, changed, dropped
         raise WatchError(f"facts of {tenant}/{user} kept changing; gave up")
 
     async def _apply(self, keys: UserMemoryKeys, before: dict[str, Fact],
