@@ -5,6 +5,7 @@ not a recorder or memory worker caught mid-way. Other users and tenants are unto
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.worker import MemoryWorker
-from gateway.store import Recorder, RedisStore
+from gateway.store import EmbeddedRedis, Recorder, RedisStore
 from gateway.store.codec import encode_key
 from gateway.store.keys import KeySpace
 from tests.support.gateway import KEYS, MODELS, running_gateway
@@ -289,3 +290,46 @@ async def test_erase_reports_a_run_that_outlasts_its_wait_as_incomplete(redis_cl
     erasure = await control.erase(KEY.tenant, KEY.user)
     assert not erasure.complete
     assert await user_keys(redis_client) == []  # the lock too: a second erase finds nothing
+
+
+def _files_mentioning(directory: Path, word: str) -> list[str]:
+    needle = word.encode()
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
+                  if p.is_file() and needle in p.read_bytes())
+
+
+def _rewritten(client: Any) -> bool:
+    info = client.info("persistence")
+    return not (int(info["aof_rewrite_in_progress"]) or int(info["aof_rewrite_scheduled"]))
+
+
+def test_an_erase_rewrites_the_stores_files_on_disk(tmp_path):
+    # A store of its own, to read its data directory (append-only persistence, as the
+    # embedded default runs it). The canary must be on disk first, or the test proves nothing.
+    import redis
+
+    server = EmbeddedRedis(tmp_path / "store", die_with_parent=True)
+    server.start()
+    try:
+        with running_gateway(memory_config(server.url)) as url, \
+                redis.Redis.from_url(server.url) as client:
+            populate(url, "acme", ERIN)
+            populate(url, "acme", BOB)
+            deadline = time.monotonic() + 10
+            while not _files_mentioning(server.data_dir, "Zorblax"):  # fsync'd every second
+                assert time.monotonic() < deadline, "the canary never reached the disk"
+                time.sleep(0.1)
+
+            response = httpx.delete(url + "/v1/memory", timeout=30, headers={
+                "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
+            assert response.status_code == 200, response.text
+            assert response.json()["disk"] == "rewrite_requested"
+            deadline = time.monotonic() + 30
+            while not _rewritten(client) or _files_mentioning(server.data_dir, "Zorblax"):
+                assert time.monotonic() < deadline, (
+                    "erased text still on disk: "
+                    f"{_files_mentioning(server.data_dir, 'Zorblax')}")
+                time.sleep(0.1)
+            assert _files_mentioning(server.data_dir, "Quillon")  # others' data is kept
+    finally:
+        server.stop()

@@ -66,11 +66,13 @@ class Erasure:
     complete: bool
     """False if a memory worker was still processing one of the user's conversations when
     the erase stopped waiting for it: what it writes afterwards needs another erase."""
+    disk: str = "not_needed"
+    """What was done about copies on the store's disk (`rewrite_disk_copies`)."""
 
     def to_json(self) -> Json:
         return {"object": "memory.erasure", "erased_at": self.erased_at,
                 "keys_deleted": self.keys_deleted, "entries_deleted": self.entries_deleted,
-                "complete": self.complete}
+                "complete": self.complete, "disk": self.disk}
 
 
 class MemoryControl:
@@ -159,6 +161,7 @@ class MemoryControl:
         await self.redis.zrem(self.keys.store.memory_dirty, encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.
         await self.facts.forget_sources(key.tenant, key.user, said)
+        await self.rewrite_disk_copies()
         return True
 
     # -- facts and chunks, with their sources ------------------------------------------------
@@ -220,7 +223,27 @@ class MemoryControl:
         complete = await self._settle(locks)
         again, _ = await self._delete_keys(tenant, user, spare_locks=False)
         entries += await self._delete_entries(tenant, user, streams=False)
-        return Erasure(erased_ms / 1000, deleted + again, entries, complete)
+        disk = await self.rewrite_disk_copies()
+        return Erasure(erased_ms / 1000, deleted + again, entries, complete, disk)
+
+    async def rewrite_disk_copies(self) -> str:
+        """Ask the store to rewrite its append-only file, so what was just deleted leaves the
+        disk too (until then the AOF still holds the commands that wrote it). Requests made
+        while a rewrite runs are coalesced by the server into one more rewrite. Returns
+        "rewrite_requested", "not_needed" (no AOF: nothing was written to disk this way) or
+        "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
+        the keys are deleted either way. RDB snapshots an operator configured keep their
+        copies until the next snapshot (README, "Erasure")."""
+        try:
+            persistence = await self.redis.info("persistence")
+            if not int(persistence.get("aof_enabled", 0)):
+                return "not_needed"
+            await self.redis.bgrewriteaof()
+        except aioredis.ResponseError as exc:
+            if "already in progress" in str(exc):  # older servers: it will include ours
+                return "rewrite_requested"
+            return f"failed: {exc}"
+        return "rewrite_requested"
 
     # -- helpers -----------------------------------------------------------------------------
 
