@@ -94,6 +94,21 @@ TRUE_POSITIVES = [
     ("Reisepass-Nr. C01X00T47", "Reisepass-Nr. [PASSPORT]"),
     ("パスポート番号 TK1234567", "パスポート番号 [PASSPORT]"),
     ("Passport: 123456789", "Passport: [PASSPORT]"),
+    # national identity and tax numbers (gateway/core/national_ids.py), published examples
+    # where there are (codice fiscale, CPF, DNI/NIE, SIN, Steuer-ID, My Number)
+    ("NI number AB 12 34 56 C on the form", "NI number [ID_NUMBER] on the form"),
+    ("My Aadhaar is 2345 6789 0124.", "My Aadhaar is [ID_NUMBER]."),
+    ("आधार: 234567890124", "आधार: [ID_NUMBER]"),
+    ("PAN ABCPE1234F", "PAN [ID_NUMBER]"),
+    ("DNI 12345678Z, NIE X1234567L", "DNI [ID_NUMBER], NIE [ID_NUMBER]"),
+    ("n° de sécu 1 85 05 78 006 084 91", "n° de sécu [ID_NUMBER]"),
+    ("codice fiscale RSSMRA85T10A562S", "codice fiscale [ID_NUMBER]"),
+    ("주민등록번호 850101-1234566", "주민등록번호 [ID_NUMBER]"),
+    ("CPF 123.456.789-09", "CPF [ID_NUMBER]"),
+    ("SIN 046 454 286", "SIN 046 454 286"),  # no SIN starts with 0: issued ones never do
+    ("my SIN is 130 692 544", "my SIN is [ID_NUMBER]"),
+    ("Steuer-ID: 86095742719", "Steuer-ID: [ID_NUMBER]"),
+    ("マイナンバーは123456789018です", "マイナンバーは[ID_NUMBER]です"),
     # the earlier kinds keep working next to the new ones
     (f"IBAN {IBAN_GB}, card {VISA}, tel 13812345678",
      "IBAN [IBAN], card [BANK_CARD], tel [PHONE]"),
@@ -113,6 +128,12 @@ FALSE_POSITIVES = [
     "I lost my passport in 2019 at gate B12", "flight CA1234 at 10:05, seat 12A",
     "ID 123456", "ISO 8601", "COVID19", "HTTP/1.1 200 OK", "UTF-8", "HTTP 404",
     "合同于2023年签订，金额30万元", "iPhone 15 Pro 售价 7999 元",
+    # national-id shapes with wrong check digits, or without the keyword a bare run needs
+    "ticket 2345 6789 0123 (wrong Verhoeff)", "order 234567890124 shipped",
+    "12345678A is not a DNI", "ABCDE1234F", "1 85 05 78 006 084 36", "RSSMRA85T10A562X",
+    "850101-1234567", "123.456.789-00", "111.111.111-11", "130 692 545 people",
+    "tracking 86095742719", "Steuer-ID: 86095742718", "マイナンバーは123456789017です",
+    "BG 12 34 56 A", "room 12 34 56 C", "version 2023-05-07", "on 07/05/2023 at 10:05",
 ]
 
 

@@ -6,8 +6,10 @@ the verbatim transcript keeps what the user sent.
 Detected (ASCII or full-width digits, spaces or dashes between digit groups):
 - `[EMAIL]`: e-mail addresses;
 - `[ID_NUMBER]`: Chinese resident ID numbers (18 characters, the last may be X, with a valid
-  birth date and checksum; the legacy 15-digit form with a valid birth date) and US social
-  security numbers in their dashed form (AAA-GG-SSSS);
+  birth date and checksum; the legacy 15-digit form with a valid birth date), US social
+  security numbers in their dashed form (AAA-GG-SSSS), and the national identity and tax
+  numbers of `gateway.core.national_ids` (UK, India, Spain, France, Italy, Korea, Brazil,
+  Canada, Germany, Japan — each in its written shape with its check digits);
 - `[BANK_CARD]`: card numbers starting 2–6 that pass the Luhn check: 15–19 digits in one run,
   or 13–19 digits grouped as printed on cards (4-4-4-4, 4-4-4-4-3, Amex 4-6-5);
 - `[PHONE]`: Chinese mobile numbers (1[3-9]x, 11 digits, optional +86 / 0086), Chinese
@@ -38,6 +40,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal
+
+from gateway.core import national_ids
 
 PiiKind = Literal["EMAIL", "ID_NUMBER", "BANK_CARD", "PHONE", "IBAN", "IP_ADDRESS",
                   "SWIFT_BIC", "PASSPORT"]
@@ -263,6 +267,7 @@ _FINDERS: tuple[tuple[PiiKind, Callable[[str], Iterator[tuple[int, int]]]], ...]
     ("IBAN", _ibans),
     ("ID_NUMBER", _cn_id18s),
     ("ID_NUMBER", _regex(_US_SSN)),
+    *(("ID_NUMBER", finder) for finder in national_ids.FINDERS),
     ("BANK_CARD", _regex(_CARD)),
     ("IP_ADDRESS", _ipv4s),
     ("IP_ADDRESS", _ipv6s),
