@@ -21,6 +21,7 @@ from gateway.observability import Metrics
 from gateway.pipeline import Pipeline
 from gateway.ports import Upstream
 from gateway.record_buffer import RecordBuffer
+from gateway.record_journal import RecordJournal
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.store import connect
 from gateway.store.embedded import EmbeddedRedis
@@ -180,6 +181,9 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                             recall_settings=memory.recall if memory else None, buffer=buffer)
         app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory,
                                     buffer, store_pool=redis.connection_pool)
+        # Turns a previous process could not hand to the store go first, then new ones.
+        journal = RecordJournal(config.server.data_dir)
+        await journal.replay_into(buffer)
         await buffer.start()
         background = Background(recorder, memory) if mode == "background" and recorder else None
         if background is not None:
@@ -190,27 +194,30 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
             # uvicorn runs this once it has stopped accepting and in-flight requests have
             # finished (or server.shutdown_timeout_seconds passed). Order: the turns of those
             # requests (stream records finishing in the background), then the buffer into the
-            # store, then (background mode) the recorder applies what it can — with a worker
-            # process, `gateway serve` stops it after this. Every step tolerates a store that
-            # is gone: it logs and shutdown goes on — turns already enqueued are in the store.
+            # store — what it does not take in time into the journal, on disk — then
+            # (background mode) the recorder applies what it can; with a worker process,
+            # `gateway serve` stops it after this. Every step is bounded by the drain timeout
+            # (a close by the store timeout) and tolerates a store that is gone: it logs and
+            # shutdown goes on — turns already enqueued are in the store.
             drain = config.recorder.drain_timeout_seconds
-            await step("background tasks", tasks.drain(drain))
-            await step("record buffer", buffer.drain(drain))
+            await step("background tasks", tasks.drain(drain), drain)
+            await journal.close(await buffer.drain(drain))
             if background is not None:
                 await background.drain(drain, config.recorder.claim_idle_seconds)
             if memory is not None:
                 memory.close()
             if routed is not None:
-                await step("upstream connections", routed.aclose())
-            await step("store connection", redis.aclose())
+                await step("upstream connections", routed.aclose(), timeout)
+            await step("store connection", redis.aclose(), timeout)
             if worker_redis is not None:
-                await step("worker store connection", worker_redis.aclose())
+                await step("worker store connection", worker_redis.aclose(), timeout)
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
             logger.info(json.dumps({
                 "event": "shutdown_complete",
                 "recorder_applied": recorder.applied if recorder else None,
-                "buffer_flushed": buffer.flushed, "buffer_dropped": buffer.dropped}))
+                "buffer_flushed": buffer.flushed, "buffer_dropped": buffer.dropped,
+                "journal_replayed": journal.replayed, "journal_spilled": journal.spilled}))
 
     exception_handlers: dict[Any, Any] = {
         HTTPException: on_http_exception,

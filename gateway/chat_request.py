@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.config import LimitsConfig
 from gateway.core.messages import ROLES, Message
 from gateway.errors import BadRequest
 
@@ -114,7 +115,10 @@ def _replace_surrogates(value: Any) -> Any:
     return value
 
 
-def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
+def parse_chat_request(body: dict[str, Any], limits: LimitsConfig) -> ChatRequest:
+    """The typed request, or `BadRequest` naming the field at fault. The tenant's `limits`
+    cost one `len` each: the message count is checked before any message is parsed, and a
+    message's length before it is copied."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("`model` is required and must be a non-empty string.", param="model")
@@ -122,6 +126,12 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("`messages` is required and must be a non-empty array.",
                          param="messages")
+    if len(messages) > limits.max_messages:
+        # OpenAI's own wording and code for the same limit.
+        raise BadRequest(f"Invalid 'messages': array too long. Expected an array with maximum "
+                         f"length {limits.max_messages}, but got an array with length "
+                         f"{len(messages)} instead.", param="messages",
+                         code="array_above_max_length")
     stream = body.get("stream", False)
     if stream is None:
         stream = False
@@ -132,9 +142,19 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     passthrough = {k: v for k, v in body.items()
                    if k not in ("model", "messages", *GATEWAY_FIELDS)}
     return ChatRequest(model=model,
-                       messages=tuple(_message(m, i) for i, m in enumerate(messages)),
+                       messages=tuple(_message(m, i, limits.max_message_chars)
+                                      for i, m in enumerate(messages)),
                        stream=stream, conversation_id=conversation_id, user=user,
                        passthrough=passthrough)
+
+
+def _text_length(content: Any) -> int:
+    """Characters of a (validated) content: the string, or its text parts together."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(part["text"]) for part in content if part["type"] == "text")
+    return 0
 
 
 def _optional_str(body: dict[str, Any], name: str) -> str | None:
@@ -144,7 +164,7 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def _message(data: Any, index: int) -> Message:
+def _message(data: Any, index: int, max_chars: int) -> Message:
     where = f"messages[{index}]"
     if not isinstance(data, dict):
         raise BadRequest(f"`{where}` must be an object.", param=where)
@@ -168,6 +188,11 @@ def _message(data: Any, index: int) -> Message:
     elif not isinstance(content, str):
         raise BadRequest(f"`{where}.content` must be a string or an array of content parts.",
                          param=f"{where}.content")
+    chars = _text_length(content)
+    if chars > max_chars:
+        raise BadRequest(f"Invalid '{where}.content': string too long. Expected a string with "
+                         f"maximum length {max_chars}, but got a string with length {chars} "
+                         "instead.", param=f"{where}.content", code="string_above_max_length")
     if role == "tool" and not isinstance(data.get("tool_call_id"), str):
         raise BadRequest(f"`{where}.tool_call_id` is required for tool messages.",
                          param=f"{where}.tool_call_id")

@@ -69,6 +69,18 @@ class RecorderConfig(Strict):
     """The longest pause between flush attempts while the store stays down."""
 
 
+class LimitsConfig(Strict):
+    """What one chat request may carry; a request beyond a limit gets a 400 in OpenAI's error
+    shape naming the field (`messages`, `messages[3].content`), before anything else reads it."""
+
+    max_messages: int = Field(2048, ge=1, le=1_000_000)
+    """Messages per request (OpenAI's own API allows 2,048)."""
+    max_message_chars: int = Field(1_000_000, ge=1)
+    """Characters of one message's text (its string content, or its text parts together).
+    Characters, not tokens: counted by `len` before the request is validated, while a token
+    count needs the model's tokenizer and costs ~0.3 s of CPU for a 4 MiB body."""
+
+
 class ApiKey(Strict):
     env: str | None = None
     sha256: str | None = None
@@ -204,6 +216,8 @@ class TenantConfig(Strict):
     context: ContextConfig = ContextConfig()
     headers: HeaderConfig = HeaderConfig()
     memory: TenantMemoryConfig = TenantMemoryConfig()
+    limits: LimitsConfig | None = None
+    """Overrides of the top-level `limits` for this tenant: the keys given here win."""
 
     @model_validator(mode="after")
     def _memory_models_exist(self) -> TenantConfig:
@@ -249,6 +263,7 @@ class Config(Strict):
     """`embedded` (a bundled server in server.data_dir) or a redis://, rediss:// or unix:// URL."""
     recorder: RecorderConfig = RecorderConfig()
     memory: MemoryConfig = MemoryConfig()
+    limits: LimitsConfig = LimitsConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
 
     @field_validator("store")
@@ -265,6 +280,13 @@ class Config(Strict):
             if not valid_id(name):
                 raise ValueError(f"tenant name {name!r} must match [A-Za-z0-9][A-Za-z0-9._@:+=-]*")
         return value
+
+    def limits_for(self, tenant: str) -> LimitsConfig:
+        """The top-level limits with the tenant's own overrides (only the keys it sets)."""
+        own = self.tenants[tenant].limits
+        if own is None:
+            return self.limits
+        return self.limits.model_copy(update={k: getattr(own, k) for k in own.model_fields_set})
 
     def key_digests(self) -> dict[str, str]:
         """sha256(key) -> tenant name. Raises ConfigError for a missing env var or a key

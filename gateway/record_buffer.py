@@ -15,7 +15,8 @@ Invariants:
   `retry_max_seconds`, indefinitely; any other error of one turn is retried `max_attempts`
   times, then that turn is dropped (logged with the error, counted);
 - drained: the app's lifespan calls `drain(timeout)` at shutdown; what cannot be enqueued by
-  then is lost with the process — logged at ERROR and counted as dropped.
+  then is handed back, in order, and the app writes it to the record journal
+  (`gateway.record_journal`), whose turns the next start `restore`s here — never dropped.
 
 A turn whose request could not even read the store (`incoming` set, `record` None) is
 reconciled against the transcript when it is flushed, exactly as the request would have done,
@@ -33,7 +34,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -98,10 +99,12 @@ class RecordBuffer:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._outage_since: float | None = None
+        self._left = 0  # turns that were held and are not any more (flushed or dropped)
+        self._progress = asyncio.Event()
         # Counters, for metrics and tests.
-        self.buffered = 0  # turns ever added
+        self.buffered = 0  # turns ever added (restored ones too)
         self.flushed = 0   # turns enqueued from the buffer
-        self.dropped = 0   # turns given up on: overflow, a failing turn, left at shutdown
+        self.dropped = 0   # turns given up on: overflow, a failing turn
 
     def __len__(self) -> int:
         return len(self._items) + (self._inflight is not None)
@@ -117,16 +120,37 @@ class RecordBuffer:
                 self._drop(self._items.popleft(), "the buffer is full (oldest turn dropped)")
             else:  # capacity 1 and its turn is being enqueued right now
                 self._keys[turn.key] += 1
-                self._drop(turn, "the buffer is full")
+                self._drop(turn, "the buffer is full", held=False)
                 return
         self._items.append(turn)
         self._keys[turn.key] += 1
         self.buffered += 1
         self._wake.set()
 
-    def _drop(self, turn: BufferedTurn, reason: str) -> None:
+    def restore(self, turns: Sequence[BufferedTurn]) -> None:
+        """Hold `turns` (a previous process's, from the journal) ahead of any new turn, beyond
+        `capacity` if need be: they were already held once and are not dropped for room.
+        Call before `start`; the first `len(turns)` turns to leave are these (`settled`)."""
+        if self._task is not None or self._items or self._inflight is not None:
+            raise RuntimeError("restore turns into an empty buffer before starting it")
+        for turn in turns:
+            self._items.append(turn)
+            self._keys[turn.key] += 1
+        self.buffered += len(turns)
+        self._wake.set()
+
+    async def settled(self, count: int) -> None:
+        """Wait until the first `count` turns ever held have left the buffer (enqueued or
+        given up on): turns leave strictly in the order they were held."""
+        while self._left < count:
+            self._progress.clear()
+            await self._progress.wait()
+
+    def _drop(self, turn: BufferedTurn, reason: str, *, held: bool = True) -> None:
         self._forget(turn)
         self.dropped += 1
+        if held:
+            self._settle()
         _event(logging.ERROR, "record_buffer_dropped", request_id=turn.request_id,
                tenant=turn.key.tenant, conversation=turn.key.conversation, reason=reason,
                dropped_total=self.dropped)
@@ -135,6 +159,10 @@ class RecordBuffer:
         self._keys[turn.key] -= 1
         if self._keys[turn.key] <= 0:
             del self._keys[turn.key]
+
+    def _settle(self) -> None:
+        self._left += 1
+        self._progress.set()
 
     # -- the flusher -------------------------------------------------------------------------
 
@@ -150,24 +178,26 @@ class RecordBuffer:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def drain(self, timeout: float) -> int:
+    async def drain(self, timeout: float) -> list[BufferedTurn]:
         """Stop the flusher, then flush what is held within `timeout` s (no backoff beyond
-        it). Returns how many turns were lost (also logged and counted as dropped)."""
+        it). Returns the turns the store did not take, oldest first, and holds them no more:
+        the caller keeps them (the record journal). A turn whose enqueue was cut short may
+        be in the store already; enqueueing it again is a no-op (`RedisStore.record`)."""
         await self.stop()
         try:
             async with asyncio.timeout(timeout):
                 await self._flush()
         except TimeoutError:
             pass
-        lost = len(self)
-        if lost:
-            _event(logging.ERROR, "record_buffer_lost_at_shutdown", turns=lost,
+        left = ([self._inflight] if self._inflight else []) + list(self._items)
+        if left:
+            _event(logging.WARNING, "record_buffer_left_at_shutdown", turns=len(left),
                    reason=f"the store did not take them within {timeout:.1f}s")
-            for turn in ([self._inflight] if self._inflight else []) + list(self._items):
-                self._drop(turn, "the process shut down before the store was back")
+            for turn in left:
+                self._forget(turn)
             self._items.clear()
             self._inflight = None
-        return lost
+        return left
 
     async def _run(self) -> None:
         while True:
@@ -215,6 +245,7 @@ class RecordBuffer:
             self._inflight = None
             self._forget(turn)
             self.flushed += 1
+            self._settle()
             delay, attempts = self.retry_initial, 0
             if self._outage_since is not None:
                 _event(logging.WARNING, "record_buffer_store_back", held=len(self),

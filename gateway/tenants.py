@@ -6,7 +6,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.config import Config, HeaderConfig, hash_key
+from gateway.config import Config, HeaderConfig, LimitsConfig, hash_key
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ModelNotFound, Unauthorized
 
@@ -27,6 +27,7 @@ class Tenant:
     routes: Mapping[str, ModelRoute]
     policy: ContextPolicy
     headers: HeaderConfig
+    limits: LimitsConfig
 
     def route(self, alias: str) -> ModelRoute:
         try:
@@ -50,6 +51,7 @@ class TenantDirectory:
                         for alias, m in t.models.items()},
                 policy=t.context.policy(),
                 headers=t.headers,
+                limits=config.limits_for(name),
             )
             for name, t in config.tenants.items()
         }

@@ -71,17 +71,18 @@ class Background:
     async def drain(self, timeout: float, claim_idle_seconds: float) -> None:
         """Apply what is queued now (each step bounded by `timeout`), then leave the consumer
         group tidy. Every step tolerates a store that is gone: it logs and the next runs."""
-        await step("recorder", self.recorder.drain(timeout))
+        await step("recorder", self.recorder.drain(timeout), timeout)
         await step("recorder consumers", self.recorder.remove_consumers(
-            stale_after_ms=max(60_000, 4 * int(claim_idle_seconds * 1000))))
+            stale_after_ms=max(60_000, 4 * int(claim_idle_seconds * 1000))), timeout)
         if self.memory is not None:
-            await step("memory worker", self.memory.worker.drain(timeout))
+            await step("memory worker", self.memory.worker.drain(timeout), timeout)
 
 
 async def step(name: str, work: Awaitable[Any], timeout: float = 10.0) -> None:
-    """One shutdown step, bounded: its failure is logged and the next step runs."""
+    """One shutdown step, bounded by `timeout` (+1 s for a step that bounds itself by it to
+    finish): its failure or overrun is logged and the next step runs."""
     try:
-        await asyncio.wait_for(work, timeout + 1)  # steps bound themselves; a hung store too
+        await asyncio.wait_for(work, timeout + 1)  # a hung store too
     except Exception as exc:  # noqa: BLE001 — shutdown must finish; each failure is logged
         logger.warning(json.dumps({"event": "shutdown_step_failed", "step": name,
                                    "error": repr(exc)}))

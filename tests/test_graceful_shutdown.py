@@ -1,4 +1,5 @@
-"""SIGTERM: stop accepting, finish in-flight streams, drain the recorder, leave the group, exit.
+"""SIGTERM: stop accepting, finish in-flight streams, drain the recorder, leave the group, exit;
+with the store gone, the buffered turns go to the journal and the next start stores them.
 
 Real gateway processes on a real redis-server.
 """
@@ -7,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import stat
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 
-from tests.support.processes import (AUTH, Processes, chat_body, consumers,
-                                     gateway_config_file, report, transcripts, turn_text,
-                                     wait_all_applied)
+from tests.support.processes import (AUTH, Ledger, Processes, chat_body, consumers,
+                                     gateway_config_file, report, send_turn, transcripts,
+                                     turn_text, wait_all_applied)
 
 STREAMS = 4
 
@@ -80,24 +84,94 @@ def test_sigterm_finishes_in_flight_streams_records_them_and_exits(tmp_path):
         assert consumers(redis.url) == []  # it left the consumer group
 
 
-def test_sigterm_with_redis_already_gone_shuts_down_cleanly_and_says_what_was_lost(tmp_path):
+JOURNAL_TURNS = 12
+JOURNAL_CONVERSATIONS = 3
+
+
+def _journal_lines(data_dir: Path) -> tuple[int, list[str]]:
+    files = sorted(data_dir.glob("record-journal-*"))
+    lines = sum(len(f.read_text().splitlines()) for f in files)
+    return lines, [f"{f.name}:{stat.S_IMODE(f.stat().st_mode):o}" for f in files]
+
+
+@pytest.mark.parametrize("outage", ["stopped", "hung"])
+def test_turns_the_store_cannot_take_at_sigterm_are_journalled_and_stored_once_at_next_start(
+        tmp_path, outage):
+    """`stopped`: connections are refused. `hung` (SIGSTOP): nothing answers, so every store
+    call must be bounded by a timeout for the shutdown to end."""
     with Processes(tmp_path) as procs:
         redis = procs.redis()
-        config = gateway_config_file(tmp_path / "config.yaml", redis.url,
-                                     recorder={"drain_timeout_seconds": 1})
-        gateway = procs.gateway(config)
-        redis.stop()
-        response = httpx.post(gateway.url + "/v1/chat/completions", timeout=20,
-                              json=chat_body("gone-0", 0),
-                              headers={**AUTH, "X-Conversation-Id": "gone-0"})
+        grace = {"shutdown_timeout_seconds": 5, "store_timeout_seconds": 0.5}
+        drain = 1
+        config = gateway_config_file(tmp_path / "config.yaml", redis.url, server=grace,
+                                     recorder={"drain_timeout_seconds": drain,
+                                               "buffer_retry_max_seconds": 0.5})
+        data_dir = tmp_path / "data"
+        gateway = procs.gateway(config, workers=2)
+        if outage == "hung":
+            redis.signal(signal.SIGSTOP)
+        else:
+            redis.stop()
+        ledger = Ledger()
+        names = [f"journal-{c}" for c in range(JOURNAL_CONVERSATIONS)]
+
+        async def chat() -> None:
+            async with httpx.AsyncClient(timeout=20) as client:
+                async def one(name: str) -> None:
+                    for n in range(JOURNAL_TURNS // JOURNAL_CONVERSATIONS):
+                        ok, error = await send_turn(client, gateway.url, name, n,
+                                                    stream=n % 2 == 1)
+                        ledger.sent(name, n, ok, error)
+                await asyncio.gather(*(one(name) for name in names))
+
+        asyncio.run(chat())
         started = time.monotonic()
-        code = gateway.terminate(20)
-        log = gateway.log_text()
-        report("shutdown with redis gone", request_status=response.status_code,
-               exit_code=code, exit_s=f"{time.monotonic() - started:.1f}",
-               lost_logged=log.count('"event": "record_buffer_lost_at_shutdown"'))
-        assert response.status_code == 200
+        # Bounded: in-flight requests (none) + tasks and buffer drains + the worker's drain.
+        code = gateway.terminate(grace["shutdown_timeout_seconds"] + 4 * drain + 15)
+        exit_s = time.monotonic() - started
+        first_log = gateway.log_text()
+        spilled, files = _journal_lines(data_dir)
+
+        if outage == "hung":
+            redis.signal(signal.SIGCONT)
+        else:
+            redis.start()
+        again = procs.gateway(config, workers=2)
+        stored = _wait_stored(redis.url, ledger, timeout=30)
+        wait_all_applied(redis.url, names, timeout=30)
+        counts = ledger.check(transcripts(redis.url, names))
+        deadline = time.monotonic() + 10
+        while list(data_dir.glob("record-journal-*")) and time.monotonic() < deadline:
+            time.sleep(0.1)  # released once every replayed turn is in the store
+        left_after = sorted(f.name for f in data_dir.glob("record-journal-*"))
+        replay_log = again.log_text()
+        report(f"journal (redis {outage} at SIGTERM, 2 workers; restart with redis back)",
+               turns_sent=JOURNAL_TURNS, completed=counts["completed"], exit_code=code,
+               exit_s=f"{exit_s:.1f}", journal_lines=spilled, journal_files=len(files),
+               stored_once=counts["stored"], lost=counts["lost"],
+               duplicated=counts["duplicated"], out_of_order=counts["out_of_order"],
+               journal_files_left=len(left_after))
+        assert counts["completed"] == JOURNAL_TURNS and counts["failed_requests"] == 0
         assert code in (0, -signal.SIGTERM)
-        assert "Application shutdown failed" not in log
-        assert '"event": "shutdown_complete"' in log
-        assert '"event": "record_buffer_lost_at_shutdown"' in log
+        assert "Application shutdown failed" not in first_log
+        assert '"event": "record_journal_spilled"' in first_log
+        assert "record_buffer_dropped" not in first_log
+        assert spilled == JOURNAL_TURNS, files
+        assert files and all(f.endswith(":600") for f in files), files
+        assert '"event": "record_journal_replayed"' in replay_log
+        assert stored == JOURNAL_TURNS
+        assert counts["stored"] == JOURNAL_TURNS and counts["lost"] == 0
+        assert counts["duplicated"] == 0 and counts["out_of_order"] == 0, counts
+        assert counts["replies_missing"] == 0 and counts["unknown"] == 0, counts
+        assert left_after == []
+
+
+def _wait_stored(redis_url: str, ledger: Ledger, timeout: float) -> int:
+    """Poll until every completed turn is stored; returns how many are (once or more)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = ledger.check(transcripts(redis_url, ledger.names))
+        done = counts["stored"] + counts["duplicated"]
+        if done >= counts["completed"] or time.monotonic() > deadline:
+            return done
+        time.sleep(0.2)

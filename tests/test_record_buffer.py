@@ -54,7 +54,7 @@ async def test_a_turn_whose_enqueue_reply_was_lost_is_stored_once(store, store_c
     sink = ReplyLostOnce(store)
     buffer = RecordBuffer(sink, capacity=4, retry_initial_seconds=0.01)
     buffer.add(turn)
-    assert await buffer.drain(timeout=5) == 0
+    assert await buffer.drain(timeout=5) == []
 
     assert sink.records == 2  # the retry happened
     assert (buffer.flushed, buffer.dropped) == (1, 0)

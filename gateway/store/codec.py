@@ -65,14 +65,22 @@ def decode_stored(text: str | bytes) -> StoredMessage:
 
 
 def encode_record(record: TurnRecord) -> str:
-    return _dumps({"mode": record.mode, "parent_id": record.parent_id,
-                   "messages": [m.to_openai() for m in record.messages],
-                   "created_at": record.created_at, "request_id": record.request_id,
-                   "incomplete_reply": record.incomplete_reply})
+    return _dumps(record_to_dict(record))
 
 
 def decode_record(text: str | bytes) -> TurnRecord:
-    data = _loads(text)
+    return record_from_dict(_loads(text))
+
+
+def record_to_dict(record: TurnRecord) -> dict[str, Any]:
+    """The record as a JSON-ready object (for formats that nest it, the record journal)."""
+    return {"mode": record.mode, "parent_id": record.parent_id,
+            "messages": [m.to_openai() for m in record.messages],
+            "created_at": record.created_at, "request_id": record.request_id,
+            "incomplete_reply": record.incomplete_reply}
+
+
+def record_from_dict(data: Any) -> TurnRecord:
     try:
         mode = data["mode"]
         if mode not in ("after", "append"):

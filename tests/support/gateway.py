@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 from typing import Any, Iterator
 
 from gateway.app import create_app
@@ -29,6 +30,9 @@ def gateway_config(store: str, *, context: dict[str, Any] | None = None,
               "context": context or {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
     # The test embedder: memory works the same, without loading a model per app start.
     top.setdefault("memory", {"embedder": {"kind": "hash"}})
+    # A data dir of its own: a record journal written at one test's shutdown (its store gone)
+    # must never be replayed into another test's store, nor left in the working tree.
+    top["server"] = {"data_dir": tempfile.mkdtemp(prefix="gateway-test-"), **top.get("server", {})}
     return parse_config({
         "store": store,
         "recorder": recorder or {"mode": "inline"},
