@@ -17,6 +17,10 @@ pending hash is lost, and the conversation skips past it; a seq that is pending 
 stream entry has vanished for `gap_timeout_ms` is enqueued again. Nothing is dropped silently.
 
 Attempt counts live in this process: after a crash a reclaimed job starts counting anew.
+
+Cost per job, independent of the conversation's length: the transcript is read through a
+`TranscriptCache` (only the elements appended since this recorder last read it are sent and
+decoded), together with the applied seq and the erase tombstone in one script under WATCH.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.ids import ConversationKey
 from gateway.core.transcript import apply_turn
-from gateway.store.codec import (CodecError, decode_record, decode_stored, encode_branch,
+from gateway.store.codec import (CodecError, decode_record, encode_branch,
                                  encode_key, encode_stored)
 from gateway.store.keys import ConversationKeys, KeySpace
 from gateway.store.outage import OutageLog
+from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 from gateway.store.redis_store import entry_ms, erased_before, require_decoded
 
 log = logging.getLogger("gateway.recorder")
@@ -56,6 +61,13 @@ local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
 if #pending > 0 then return 0 end
 redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
+"""
+
+
+# KEYS: transcript, applied seq, the user's erase tombstone. ARGV: as TRANSCRIPT_LUA.
+# Returns {how, elements (TRANSCRIPT_LUA), applied ("" if none), the tombstone ("" if none)}.
+_READ_LUA = TRANSCRIPT_LUA + """
+return {how, elements, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}
 """
 
 
@@ -133,6 +145,8 @@ class Recorder:
             raise ValueError("claim_idle_ms must be larger than block_ms")
         self._redis = client
         self.keys = keys or KeySpace()
+        self.transcripts = TranscriptCache()
+        """Decoded transcripts of the conversations this recorder applied turns to."""
         prefix = consumer_prefix or f"{socket.gethostname()}-{os.getpid()}"
         self.consumers = tuple(f"{prefix}-{n}" for n in range(workers))
         self.max_attempts = max_attempts
@@ -408,13 +422,20 @@ class Recorder:
                     # Watching the tombstone too: an erase landing before our EXEC aborts it.
                     erased_key = self.keys.erased(job.key.tenant, job.key.user)
                     await pipe.watch(ck.transcript, ck.applied, erased_key)
-                    if _predates_erase(await pipe.get(erased_key), job):
+                    # One round trip reads the tombstone, the applied seq and what is new in
+                    # the transcript since this process last read it (TRANSCRIPT_LUA): the
+                    # cost of a job does not grow with the conversation.
+                    cached = self.transcripts.get(job.key)
+                    how, elements, applied_raw, erased = await pipe.eval(
+                        _READ_LUA, 3, ck.transcript, ck.applied, erased_key,
+                        *self.transcripts.args(cached))
+                    if _predates_erase(erased or None, job):
                         pipe.multi()  # the user erased their memory: drop it, write nothing
                         pipe.hdel(ck.pending, str(job.seq))
                         self._queue_ack(pipe, job.entry_id)
                         await pipe.execute()
                         return _Outcome.DONE
-                    applied = int(await pipe.get(ck.applied) or 0)
+                    applied = int(applied_raw or 0)
                     if job.seq <= applied:
                         pipe.multi()
                         self._queue_ack(pipe, job.entry_id)
@@ -425,8 +446,7 @@ class Recorder:
                         await pipe.reset()
                         return await self._gap(job, ck, state)
                     record = decode_record(job.payload)
-                    stored = tuple(decode_stored(t) for t in await pipe.lrange(ck.transcript,
-                                                                              0, -1))
+                    stored = self.transcripts.resolve(job.key, cached, how, elements)
                     edit = apply_turn(stored, record)
                     now = self._clock()
                     pipe.multi()

@@ -34,7 +34,7 @@ from gateway.core.transcript import TurnRecord, apply_turn
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  decode_stored, encode_record)
 from gateway.store.keys import KeySpace
-from gateway.store.transcript_cache import CachedTranscript, TranscriptCache, last_sha1
+from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 
 log = logging.getLogger("gateway.store")
 
@@ -79,26 +79,10 @@ return ms
 """
 
 # KEYS: transcript, pending hash, applied seq, the user's erase tombstone.
-# ARGV: the length and the sha1 of the last element of the transcript the caller has cached.
-# Returns {how, elements, the pending hash (flat), applied ("" if none), the tombstone ("" if
-# none)}; how: 1 the cached transcript is the transcript (no elements), 2 it is a prefix of it
-# (elements: the ones after it), 0 otherwise (elements: the whole transcript). Messages are
-# hash-chained, so an element equal to the cached last one, at its place, means the elements
-# before it are the cached ones too. One round trip, atomic like the MULTI it replaces.
-_LOAD_LUA = """
-local n = redis.call('LLEN', KEYS[1])
-local cached = tonumber(ARGV[1])
-local how = 0
-local elements = {}
-if n > 0 and cached > 0 and n >= cached
-   and redis.sha1hex(redis.call('LINDEX', KEYS[1], cached - 1)) == ARGV[2] then
-  if n == cached then how = 1 else
-    how = 2
-    elements = redis.call('LRANGE', KEYS[1], cached, -1)
-  end
-elseif n > 0 then
-  elements = redis.call('LRANGE', KEYS[1], 0, -1)
-end
+# ARGV: as TRANSCRIPT_LUA (what the caller has cached). Returns {how, elements (see
+# TRANSCRIPT_LUA), the pending hash (flat), applied ("" if none), the tombstone ("" if none)}:
+# one round trip, atomic like the MULTI it replaces.
+_LOAD_LUA = TRANSCRIPT_LUA + """
 return {how, elements, redis.call('HGETALL', KEYS[2]),
         redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[4]) or ''}
 """
@@ -179,21 +163,8 @@ class RedisStore:
         cached = self.cache.get(key)
         how, elements, flat_pending, applied, erased = await self._load_script(
             keys=[ck.transcript, ck.pending, ck.applied, self.keys.erased(key.tenant, key.user)],
-            args=[cached.length if cached else -1, cached.last_sha1 if cached else ""])
-        if how == 1 and cached is not None:
-            self.cache.hits += 1
-            messages = cached.messages
-        elif how == 2 and cached is not None:  # appended to: decode only what is new
-            self.cache.extended += 1
-            messages = cached.messages + tuple(decode_stored(text) for text in elements)
-            self.cache.put(key, CachedTranscript(len(messages), last_sha1(elements), messages))
-        else:
-            self.cache.misses += 1
-            messages = tuple(decode_stored(text) for text in elements)
-            if messages:
-                self.cache.put(key, CachedTranscript(len(elements), last_sha1(elements),
-                                                     messages))
-        return messages, flat_pending, applied, erased
+            args=self.cache.args(cached))
+        return self.cache.resolve(key, cached, how, elements), flat_pending, applied, erased
 
     async def delete(self, key: ConversationKey) -> None:
         """Forget the conversation: transcript, branches, pending turns and meta. Turns

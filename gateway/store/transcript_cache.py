@@ -15,10 +15,35 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
+from gateway.store.codec import decode_stored
+
+# The first part of a script reading a transcript against a cached copy. KEYS[1]: the
+# transcript; ARGV[1], ARGV[2]: the cached length (-1: none) and the sha1 of the cached last
+# element. Leaves `how` (1: the cached transcript is the transcript, no elements; 2: it is a
+# prefix of it, elements: the ones after it; 0: otherwise, elements: the whole transcript) and
+# `elements` for the rest of the script to return. Messages are hash-chained, so an element
+# equal to the cached last one, at its place, means the elements before it are the cached
+# ones too.
+TRANSCRIPT_LUA = """
+local n = redis.call('LLEN', KEYS[1])
+local cached = tonumber(ARGV[1])
+local how = 0
+local elements = {}
+if n > 0 and cached > 0 and n >= cached
+   and redis.sha1hex(redis.call('LINDEX', KEYS[1], cached - 1)) == ARGV[2] then
+  if n == cached then how = 1 else
+    how = 2
+    elements = redis.call('LRANGE', KEYS[1], cached, -1)
+  end
+elseif n > 0 then
+  elements = redis.call('LRANGE', KEYS[1], 0, -1)
+end
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +59,9 @@ def last_sha1(raw: list[str]) -> str:
 
 
 class TranscriptCache:
+    """See the module docstring. `args(key)` are the script's ARGV for a conversation;
+    `resolve` turns the script's answer into the transcript, decoding only what is new."""
+
     def __init__(self, max_conversations: int = 2048, max_messages: int = 500_000):
         self.max_conversations = max_conversations
         self.max_messages = max_messages
@@ -63,3 +91,25 @@ class TranscriptCache:
                                           or self._messages > self.max_messages):
             _, evicted = self._entries.popitem(last=False)
             self._messages -= len(evicted.messages)
+
+    def args(self, cached: CachedTranscript | None) -> list[object]:
+        """ARGV[1], ARGV[2] of TRANSCRIPT_LUA for what is cached (or nothing)."""
+        return [cached.length if cached else -1, cached.last_sha1 if cached else ""]
+
+    def resolve(self, key: ConversationKey, cached: CachedTranscript | None, how: int,
+                elements: Sequence[str]) -> tuple[StoredMessage, ...]:
+        """The transcript TRANSCRIPT_LUA described (for `cached`, as passed to `args`);
+        caches it."""
+        if how == 1 and cached is not None:
+            self.hits += 1
+            return cached.messages
+        if how == 2 and cached is not None:  # appended to: decode only what is new
+            self.extended += 1
+            messages = cached.messages + tuple(decode_stored(text) for text in elements)
+            self.put(key, CachedTranscript(len(messages), last_sha1(list(elements)), messages))
+            return messages
+        self.misses += 1
+        messages = tuple(decode_stored(text) for text in elements)
+        if messages:
+            self.put(key, CachedTranscript(len(elements), last_sha1(list(elements)), messages))
+        return messages
