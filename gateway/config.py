@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.core.ids import valid_id
+from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ConfigError
 
@@ -123,6 +124,10 @@ class ContextConfig(Strict):
     summary_share: float = Field(0.0, ge=0, le=1)
     profile_share: float = Field(0.05, ge=0, le=1)
     recall_share: float = Field(0.95, ge=0, le=1)
+    one_shot_tool_chars: int | None = Field(8000, ge=1)
+    """A `tool` message longer than this (characters of its text; ~2,000 tokens of English)
+    is one-shot: forwarded in its request, stored only as a placeholder. null: only messages
+    the client marks are (gateway/core/one_shot.py)."""
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> ContextConfig:
@@ -133,7 +138,10 @@ class ContextConfig(Strict):
         return self
 
     def policy(self) -> ContextPolicy:
-        return ContextPolicy(**self.model_dump())
+        return ContextPolicy(**self.model_dump(exclude={"one_shot_tool_chars"}))
+
+    def one_shot(self) -> OneShotPolicy:
+        return OneShotPolicy(tool_chars=self.one_shot_tool_chars)
 
 
 class HeaderConfig(Strict):

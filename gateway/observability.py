@@ -46,6 +46,8 @@ class RequestLog:
     memory_tokens: dict[str, int] | None = None
     """Tokens each memory layer used: summary, profile, recalled."""
     memory_error: str | None = None
+    one_shot_messages: int | None = None
+    """Messages forwarded in this request and stored only as placeholders (one-shot)."""
     passthrough: str | None = None
     """Why the request was forwarded without memory (no_conversation_id, store_unavailable)."""
     error: str | None = None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gateway.config import Config, HeaderConfig, hash_key
+from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ModelNotFound, Unauthorized
 
@@ -27,6 +28,7 @@ class Tenant:
     routes: Mapping[str, ModelRoute]
     policy: ContextPolicy
     headers: HeaderConfig
+    one_shot: OneShotPolicy = OneShotPolicy()
 
     def route(self, alias: str) -> ModelRoute:
         try:
@@ -50,6 +52,7 @@ class TenantDirectory:
                         for alias, m in t.models.items()},
                 policy=t.context.policy(),
                 headers=t.headers,
+                one_shot=t.context.one_shot(),
             )
             for name, t in config.tenants.items()
         }
