@@ -72,7 +72,12 @@ def withhold(messages: Sequence[Message], marked: AbstractSet[int],
     """The kept form of `messages`; `marked`: indexes of the messages the client marked."""
     kept: list[Message] | None = None
     count = 0
+    if policy.tool_chars is None and not marked:
+        return Withheld(tuple(messages), 0)
     for i, message in enumerate(messages):
+        # Every request passes here: only tool and marked messages are looked at closely.
+        if message.role != "tool" and i not in marked:
+            continue
         if is_one_shot(message, i in marked, policy):
             if kept is None:
                 kept = list(messages)
