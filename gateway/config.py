@@ -251,12 +251,57 @@ class MemoryConfig(Strict):
     index: IndexConfig = IndexConfig()
 
 
+class TracingConfig(Strict):
+    """OpenTelemetry spans for requests and memory jobs, exported over OTLP/HTTP
+    (gateway/tracing.py). Off: nothing of OpenTelemetry is even imported."""
+
+    enabled: bool = False
+    endpoint: str | None = None
+    """The OTLP/HTTP traces URL (`http://localhost:4318/v1/traces`); unset: the exporter's
+    own OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT variables."""
+    headers_env: str | None = None
+    """An environment variable holding the export's headers as `key=value,...` (the
+    OTEL_EXPORTER_OTLP_HEADERS format; values URL-encoded): credentials stay out of the file."""
+    service_name: str = Field("context-gateway", min_length=1)
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    """The share of new traces kept; a client's sampled `traceparent` is always followed."""
+
+    @field_validator("enabled")
+    @classmethod
+    def _installed(cls, value: bool) -> bool:
+        from gateway.tracing import missing_packages  # imports nothing of OpenTelemetry
+
+        missing = missing_packages() if value else []
+        if missing:
+            raise ValueError(f"tracing needs {', '.join(missing)}: install the `otel` extra "
+                             "(pip install 'context-gateway[otel]') or set it to false")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
+        return value
+
+    def headers(self) -> str | None:
+        """The headers variable's value; ConfigError if it is named and not set."""
+        if self.headers_env is None:
+            return None
+        value = os.environ.get(self.headers_env)
+        if not value:
+            raise ConfigError(
+                f"tracing.headers_env: environment variable {self.headers_env} is not set")
+        return value
+
+
 class Config(Strict):
     server: ServerConfig = ServerConfig()
     store: str = "embedded"
     """`embedded` (a bundled server in server.data_dir) or a redis://, rediss:// or unix:// URL."""
     recorder: RecorderConfig = RecorderConfig()
     memory: MemoryConfig = MemoryConfig()
+    tracing: TracingConfig = TracingConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
 
     @field_validator("store")
@@ -290,6 +335,8 @@ class Config(Strict):
     def check_secrets(self) -> None:
         """Resolve every env-referenced secret now, so a missing one fails at start-up."""
         self.key_digests()
+        if self.tracing.enabled:
+            self.tracing.headers()
         for name, tenant in self.tenants.items():
             for alias, model in tenant.models.items():
                 model.api_key(f"tenants.{name}.models.{alias}")

@@ -36,6 +36,7 @@ from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, U
 from gateway.record_buffer import BufferedTurn, RecordBuffer
 from gateway.tasks import TaskTracker
 from gateway.tenants import Tenant
+from gateway.tracing import Tracing
 
 logger = logging.getLogger("gateway.pipeline")
 
@@ -73,6 +74,7 @@ class Pipeline:
                  memory: Memory | None = None,
                  recall_settings: Mapping[str, RecallSettings] | None = None,
                  buffer: RecordBuffer | None = None,
+                 tracing: Tracing | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -86,6 +88,8 @@ class Pipeline:
         self.clock = clock
         self.buffer = buffer
         """Turns the store could not take; None: they are logged and not recorded."""
+        self.tracing = tracing
+        """None (the default): tracing is off and no request makes a tracer call."""
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
                       persist: bool, log: RequestLog) -> Prepared:
@@ -117,7 +121,7 @@ class Pipeline:
                 logger.warning("store unavailable, forwarding unchanged: %r", stored)
                 log.passthrough, log.error = "store_unavailable", repr(stored)
             else:
-                log.load_ms = (time.perf_counter() - started) * 1000
+                log.load_ms = log.step("load", started)
                 reconciliation, messages = await self._rewrite(chat, incoming, kept, tenant, key,
                                                                stored, snapshot, tokenizer, log)
         if reconciliation is None:
@@ -148,7 +152,7 @@ class Pipeline:
             policy=tenant.policy,
             memory=memory, history_ids=reconciliation.conversation_ids[:len(history)]),
             tokenizer)
-        log.rewrite_ms = (time.perf_counter() - started) * 1000
+        log.rewrite_ms = log.step("rewrite", started)
         log.reconcile = reconciliation.kind
         log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
         log.memory_tokens = {"summary": result.summary_tokens, "profile": result.profile_tokens,
@@ -187,16 +191,19 @@ class Pipeline:
             log.memory_error = repr(exc)
             return MemoryContext()
         finally:
-            log.recall_ms = (time.perf_counter() - started) * 1000
+            log.recall_ms = log.step("recall", started)
 
     async def complete(self, prepared: Prepared, log: RequestLog) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             response = await self.upstream.complete(prepared.call)
         finally:
-            log.upstream_ms = (time.perf_counter() - started) * 1000
+            log.upstream_ms = log.step("upstream", started)
+        log.usage = response.get("usage") if isinstance(response, dict) else None
         reply = reply_from_completion(response)
+        started = time.perf_counter()
         await self.record(prepared, [reply] if reply else [], log)
+        log.step("record", started)
         return response
 
     async def open_stream(self, prepared: Prepared, log: RequestLog) -> AsyncIterator[bytes]:
@@ -209,7 +216,7 @@ class Pipeline:
         except StopAsyncIteration:
             first = None
         finally:
-            log.upstream_ms = (time.perf_counter() - started) * 1000
+            log.upstream_ms = log.step("upstream", started)
         return self._sse(prepared, first, chunks, log)
 
     async def _sse(self, prepared: Prepared, first: StreamChunk | None,
@@ -243,6 +250,7 @@ class Pipeline:
                 if not finished and log.error is None:
                     log.error = "client disconnected"
                 reply = assembler.message()
+                log.usage = assembler.usage
                 # The log line is written by the shielded task, after recording: a client
                 # that hangs up as soon as it reads [DONE] (the openai SDK does) cancels this
                 # generator here, and the request must still be logged once.
@@ -253,15 +261,19 @@ class Pipeline:
 
     async def _record_and_finish(self, prepared: Prepared, reply: list[Message], log: RequestLog,
                                  *, incomplete: bool) -> None:
+        started = time.perf_counter()
         try:
             await self.record(prepared, reply, log, incomplete=incomplete)
         finally:
+            log.step("record", started)
             self.finish(log)
 
     def finish(self, log: RequestLog) -> None:
-        """The request's one log line and its metrics."""
+        """The request's one log line, its metrics, and (tracing on) its spans."""
         log.emit()
         self.metrics.observe(log)
+        if self.tracing is not None:
+            self.tracing.request(log)
 
     async def record(self, prepared: Prepared, reply: list[Message], log: RequestLog, *,
                      incomplete: bool = False) -> None:
