@@ -199,7 +199,8 @@ class Pipeline:
             response = await self.upstream.complete(prepared.call)
         finally:
             log.upstream_ms = log.step("upstream", started)
-        log.usage = response.get("usage") if isinstance(response, dict) else None
+        usage = response.get("usage") if isinstance(response, dict) else None
+        log.usage = usage if isinstance(usage, dict) else None
         reply = reply_from_completion(response)
         started = time.perf_counter()
         await self.record(prepared, [reply] if reply else [], log)
@@ -273,7 +274,10 @@ class Pipeline:
         log.emit()
         self.metrics.observe(log)
         if self.tracing is not None:
-            self.tracing.request(log)
+            try:
+                self.tracing.request(log)
+            except Exception:  # noqa: BLE001 — tracing never fails a request; logged
+                logger.exception("could not trace request %s", log.request_id)
 
     async def record(self, prepared: Prepared, reply: list[Message], log: RequestLog, *,
                      incomplete: bool = False) -> None:

@@ -5,6 +5,8 @@ The gateway end to end, with a store-wide scan: tests/test_one_shot_http.py."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.chat_request import parse_chat_request
 from gateway.config import parse_config
@@ -137,3 +139,19 @@ def test_the_threshold_is_configured_per_tenant_and_can_be_switched_off():
     assert off.tenants["acme"].context.one_shot() == OneShotPolicy(None)
     with pytest.raises(ConfigError, match="tenants.acme.context.one_shot_tool_chars"):
         parse_config(_tenant({"one_shot_tool_chars": 0}))
+
+
+_texts = st.sampled_from(["a", "b", "c"])
+_messages = st.lists(st.builds(lambda role, text: Message.of(role, text),
+                               st.sampled_from(["user", "assistant", "tool"]), _texts),
+                     max_size=6)
+
+
+@given(stored=_messages, incoming=_messages.filter(bool))
+def test_the_reconciled_conversation_always_ends_with_the_clients_messages(stored, incoming):
+    """What `restore` relies on: whatever the store holds, the conversation reconciled from the
+    kept form ends with the client's messages, so they can be swapped for the forwarded form."""
+    rec = reconcile(tuple(incoming), chain(None, stored))
+    tail = rec.conversation[len(rec.conversation) - len(incoming):]
+    assert [m.key() for m in tail] == [m.key() for m in incoming]
+    assert restore(rec.conversation, tuple(incoming))[-len(incoming):] == tuple(incoming)
