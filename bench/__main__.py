@@ -17,6 +17,7 @@ BENCHMARKS = {
     "rewrite-cost": "bench.rewrite_cost",
     "load": "bench.load.cli",
     "writeback": "bench.writeback",
+    "tracing-overhead": "bench.tracing_overhead",
 }
 
 

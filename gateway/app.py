@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import anyio
 from starlette.applications import Starlette
@@ -31,9 +31,13 @@ from gateway.store.redis_store import RedisStore
 from gateway.tasks import TaskTracker
 from gateway.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
+from gateway.tracing import start_tracing
 from gateway.upstream import FAKE_PREFIX, RoutingUpstream
 from gateway.upstream.endpoint import openai_endpoint
 from gateway.worker import WORKER_ENV, Background, build_recorder, step
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger("gateway")
 
@@ -146,8 +150,10 @@ def routing_upstream(config: Config) -> RoutingUpstream:
     return RoutingUpstream(direct=direct, litellm=litellm)
 
 
-def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette:
-    """Build the app. `upstream` replaces the default routing upstream (tests)."""
+def create_app(config: Config, *, upstream: Upstream | None = None,
+               span_exporter: SpanExporter | None = None) -> Starlette:
+    """Build the app. `upstream` replaces the default routing upstream (tests);
+    `span_exporter` replaces OTLP when `tracing.enabled` (tests: an in-memory exporter)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -165,11 +171,12 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         recorder = build_recorder(config, worker_redis) if worker_redis is not None else None
         tasks, metrics = TaskTracker(), Metrics()
         tenants = TenantDirectory(config)
+        tracing = start_tracing(config.tracing, span_exporter)
         routed = None if upstream else routing_upstream(config)
         chat_upstream = upstream or routed
         memory = None
         if any(t.memory.enabled for t in config.tenants.values()):
-            memory = build_memory(config, redis, chat_upstream, tenants)
+            memory = build_memory(config, redis, chat_upstream, tenants, tracing=tracing)
             await memory.embedding.warm_up()
         buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)
@@ -178,7 +185,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                             tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
                             inline_recorder=inline,
                             memory=memory.service if memory else None,
-                            recall_settings=memory.recall if memory else None, buffer=buffer)
+                            recall_settings=memory.recall if memory else None, buffer=buffer,
+                            tracing=tracing)
         app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory,
                                     buffer, store_pool=redis.connection_pool)
         # Turns a previous process could not hand to the store go first, then new ones.
@@ -213,6 +221,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                 await step("worker store connection", worker_redis.aclose(), timeout)
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
+            if tracing is not None:  # the last spans out (a blocking export: off the loop)
+                await anyio.to_thread.run_sync(tracing.shutdown)
             logger.info(json.dumps({
                 "event": "shutdown_complete",
                 "recorder_applied": recorder.applied if recorder else None,

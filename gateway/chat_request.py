@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.config import LimitsConfig
 from gateway.core.messages import ROLES, Message
+from gateway.core.one_shot import MARKER
 from gateway.errors import BadRequest
 
 # Fields the gateway consumes; they are not forwarded upstream.
@@ -30,6 +31,9 @@ class ChatRequest:
     user: str | None
     passthrough: dict[str, Any]
     """Every other field of the body, forwarded as sent (temperature, tools, ...)."""
+    one_shot: frozenset[int] = frozenset()
+    """Indexes into `messages` of those the client marked one-shot (gateway/core/one_shot.py);
+    the marker itself is consumed here and never forwarded."""
 
     @property
     def instructions(self) -> tuple[Message, ...]:
@@ -141,11 +145,11 @@ def parse_chat_request(body: dict[str, Any], limits: LimitsConfig) -> ChatReques
     user = _optional_str(body, "user")
     passthrough = {k: v for k, v in body.items()
                    if k not in ("model", "messages", *GATEWAY_FIELDS)}
-    return ChatRequest(model=model,
-                       messages=tuple(_message(m, i, limits.max_message_chars)
-                                      for i, m in enumerate(messages)),
-                       stream=stream, conversation_id=conversation_id, user=user,
-                       passthrough=passthrough)
+    parsed = tuple(_message(m, i, limits.max_message_chars) for i, m in enumerate(messages))
+    one_shot = frozenset(i for i, m in enumerate(messages) if m.get(MARKER) is True)
+    return ChatRequest(model=model, messages=parsed, stream=stream,
+                       conversation_id=conversation_id, user=user, passthrough=passthrough,
+                       one_shot=one_shot)
 
 
 def _text_length(content: Any) -> int:
@@ -202,4 +206,8 @@ def _message(data: Any, index: int, max_chars: int) -> Message:
     ):
         raise BadRequest(f"`{where}.tool_calls` must be an array of objects.",
                          param=f"{where}.tool_calls")
+    if MARKER in data:
+        if not isinstance(data[MARKER], bool):
+            raise BadRequest(f"`{where}.{MARKER}` must be a boolean.", param=f"{where}.{MARKER}")
+        data = {k: v for k, v in data.items() if k != MARKER}
     return Message.from_openai(data)

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.core.ids import valid_id
+from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ConfigError
 
@@ -135,6 +136,10 @@ class ContextConfig(Strict):
     summary_share: float = Field(0.0, ge=0, le=1)
     profile_share: float = Field(0.05, ge=0, le=1)
     recall_share: float = Field(0.95, ge=0, le=1)
+    one_shot_tool_chars: int | None = Field(8000, ge=1)
+    """A `tool` message longer than this (characters of its text; ~2,000 tokens of English)
+    is one-shot: forwarded in its request, stored only as a placeholder. null: only messages
+    the client marks are (gateway/core/one_shot.py)."""
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> ContextConfig:
@@ -145,7 +150,10 @@ class ContextConfig(Strict):
         return self
 
     def policy(self) -> ContextPolicy:
-        return ContextPolicy(**self.model_dump())
+        return ContextPolicy(**self.model_dump(exclude={"one_shot_tool_chars"}))
+
+    def one_shot(self) -> OneShotPolicy:
+        return OneShotPolicy(tool_chars=self.one_shot_tool_chars)
 
 
 class HeaderConfig(Strict):
@@ -257,6 +265,50 @@ class MemoryConfig(Strict):
     index: IndexConfig = IndexConfig()
 
 
+class TracingConfig(Strict):
+    """OpenTelemetry spans for requests and memory jobs, exported over OTLP/HTTP
+    (gateway/tracing.py). Off: nothing of OpenTelemetry is even imported."""
+
+    enabled: bool = False
+    endpoint: str | None = None
+    """The OTLP/HTTP traces URL (`http://localhost:4318/v1/traces`); unset: the exporter's
+    own OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT variables."""
+    headers_env: str | None = None
+    """An environment variable holding the export's headers as `key=value,...` (the
+    OTEL_EXPORTER_OTLP_HEADERS format; values URL-encoded): credentials stay out of the file."""
+    service_name: str = Field("context-gateway", min_length=1)
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    """The share of new traces kept; a client's sampled `traceparent` is always followed."""
+
+    @field_validator("enabled")
+    @classmethod
+    def _installed(cls, value: bool) -> bool:
+        from gateway.tracing import missing_packages  # imports nothing of OpenTelemetry
+
+        missing = missing_packages() if value else []
+        if missing:
+            raise ValueError(f"tracing needs {', '.join(missing)}: install the `otel` extra "
+                             "(pip install 'context-gateway[otel]') or set it to false")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
+        return value
+
+    def headers(self) -> str | None:
+        """The headers variable's value; ConfigError if it is named and not set."""
+        if self.headers_env is None:
+            return None
+        value = os.environ.get(self.headers_env)
+        if not value:
+            raise ConfigError(
+                f"tracing.headers_env: environment variable {self.headers_env} is not set")
+        return value
+
+
 class Config(Strict):
     server: ServerConfig = ServerConfig()
     store: str = "embedded"
@@ -264,6 +316,7 @@ class Config(Strict):
     recorder: RecorderConfig = RecorderConfig()
     memory: MemoryConfig = MemoryConfig()
     limits: LimitsConfig = LimitsConfig()
+    tracing: TracingConfig = TracingConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
 
     @field_validator("store")
@@ -304,6 +357,8 @@ class Config(Strict):
     def check_secrets(self) -> None:
         """Resolve every env-referenced secret now, so a missing one fails at start-up."""
         self.key_digests()
+        if self.tracing.enabled:
+            self.tracing.headers()
         for name, tenant in self.tenants.items():
             for alias, model in tenant.models.items():
                 model.api_key(f"tenants.{name}.models.{alias}")

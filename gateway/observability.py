@@ -7,9 +7,9 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -46,6 +46,8 @@ class RequestLog:
     memory_tokens: dict[str, int] | None = None
     """Tokens each memory layer used: summary, profile, recalled."""
     memory_error: str | None = None
+    one_shot_messages: int | None = None
+    """Messages forwarded in this request and stored only as placeholders (one-shot)."""
     passthrough: str | None = None
     """Why the request was forwarded without memory (no_conversation_id, store_unavailable)."""
     error: str | None = None
@@ -55,6 +57,21 @@ class RequestLog:
     upstream_ms: float | None = None
     """Until the upstream's answer (streaming: its first chunk)."""
     total_ms: float | None = None
+    # Not logged (see _NOT_LOGGED): what tracing makes spans from, when it is on.
+    steps: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """(start, end) in perf_counter seconds of each step: load, recall, rewrite, upstream,
+    record — the same measurements as the *_ms fields."""
+    traceparent: str | None = None
+    """The client's W3C `traceparent`, kept only when tracing is on."""
+    usage: Mapping[str, Any] | None = None
+    """The upstream's own token usage, when its answer carried one."""
+
+    def step(self, name: str, started: float) -> float:
+        """Note that step `name` ran from `started` (perf_counter) until now; its duration
+        in milliseconds (what the *_ms field of the step is set to)."""
+        ended = time.perf_counter()
+        self.steps[name] = (started, ended)
+        return (ended - started) * 1000
 
     def since_start_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
@@ -86,10 +103,14 @@ class RequestLog:
         self.total_ms = round(self.since_start_ms(), 3)
         record = {"time": round(time.time(), 3), "event": "chat_completion"}
         record.update({k: (round(v, 3) if isinstance(v, float) else v)
-                       for k, v in asdict(self).items() if k != "started" and v is not None})
+                       for k in _LOGGED if (v := getattr(self, k)) is not None})
         record["overhead_ms"] = self.overhead_ms
         level = logging.WARNING if self.status >= 500 else logging.INFO
         request_logger.log(level, json.dumps(record, ensure_ascii=False))
+
+
+_NOT_LOGGED = frozenset({"started", "steps", "traceparent", "usage"})
+_LOGGED = tuple(f.name for f in fields(RequestLog) if f.name not in _NOT_LOGGED)
 
 
 class Metrics:

@@ -23,6 +23,7 @@ from gateway.chat_request import ChatRequest
 from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message, StoredMessage
+from gateway.core.one_shot import restore, withhold
 from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.tokens import Tokenizer, count_messages
@@ -35,6 +36,7 @@ from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, U
 from gateway.record_buffer import BufferedTurn, RecordBuffer
 from gateway.tasks import TaskTracker
 from gateway.tenants import Tenant
+from gateway.tracing import Tracing
 
 logger = logging.getLogger("gateway.pipeline")
 
@@ -61,8 +63,8 @@ class Prepared:
     """None when nothing was reconciled (no conversation id, or the store could not be read)."""
     persist: bool
     incoming: tuple[Message, ...]
-    """The client's own non-instruction messages (recorded as they are when the store could
-    not be read and nothing was reconciled)."""
+    """The client's own non-instruction messages, one-shot ones as placeholders (recorded as
+    they are when the store could not be read and nothing was reconciled)."""
 
 
 class Pipeline:
@@ -72,6 +74,7 @@ class Pipeline:
                  memory: Memory | None = None,
                  recall_settings: Mapping[str, RecallSettings] | None = None,
                  buffer: RecordBuffer | None = None,
+                 tracing: Tracing | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -85,12 +88,21 @@ class Pipeline:
         self.clock = clock
         self.buffer = buffer
         """Turns the store could not take; None: they are logged and not recorded."""
+        self.tracing = tracing
+        """None (the default): tracing is off and no request makes a tracer call."""
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
                       persist: bool, log: RequestLog) -> Prepared:
         route = tenant.route(chat.model)
         tokenizer = self.tokenizer_for(route.model)
         messages, reconciliation = chat.messages, None
+        # One-shot messages are forwarded as sent; only their placeholders (the kept form)
+        # are reconciled and recorded (gateway/core/one_shot.py).
+        incoming = kept = chat.incoming
+        withheld = withhold(chat.messages, chat.one_shot, tenant.one_shot)
+        if withheld.count:
+            log.one_shot_messages = withheld.count
+            kept = tuple(m for m in withheld.kept if not m.is_instruction)
         if key is None:
             log.passthrough = "no_conversation_id"
         else:
@@ -109,23 +121,30 @@ class Pipeline:
                 logger.warning("store unavailable, forwarding unchanged: %r", stored)
                 log.passthrough, log.error = "store_unavailable", repr(stored)
             else:
-                log.load_ms = (time.perf_counter() - started) * 1000
-                reconciliation, messages = await self._rewrite(chat, tenant, key, stored,
-                                                               snapshot, tokenizer, log)
+                log.load_ms = log.step("load", started)
+                reconciliation, messages = await self._rewrite(chat, incoming, kept, tenant, key,
+                                                               stored, snapshot, tokenizer, log)
         if reconciliation is None:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
         call = UpstreamCall(model=route.model,
                             body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist, chat.incoming)
+        return Prepared(call, key, reconciliation, persist, kept)
 
-    async def _rewrite(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey,
+    async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
+                       kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
                        stored: tuple[StoredMessage, ...],
                        snapshot: MemorySnapshot | BaseException | None, tokenizer: Tokenizer,
                        log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
-        reconciliation = reconcile(chat.incoming, stored)
-        history, current = split_current(reconciliation.conversation)
+        """`kept`: the client's messages (`incoming`) with one-shot ones as placeholders — the
+        same tuple when there is none: reconciled and recorded in that form, while the model
+        sees the client's own."""
+        reconciliation = reconcile(kept, stored)
+        conversation = reconciliation.conversation
+        if kept is not incoming:
+            conversation = restore(conversation, incoming)
+        history, current = split_current(conversation)
         memory = await self._recall(key, tenant, current, snapshot, log)
         started = time.perf_counter()
         result = rewrite(RewriteRequest(
@@ -133,7 +152,7 @@ class Pipeline:
             policy=tenant.policy,
             memory=memory, history_ids=reconciliation.conversation_ids[:len(history)]),
             tokenizer)
-        log.rewrite_ms = (time.perf_counter() - started) * 1000
+        log.rewrite_ms = log.step("rewrite", started)
         log.reconcile = reconciliation.kind
         log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
         log.memory_tokens = {"summary": result.summary_tokens, "profile": result.profile_tokens,
@@ -172,16 +191,20 @@ class Pipeline:
             log.memory_error = repr(exc)
             return MemoryContext()
         finally:
-            log.recall_ms = (time.perf_counter() - started) * 1000
+            log.recall_ms = log.step("recall", started)
 
     async def complete(self, prepared: Prepared, log: RequestLog) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             response = await self.upstream.complete(prepared.call)
         finally:
-            log.upstream_ms = (time.perf_counter() - started) * 1000
+            log.upstream_ms = log.step("upstream", started)
+        usage = response.get("usage") if isinstance(response, dict) else None
+        log.usage = usage if isinstance(usage, dict) else None
         reply = reply_from_completion(response)
+        started = time.perf_counter()
         await self.record(prepared, [reply] if reply else [], log)
+        log.step("record", started)
         return response
 
     async def open_stream(self, prepared: Prepared, log: RequestLog) -> AsyncIterator[bytes]:
@@ -194,7 +217,7 @@ class Pipeline:
         except StopAsyncIteration:
             first = None
         finally:
-            log.upstream_ms = (time.perf_counter() - started) * 1000
+            log.upstream_ms = log.step("upstream", started)
         return self._sse(prepared, first, chunks, log)
 
     async def _sse(self, prepared: Prepared, first: StreamChunk | None,
@@ -228,16 +251,33 @@ class Pipeline:
                 if not finished and log.error is None:
                     log.error = "client disconnected"
                 reply = assembler.message()
+                log.usage = assembler.usage
+                # The log line is written by the shielded task, after recording: a client
+                # that hangs up as soon as it reads [DONE] (the openai SDK does) cancels this
+                # generator here, and the request must still be logged once.
                 await self.tasks.shielded(
-                    self.record(prepared, [reply] if reply else [], log,
-                                incomplete=not finished or not assembler.complete),
+                    self._record_and_finish(prepared, [reply] if reply else [], log,
+                                            incomplete=not finished or not assembler.complete),
                     name=f"record-{log.request_id}")
-                self.finish(log)
+
+    async def _record_and_finish(self, prepared: Prepared, reply: list[Message], log: RequestLog,
+                                 *, incomplete: bool) -> None:
+        started = time.perf_counter()
+        try:
+            await self.record(prepared, reply, log, incomplete=incomplete)
+        finally:
+            log.step("record", started)
+            self.finish(log)
 
     def finish(self, log: RequestLog) -> None:
-        """The request's one log line and its metrics."""
+        """The request's one log line, its metrics, and (tracing on) its spans."""
         log.emit()
         self.metrics.observe(log)
+        if self.tracing is not None:
+            try:
+                self.tracing.request(log)
+            except Exception:  # noqa: BLE001 — tracing never fails a request; logged
+                logger.exception("could not trace request %s", log.request_id)
 
     async def record(self, prepared: Prepared, reply: list[Message], log: RequestLog, *,
                      incomplete: bool = False) -> None:

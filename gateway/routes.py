@@ -36,6 +36,8 @@ def _gateway(request: Request) -> Gateway:
 async def chat_completions(request: Request) -> Response:
     gateway = _gateway(request)
     log = RequestLog(request_id=request_id(request.headers))
+    if gateway.pipeline.tracing is not None:
+        log.traceparent = request.headers.get("traceparent")
     try:
         tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
         log.tenant = tenant.name

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gateway.config import Config, HeaderConfig, LimitsConfig, hash_key
+from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ModelNotFound, Unauthorized
 
@@ -28,6 +29,7 @@ class Tenant:
     policy: ContextPolicy
     headers: HeaderConfig
     limits: LimitsConfig
+    one_shot: OneShotPolicy = OneShotPolicy()
 
     def route(self, alias: str) -> ModelRoute:
         try:
@@ -52,6 +54,7 @@ class TenantDirectory:
                 policy=t.context.policy(),
                 headers=t.headers,
                 limits=config.limits_for(name),
+                one_shot=t.context.one_shot(),
             )
             for name, t in config.tenants.items()
         }

@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import TYPE_CHECKING, Any, Awaitable
 
 import redis.asyncio as aioredis
 
@@ -40,6 +40,10 @@ from gateway.store import connect
 from gateway.store.embedded import die_with_parent
 from gateway.store.recorder import Recorder
 from gateway.tenants import TenantDirectory
+from gateway.tracing import start_tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger("gateway.worker")
 
@@ -89,15 +93,18 @@ async def step(name: str, work: Awaitable[Any], timeout: float = 10.0) -> None:
 
 
 async def run_worker(config: Config, url: str, upstream: Upstream,
-                     stop: asyncio.Event) -> None:
-    """Apply turns and derive memory until `stop` is set, then drain."""
+                     stop: asyncio.Event, *, span_exporter: SpanExporter | None = None) -> None:
+    """Apply turns and derive memory until `stop` is set, then drain. This process sets up
+    its own tracing (`span_exporter` replaces OTLP: tests)."""
     timeout = config.server.store_timeout_seconds
     memory_redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     # The recorder's blocking stream reads outlast any socket timeout: a connection of its own.
     recorder_redis = connect(url, socket_connect_timeout=timeout)
     memory = None
+    tracing = start_tracing(config.tracing, span_exporter)
     if any(t.memory.enabled for t in config.tenants.values()):
-        memory = build_memory(config, memory_redis, upstream, TenantDirectory(config))
+        memory = build_memory(config, memory_redis, upstream, TenantDirectory(config),
+                              tracing=tracing)
         await memory.embedding.warm_up()
     background = Background(build_recorder(config, recorder_redis), memory)
     await background.start()
@@ -112,6 +119,8 @@ async def run_worker(config: Config, url: str, upstream: Upstream,
             memory.close()
         await step("store connection", memory_redis.aclose())
         await step("recorder store connection", recorder_redis.aclose())
+        if tracing is not None:  # the last spans out (a blocking export: off the loop)
+            await asyncio.to_thread(tracing.shutdown)
         logger.info(json.dumps({"event": "worker_stopped",
                                 "recorder_applied": background.recorder.applied}))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import httpx
 import openai
@@ -294,6 +295,21 @@ def test_health_and_readiness(gateway_url):
 def test_unknown_route_is_a_404_in_openai_shape(gateway_url):
     response = httpx.get(gateway_url + "/v1/nothing")
     assert response.status_code == 404 and "error" in response.json()
+
+
+def test_a_stream_the_openai_sdk_reads_is_logged_once(client, caplog):
+    # The SDK hangs up as soon as it reads [DONE], while the turn is still being recorded.
+    with caplog.at_level(logging.INFO, logger="gateway.request"):
+        stream = client.chat.completions.create(
+            model="echo", messages=[user("stream me")], stream=True,
+            extra_headers={"X-Conversation-Id": "sdk-stream-log"})
+        assert "".join(c.choices[0].delta.content or "" for c in stream) == "stream me"
+        deadline = time.monotonic() + 10
+        while not [r for r in caplog.records if r.name == "gateway.request"]:
+            assert time.monotonic() < deadline, "the streamed request was never logged"
+            time.sleep(0.05)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.request"]
+    assert len(lines) == 1 and lines[0]["stream"] is True and lines[0]["persisted"] is True
 
 
 @pytest.mark.parametrize("mode", ["inline", "background"])

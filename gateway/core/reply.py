@@ -33,9 +33,14 @@ class StreamAssembler:
         self._calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.chunks = 0
+        self.usage: Mapping[str, Any] | None = None
+        """The stream's token usage, if the upstream sent it (`stream_options.include_usage`)."""
 
     def add(self, chunk: Mapping[str, Any]) -> None:
         self.chunks += 1
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self.usage = usage
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue

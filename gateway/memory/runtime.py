@@ -40,6 +40,7 @@ from gateway.store.codec import encode_key
 from gateway.store.redis_store import RedisStore
 from gateway.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
+from gateway.tracing import Tracing
 
 
 @dataclass
@@ -72,8 +73,8 @@ class _ForTenants:
 
 
 def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
-                 tenants: TenantDirectory, *, clock: Callable[[], float] = time.time
-                 ) -> MemoryRuntime:
+                 tenants: TenantDirectory, *, clock: Callable[[], float] = time.time,
+                 tracing: Tracing | None = None) -> MemoryRuntime:
     keys = MemoryKeySpace()
     embedder = build_embedder(config.memory.embedder.kind,
                               **({"threads": config.memory.embedder.threads}
@@ -117,7 +118,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                           lock_ms=int(worker_config.lock_seconds * 1000),
                           max_attempts=worker_config.max_attempts,
                           backoff_seconds=worker_config.backoff_seconds,
-                          transcripts=RedisStore(redis).applied, clock=clock)
+                          transcripts=RedisStore(redis).applied, clock=clock,
+                          tracing=tracing)
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
                                                                    redis, keys),
                             vector_index=vectors, chunks=chunks, profiles=profiles,

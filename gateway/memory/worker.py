@@ -33,6 +33,7 @@ from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.store.codec import CodecError, decode_key, decode_stored
 from gateway.store.outage import OutageLog
 from gateway.store.redis_store import erased_before
+from gateway.tracing import JOB_SPANS, Tracing, job_span
 
 log = logging.getLogger("gateway.memory")
 
@@ -78,9 +79,10 @@ class MemoryWorker:
                  backoff_seconds: float = 0.5, batch: int = 8,
                  transcripts: Callable[[ConversationKey],
                                        Awaitable[tuple[StoredMessage, ...]]] | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, tracing: Tracing | None = None):
         """`transcripts`: reads a conversation's applied transcript (RedisStore.applied: cached
-        in process, only new messages decoded); default: read and decode it whole."""
+        in process, only new messages decoded); default: read and decode it whole.
+        `tracing`: a span per conversation processed and per processor (None: off)."""
         self._redis = redis
         self._processors = tuple(processors)
         self._keys = keys or MemoryKeySpace()
@@ -92,6 +94,7 @@ class MemoryWorker:
         self._batch = batch
         self._clock = clock
         self._transcripts = transcripts
+        self._tracing = tracing
         self._done = redis.register_script(_DONE_LUA)
         self._unlock = redis.register_script(_UNLOCK_LUA)
         self._failures = _Failures()
@@ -188,8 +191,12 @@ class MemoryWorker:
         if erased is not None and all(erased_before(erased, m.created_at) for m in transcript):
             return  # the user erased their memory, and nothing newer is here: write nothing
         update = MemoryUpdate(key, transcript, _new_since(transcript, seen), settings)
-        for processor in self._processors:
-            await processor.process(update)
+        with job_span(self._tracing, "gateway.memory", key, **{
+                "gateway.messages": len(transcript), "gateway.new_messages": len(update.new)}):
+            for processor in self._processors:
+                with job_span(self._tracing, JOB_SPANS.get(processor.name,
+                                                           f"memory.{processor.name}"), key):
+                    await processor.process(update)
         if transcript:
             await self._redis.set(mem_keys.processed, f"{len(transcript)}:{transcript[-1].id}")
 
