@@ -17,7 +17,8 @@ from gateway.chat_request import ChatRequest, parse_body, parse_chat_request
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
 from gateway.memory_api import memory_routes
-from gateway.observability import request_id, RequestLog
+from gateway.observability import RequestLog, request_id
+from gateway.openapi import openapi
 from gateway.tenants import Tenant
 
 if TYPE_CHECKING:
@@ -142,6 +143,10 @@ class UnicodeSafeJSON(JSONResponse):
             return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
 
 
+async def openapi_json(request: Request) -> Response:
+    return JSONResponse(openapi())
+
+
 def error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> JSONResponse:
     return UnicodeSafeJSON(exc.body(), status_code=exc.status, headers=headers)
 
@@ -173,5 +178,6 @@ routes = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi_json, methods=["GET"]),
     *memory_routes,
 ]

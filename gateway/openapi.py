@@ -1,0 +1,155 @@
+"""The OpenAPI 3.1 description of the gateway's own endpoints, served at `/openapi.json`.
+
+It describes what the gateway itself accepts and answers — the chat endpoint as the subset of
+OpenAI's request the gateway validates (everything else passes through to the upstream), the
+model list, health, metrics and the user-control API — so clients can generate code against
+it and `schemathesis` can fuzz every operation (tests/test_openapi.py). Every error is
+OpenAI's error shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Json = dict[str, Any]
+
+_ERROR: Json = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {
+        "type": "object", "required": ["message", "type", "param", "code"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]},
+                       "code": {"type": ["string", "null"]}}}},
+}
+_ID = {"type": "string", "minLength": 1, "maxLength": 128,
+       "pattern": "^[A-Za-z0-9][A-Za-z0-9._@:+=-]*$"}
+_MESSAGE: Json = {
+    "type": "object", "required": ["role"],
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool", "function"]},
+        "content": {"oneOf": [
+            {"type": "string"}, {"type": "null"},
+            {"type": "array", "items": {"type": "object", "required": ["type"],
+                                        "properties": {"type": {"type": "string"},
+                                                       "text": {"type": "string"}}}}]},
+        "name": {"type": "string"},
+        "tool_call_id": {"type": "string"},
+        "tool_calls": {"type": "array", "items": {"type": "object"}},
+        "x_gateway_one_shot": {
+            "type": "boolean",
+            "description": "Forward this message in this request only; store a placeholder."},
+    },
+}
+_CHAT_REQUEST: Json = {
+    "type": "object", "required": ["model", "messages"],
+    "properties": {
+        "model": {"type": "string", "description": "A model alias of the tenant."},
+        "messages": {"type": "array", "minItems": 1,
+                     "items": {"$ref": "#/components/schemas/Message"}},
+        "stream": {"type": "boolean"},
+        "stream_options": {"type": ["object", "null"]},
+        "user": {"type": "string", "description": "The end user, if no user header is sent."},
+        "conversation_id": _ID,
+    },
+    "additionalProperties": True,
+}
+
+
+def _errors(*statuses: int) -> Json:
+    reasons = {400: "Bad request", 401: "Missing or unknown API key", 403: "Forbidden",
+               404: "Not found", 405: "Method not allowed", 413: "Body too large",
+               429: "Rate limited (upstream or the tenant's limit)", 500: "Upstream error",
+               502: "Upstream unreachable", 504: "Upstream timed out"}
+    return {str(s): {"description": reasons[s], "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        for s in statuses}
+
+
+def _ok(schema: Json | None = None, description: str = "OK") -> Json:
+    return {"200": {"description": description, "content": {
+        "application/json": {"schema": schema or {"type": "object"}}}}}
+
+
+_USER = {"name": "X-User-Id", "in": "header", "required": True, "schema": _ID,
+         "description": "The end user (the tenant may name another header)."}
+_CONVERSATION = {"name": "conversation_id", "in": "path", "required": True, "schema": _ID}
+
+
+def _memory(summary: str, *, path: tuple[Json, ...] = (), body: Json | None = None,
+            not_found: bool = False) -> Json:
+    operation: Json = {"summary": summary, "security": [{"tenantKey": []}],
+                       "parameters": [_USER, *path],
+                       "responses": {**_ok(), **_errors(400, 401, *((404,) if not_found else ()),
+                                                       413)}}
+    if body is not None:
+        operation["requestBody"] = {"required": True,
+                                    "content": {"application/json": {"schema": body}}}
+    return operation
+
+
+def openapi() -> Json:
+    """The document (a fresh dict each call)."""
+    conversation = "/v1/memory/conversations/{conversation_id}"
+    settings = {"type": "object", "properties": {"memory": {"type": "boolean"},
+                                                 "auto_extract": {"type": "boolean"}},
+                "additionalProperties": False}
+    chat = {
+        "summary": "Chat completion, with the conversation's memory (OpenAI-compatible)",
+        "security": [{"tenantKey": []}],
+        "parameters": [
+            {"name": "X-Conversation-Id", "in": "header", "required": False, "schema": _ID},
+            {**_USER, "required": False},
+            {"name": "X-Request-Id", "in": "header", "required": False,
+             "schema": {"type": "string", "maxLength": 200}}],
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/ChatCompletionRequest"}}}},
+        "responses": {"200": {"description": "The upstream's answer, unchanged", "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "text/event-stream": {"schema": {"type": "string"}}}},
+            **_errors(400, 401, 404, 413, 429, 500, 502, 504)},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Context Gateway", "version": "1",
+                 "description": "An OpenAI-compatible gateway that gives chat applications "
+                                "memory. Errors use OpenAI's error shape."},
+        "components": {
+            "securitySchemes": {"tenantKey": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": _ERROR, "Message": _MESSAGE,
+                        "ChatCompletionRequest": _CHAT_REQUEST},
+        },
+        "paths": {
+            "/v1/chat/completions": {"post": chat},
+            "/v1/models": {"get": {"summary": "The tenant's model aliases",
+                                   "security": [{"tenantKey": []}],
+                                   "responses": {**_ok(), **_errors(401)}}},
+            "/healthz": {"get": {"summary": "The process is up", "responses": _ok()}},
+            "/readyz": {"get": {"summary": "The store answers", "responses": {
+                **_ok(), "503": {"description": "The store does not answer"}}}},
+            "/v1/memory/settings": {
+                "get": _memory("The user's memory switches"),
+                "patch": _memory("Change the user's memory switches", body=settings)},
+            "/v1/memory/facts": {"get": _memory("The user's facts with their sources")},
+            "/v1/memory/facts/{fact_key}": {"delete": _memory(
+                "Forget one fact", not_found=True,
+                path=({"name": "fact_key", "in": "path", "required": True,
+                       "schema": {"type": "string", "minLength": 1, "maxLength": 256}},))},
+            "/v1/memory/profile": {"get": _memory("The learned profile"),
+                                   "delete": _memory("Forget the learned profile")},
+            "/v1/memory/conversations": {"get": _memory("The user's conversations")},
+            conversation: {
+                "get": _memory("A transcript and its branches", path=(_CONVERSATION,),
+                               not_found=True),
+                "delete": _memory("Delete a conversation and what memory owes to it",
+                                  path=(_CONVERSATION,), not_found=True)},
+            conversation + "/chunks": {"get": _memory(
+                "Summary chunks with their sources", path=(_CONVERSATION,), not_found=True)},
+            conversation + "/chunks/{chunk_id}": {"delete": _memory(
+                "Forget one summary chunk", not_found=True, path=(
+                    _CONVERSATION, {"name": "chunk_id", "in": "path", "required": True,
+                                    "schema": {"type": "string", "minLength": 1,
+                                               "maxLength": 256}}))},
+            "/v1/memory/export": {"get": _memory("Everything kept of the user")},
+            "/v1/memory": {"delete": _memory("Erase the user")},
+        },
+    }
