@@ -14,6 +14,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
+from gateway.admin import AdminKeys
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
 from gateway.memory.runtime import MemoryRuntime, build_memory
@@ -49,6 +50,7 @@ class Gateway:
 
     config: Config
     tenants: TenantDirectory
+    admin: AdminKeys
     pipeline: Pipeline
     store: RedisStore
     recorder: Recorder | None
@@ -178,7 +180,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                             inline_recorder=inline,
                             memory=memory.service if memory else None,
                             recall_settings=memory.recall if memory else None, buffer=buffer)
-        app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory,
+        app.state.gateway = Gateway(config, tenants, AdminKeys(config), pipeline, store, recorder, metrics, memory,
                                     buffer, store_pool=redis.connection_pool)
         await buffer.start()
         background = Background(recorder, memory) if mode == "background" and recorder else None

@@ -91,6 +91,17 @@ class ApiKey(Strict):
         return hash_key(value)
 
 
+class AdminConfig(Strict):
+    """Operator access: the user-control API across every tenant's users, and `/metrics`."""
+
+    keys: list[ApiKey] = Field(default_factory=list)
+    """Admin keys, in the same forms as tenant keys. None: no admin access exists, and
+    `/metrics` stays public as before."""
+    metrics_public: bool = False
+    """Serve `/metrics` without a key even when admin keys are set (a scraper inside a
+    private network)."""
+
+
 class ModelConfig(Strict):
     model: str = Field(min_length=1)
     """A litellm model string (`openai/gpt-4o-mini`), or `fake/<behaviour>` for the built-in
@@ -249,6 +260,7 @@ class Config(Strict):
     """`embedded` (a bundled server in server.data_dir) or a redis://, rediss:// or unix:// URL."""
     recorder: RecorderConfig = RecorderConfig()
     memory: MemoryConfig = MemoryConfig()
+    admin: AdminConfig = AdminConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
 
     @field_validator("store")
@@ -279,9 +291,22 @@ class Config(Strict):
                 owners[digest] = name
         return owners
 
+    def admin_digests(self) -> list[str]:
+        """sha256 of every admin key. Raises ConfigError for a missing env var or a key that
+        is also a tenant's: a key is either an admin's or a tenant's, never both."""
+        tenant_keys = self.key_digests()
+        digests = []
+        for i, key in enumerate(self.admin.keys):
+            digest = key.digest(f"admin.keys.{i}")
+            if digest in tenant_keys:
+                raise ConfigError(f"admin.keys.{i}: the same key is configured for tenant "
+                                  f"{tenant_keys[digest]}; an admin key must be its own")
+            digests.append(digest)
+        return digests
+
     def check_secrets(self) -> None:
         """Resolve every env-referenced secret now, so a missing one fails at start-up."""
-        self.key_digests()
+        self.admin_digests()
         for name, tenant in self.tenants.items():
             for alias, model in tenant.models.items():
                 model.api_key(f"tenants.{name}.models.{alias}")

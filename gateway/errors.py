@@ -43,6 +43,13 @@ class Unauthorized(GatewayError):
     log_level = logging.INFO
 
 
+class Forbidden(GatewayError):
+    status = 403
+    type = "invalid_request_error"
+    code = "insufficient_permissions"
+    log_level = logging.INFO
+
+
 class ModelNotFound(GatewayError):
     status = 404
     type = "invalid_request_error"

@@ -88,6 +88,7 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     gateway = _gateway(request)
+    gateway.admin.check_metrics(request.headers.get("authorization"))
     gateway.refresh_metrics()
     await gateway.refresh_queue_metrics()
     return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
