@@ -20,6 +20,7 @@ from gateway.errors import GatewayError
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.observability import Metrics
 from gateway.pipeline import Pipeline
+from gateway.ratelimit import RateLimiter
 from gateway.ports import Upstream
 from gateway.record_buffer import RecordBuffer
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
@@ -51,6 +52,7 @@ class Gateway:
     config: Config
     tenants: TenantDirectory
     admin: AdminKeys
+    limiter: RateLimiter
     pipeline: Pipeline
     store: RedisStore
     recorder: Recorder | None
@@ -174,13 +176,15 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
             await memory.embedding.warm_up()
         buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)
+        limiter = RateLimiter(config, redis, store.keys, metrics)
         inline = InlineProcessing(recorder, memory) if mode == "inline" and recorder else None
         pipeline = Pipeline(store=store, upstream=chat_upstream,
                             tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
                             inline_recorder=inline,
                             memory=memory.service if memory else None,
-                            recall_settings=memory.recall if memory else None, buffer=buffer)
-        app.state.gateway = Gateway(config, tenants, AdminKeys(config), pipeline, store, recorder, metrics, memory,
+                            recall_settings=memory.recall if memory else None, buffer=buffer,
+                            limiter=limiter)
+        app.state.gateway = Gateway(config, tenants, AdminKeys(config), limiter, pipeline, store, recorder, metrics, memory,
                                     buffer, store_pool=redis.connection_pool)
         await buffer.start()
         background = Background(recorder, memory) if mode == "background" and recorder else None

@@ -91,6 +91,25 @@ class ApiKey(Strict):
         return hash_key(value)
 
 
+class LimitsConfig(Strict):
+    """Rate limits over any 60 seconds, counted in the store (shared by every replica).
+    None: no limit of that kind."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+    """Prompt tokens as forwarded upstream (after the rewrite), plus completion tokens once
+    the answer is known (debited after the fact: they delay the next requests)."""
+
+    @property
+    def any(self) -> bool:
+        return self.requests_per_minute is not None or self.tokens_per_minute is not None
+
+
+class TenantApiKey(ApiKey):
+    limits: LimitsConfig = LimitsConfig()
+    """Limits of this key alone, on top of the tenant's (which all its keys share)."""
+
+
 class AdminConfig(Strict):
     """Operator access: the user-control API across every tenant's users, and `/metrics`."""
 
@@ -210,7 +229,8 @@ class TenantMemoryConfig(Strict):
 
 
 class TenantConfig(Strict):
-    api_keys: list[ApiKey] = Field(min_length=1)
+    api_keys: list[TenantApiKey] = Field(min_length=1)
+    limits: LimitsConfig = LimitsConfig()
     models: dict[str, ModelConfig] = Field(min_length=1)
     context: ContextConfig = ContextConfig()
     headers: HeaderConfig = HeaderConfig()

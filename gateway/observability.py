@@ -34,6 +34,8 @@ class RequestLog:
     reconcile: str | None = None
     tokens_original: int | None = None
     tokens_forwarded: int | None = None
+    tokens_completion: int | None = None
+    """The upstream's `usage.completion_tokens`; counted here for a rate-limited stream."""
     recent_turns: int | None = None
     truncated: int | None = None
     over_budget: bool | None = None
@@ -141,6 +143,10 @@ class Metrics:
         self.memory_dead_letters = Gauge("gateway_memory_dead_letters",
                                          "Conversations whose memory processing was "
                                          "dead-lettered, ever.", registry=self.registry)
+        self.rate_limited = Counter("gateway_rate_limited_total",
+                                    "Requests refused with 429 by a rate limit, by tenant and "
+                                    "kind (requests, tokens).", ["tenant", "kind"],
+                                    registry=self.registry)
         self.store_unavailable = Counter("gateway_store_unavailable_total",
                                          "Store operations that failed (the request went on "
                                          "without the store), by operation.",

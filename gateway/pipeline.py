@@ -25,13 +25,14 @@ from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
-from gateway.core.tokens import Tokenizer, count_messages
+from gateway.core.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import UpstreamError
 from gateway.memory.service import MemorySnapshot, RecallSettings
 from gateway.observability import Metrics, RequestLog
 from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
                            chunk_data)
+from gateway.ratelimit import Limit, RateLimiter
 from gateway.record_buffer import BufferedTurn, RecordBuffer
 from gateway.tasks import TaskTracker
 from gateway.tenants import Tenant
@@ -63,6 +64,8 @@ class Prepared:
     incoming: tuple[Message, ...]
     """The client's own non-instruction messages (recorded as they are when the store could
     not be read and nothing was reconciled)."""
+    limits: tuple[Limit, ...] = ()
+    """The rate limits it was admitted under (its completion tokens are added to them)."""
 
 
 class Pipeline:
@@ -72,6 +75,7 @@ class Pipeline:
                  memory: Memory | None = None,
                  recall_settings: Mapping[str, RecallSettings] | None = None,
                  buffer: RecordBuffer | None = None,
+                 limiter: RateLimiter | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -85,9 +89,13 @@ class Pipeline:
         self.clock = clock
         self.buffer = buffer
         """Turns the store could not take; None: they are logged and not recorded."""
+        self.limiter = limiter
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
-                      persist: bool, log: RequestLog) -> Prepared:
+                      persist: bool, log: RequestLog,
+                      limits: tuple[Limit, ...] = ()) -> Prepared:
+        """The request rewritten and admitted under `limits` (RateLimited if over one: then
+        nothing is forwarded or recorded)."""
         route = tenant.route(chat.model)
         tokenizer = self.tokenizer_for(route.model)
         messages, reconciliation = chat.messages, None
@@ -114,11 +122,13 @@ class Pipeline:
                                                                snapshot, tokenizer, log)
         if reconciliation is None:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
+        if limits and self.limiter is not None:
+            await self.limiter.admit(limits, tenant.name, log.tokens_forwarded or 0)
         call = UpstreamCall(model=route.model,
                             body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist, chat.incoming)
+        return Prepared(call, key, reconciliation, persist, chat.incoming, limits)
 
     async def _rewrite(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey,
                        stored: tuple[StoredMessage, ...],
@@ -181,6 +191,8 @@ class Pipeline:
         finally:
             log.upstream_ms = (time.perf_counter() - started) * 1000
         reply = reply_from_completion(response)
+        log.tokens_completion = _usage_completion_tokens(response)
+        self._settle(prepared, reply, log)
         await self.record(prepared, [reply] if reply else [], log)
         return response
 
@@ -228,11 +240,23 @@ class Pipeline:
                 if not finished and log.error is None:
                     log.error = "client disconnected"
                 reply = assembler.message()
+                self._settle(prepared, reply, log)
                 await self.tasks.shielded(
                     self.record(prepared, [reply] if reply else [], log,
                                 incomplete=not finished or not assembler.complete),
                     name=f"record-{log.request_id}")
                 self.finish(log)
+
+    def _settle(self, prepared: Prepared, reply: Message | None, log: RequestLog) -> None:
+        """Count the completion tokens against the request's token limits, in the background
+        (tracked): the upstream's `usage` when it gave one, else the reply as counted here."""
+        if self.limiter is None or not any(lim.kind == "tokens" for lim in prepared.limits):
+            return
+        if log.tokens_completion is None:
+            log.tokens_completion = count_message(
+                reply, self.tokenizer_for(prepared.call.model)) if reply else 0
+        self.tasks.spawn(self.limiter.settle(prepared.limits, log.tokens_completion),
+                         name=f"rate-settle-{log.request_id}")
 
     def finish(self, log: RequestLog) -> None:
         """The request's one log line and its metrics."""
@@ -303,6 +327,12 @@ class Pipeline:
         assert self.buffer is not None
         self.buffer.add(turn)
         log.record_buffered = True
+
+
+def _usage_completion_tokens(response: Mapping[str, Any]) -> int | None:
+    usage = response.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
+    return tokens if isinstance(tokens, int) and tokens >= 0 else None
 
 
 def _query(current: tuple[Message, ...]) -> str:

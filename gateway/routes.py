@@ -37,14 +37,15 @@ async def chat_completions(request: Request) -> Response:
     gateway = _gateway(request)
     log = RequestLog(request_id=request_id(request.headers))
     try:
-        tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
+        tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
         log.tenant = tenant.name
         raw = await _read_body(request, gateway.config.server.max_body_bytes)
         chat = parse_chat_request(parse_body(raw))
         log.model, log.stream = chat.model, chat.stream
         key, persist = _identity(request, tenant, chat)
         log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
-        prepared = await gateway.pipeline.prepare(chat, tenant, key, persist, log)
+        prepared = await gateway.pipeline.prepare(
+            chat, tenant, key, persist, log, gateway.limiter.limits_for(tenant.name, key_digest))
         if chat.stream:
             events = await gateway.pipeline.open_stream(prepared, log)
             return StreamingResponse(events, media_type="text/event-stream",
@@ -142,7 +143,8 @@ class UnicodeSafeJSON(JSONResponse):
 
 
 def error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return UnicodeSafeJSON(exc.body(), status_code=exc.status, headers=headers)
+    return UnicodeSafeJSON(exc.body(), status_code=exc.status,
+                           headers={**(headers or {}), **exc.headers()})
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:

@@ -59,10 +59,14 @@ class TenantDirectory:
         return self._tenants[name]
 
     def authenticate(self, authorization: str | None) -> Tenant:
+        return self.authenticate_key(authorization)[0]
+
+    def authenticate_key(self, authorization: str | None) -> tuple[Tenant, str]:
+        """The tenant of the request's key, and the key's sha256 (which names its limits)."""
         digest = bearer_digest(authorization)
         for known, tenant in self._by_digest.items():
             if hmac.compare_digest(known, digest):
-                return self._tenants[tenant]
+                return self._tenants[tenant], known
         raise Unauthorized("Incorrect API key provided.")
 
 
