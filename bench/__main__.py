@@ -16,6 +16,7 @@ BENCHMARKS = {
     "recall-latency": "bench.recall_latency",
     "rewrite-cost": "bench.rewrite_cost",
     "load": "bench.load.cli",
+    "ratelimit": "bench.ratelimit",
 }
 
 
