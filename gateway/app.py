@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -17,6 +16,7 @@ from starlette.exceptions import HTTPException
 from gateway.admin import AdminKeys
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
+from gateway.logs import configure_logging
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.observability import Metrics
 from gateway.pipeline import Pipeline
@@ -239,16 +239,9 @@ def recorder_mode(config: Config) -> str:
     return mode
 
 
-def configure_logging(level: str) -> None:
-    """One line per record on stdout: the gateway's own loggers at `level`, libraries (litellm
-    logs every call at INFO) at WARNING."""
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
-    logging.getLogger("gateway").setLevel(level.upper())
-    os.environ[LOG_LEVEL_ENV] = level
-
-
 def app_from_env() -> Starlette:
     """Factory for uvicorn workers: `uvicorn --factory gateway.app:app_from_env`."""
+    config = load_config(os.environ.get(CONFIG_ENV, "config.yaml"))
     # Worker processes start fresh: give them the same one-line-per-record log output.
-    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"))
-    return create_app(load_config(os.environ.get(CONFIG_ENV, "config.yaml")))
+    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"), config.server.log_format)
+    return create_app(config)

@@ -42,6 +42,9 @@ class ServerConfig(Strict):
     store_pool_size: int = Field(100, ge=1, le=10_000)
     """Connections each worker process keeps to the store for requests and memory. When all
     are in use a request waits for one (at most store_timeout_seconds) instead of failing."""
+    log_format: Literal["json", "text"] = "json"
+    """json: every line the gateway's processes print is one JSON object (uvicorn's lines,
+    warnings and tracebacks included); text: the message alone, uvicorn's own format."""
     shutdown_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     """On SIGTERM: how long in-flight requests (streams included) may take to finish before
     they are cancelled; then the recorder and the record buffer are drained."""

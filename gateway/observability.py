@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -12,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gateway.logs import JsonMessage
 
 if TYPE_CHECKING:
     from gateway.store.pool import PoolStats
@@ -91,7 +92,7 @@ class RequestLog:
                        for k, v in asdict(self).items() if k != "started" and v is not None})
         record["overhead_ms"] = self.overhead_ms
         level = logging.WARNING if self.status >= 500 else logging.INFO
-        request_logger.log(level, json.dumps(record, ensure_ascii=False))
+        request_logger.log(level, JsonMessage(record))
 
 
 class Metrics:
