@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from gateway.admin import AdminKeys
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
+from gateway.job_metrics import JobMetrics
 from gateway.logs import configure_logging
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.observability import Metrics
@@ -73,8 +74,10 @@ class Gateway:
                 pipe.get(keys.dead_count)
                 pipe.zcard(keys.memory_dirty)
                 pipe.get(f"{keys.prefix}:memory:dead:count")
-                length, groups, dead, dirty, memory_dead = await pipe.execute(
-                    raise_on_error=False)
+                self.metrics.jobs.queue_reads(pipe, keys.prefix)
+                replies = await pipe.execute(raise_on_error=False)
+                length, groups, dead, dirty, memory_dead = replies[:5]
+                self.metrics.jobs.read(replies[5:])
         except Exception as exc:  # noqa: BLE001 — a scrape must answer; the log says why
             logger.warning("queue metrics unavailable: %r", exc)
             return
@@ -165,14 +168,18 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
         mode = recorder_mode(config)
         worker_redis = connect(url, socket_connect_timeout=timeout) if mode in (
             "inline", "background") else None
-        recorder = build_recorder(config, worker_redis) if worker_redis is not None else None
+        # Turns applied and memory derived in this process (not a worker process): their job
+        # metrics are written from here.
+        jobs = JobMetrics(redis) if worker_redis is not None else None
+        recorder = build_recorder(config, worker_redis, jobs) if worker_redis is not None \
+            else None
         tasks, metrics = TaskTracker(), Metrics()
         tenants = TenantDirectory(config)
         routed = None if upstream else routing_upstream(config)
         chat_upstream = upstream or routed
         memory = None
         if any(t.memory.enabled for t in config.tenants.values()):
-            memory = build_memory(config, redis, chat_upstream, tenants)
+            memory = build_memory(config, redis, chat_upstream, tenants, jobs=jobs)
             await memory.embedding.warm_up()
         buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.job_metrics import StoredJobMetrics
 from gateway.logs import JsonMessage
 
 if TYPE_CHECKING:
@@ -165,6 +166,10 @@ class Metrics:
                                     "Buffered turns this process gave up on (buffer full, a "
                                     "failing turn, or left at shutdown): lost turns.",
                                     registry=self.registry)
+
+        # Worker job latency and retries, from the store (gateway/job_metrics.py).
+        self.jobs = StoredJobMetrics()
+        self.registry.register(self.jobs)
 
         self.pool_in_use = Gauge("gateway_store_pool_in_use",
                                  "Store connections of this process in use now.",
