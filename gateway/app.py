@@ -191,8 +191,9 @@ def create_app(config: Config, *, upstream: Upstream | None = None) -> Starlette
                             memory=memory.service if memory else None,
                             recall_settings=memory.recall if memory else None, buffer=buffer,
                             limiter=limiter)
-        app.state.gateway = Gateway(config, tenants, AdminKeys(config), limiter, pipeline, store, recorder, metrics, memory,
-                                    buffer, store_pool=redis.connection_pool)
+        app.state.gateway = Gateway(config, tenants, AdminKeys(config), limiter, pipeline,
+                                    store, recorder, metrics, memory, buffer,
+                                    store_pool=redis.connection_pool)
         await buffer.start()
         background = Background(recorder, memory) if mode == "background" and recorder else None
         if background is not None:

@@ -103,10 +103,6 @@ class LimitsConfig(Strict):
     """Prompt tokens as forwarded upstream (after the rewrite), plus completion tokens once
     the answer is known (debited after the fact: they delay the next requests)."""
 
-    @property
-    def any(self) -> bool:
-        return self.requests_per_minute is not None or self.tokens_per_minute is not None
-
 
 class TenantApiKey(ApiKey):
     limits: LimitsConfig = LimitsConfig()
