@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
@@ -14,11 +13,15 @@ import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
+from gateway.admin import AdminKeys
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
+from gateway.job_metrics import JobMetrics
+from gateway.logs import configure_logging
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.observability import Metrics
 from gateway.pipeline import Pipeline
+from gateway.ratelimit import RateLimiter
 from gateway.ports import Upstream
 from gateway.record_buffer import RecordBuffer
 from gateway.record_journal import RecordJournal
@@ -54,6 +57,8 @@ class Gateway:
 
     config: Config
     tenants: TenantDirectory
+    admin: AdminKeys
+    limiter: RateLimiter
     pipeline: Pipeline
     store: RedisStore
     recorder: Recorder | None
@@ -74,8 +79,10 @@ class Gateway:
                 pipe.get(keys.dead_count)
                 pipe.zcard(keys.memory_dirty)
                 pipe.get(f"{keys.prefix}:memory:dead:count")
-                length, groups, dead, dirty, memory_dead = await pipe.execute(
-                    raise_on_error=False)
+                self.metrics.jobs.queue_reads(pipe, keys.prefix)
+                replies = await pipe.execute(raise_on_error=False)
+                length, groups, dead, dirty, memory_dead = replies[:5]
+                self.metrics.jobs.read(replies[5:])
         except Exception as exc:  # noqa: BLE001 — a scrape must answer; the log says why
             logger.warning("queue metrics unavailable: %r", exc)
             return
@@ -168,7 +175,11 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         mode = recorder_mode(config)
         worker_redis = connect(url, socket_connect_timeout=timeout) if mode in (
             "inline", "background") else None
-        recorder = build_recorder(config, worker_redis) if worker_redis is not None else None
+        # Turns applied and memory derived in this process (not a worker process): their job
+        # metrics are written from here.
+        jobs = JobMetrics(redis) if worker_redis is not None else None
+        recorder = build_recorder(config, worker_redis, jobs) if worker_redis is not None \
+            else None
         tasks, metrics = TaskTracker(), Metrics()
         tenants = TenantDirectory(config)
         tracing = start_tracing(config.tracing, span_exporter)
@@ -176,19 +187,22 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         chat_upstream = upstream or routed
         memory = None
         if any(t.memory.enabled for t in config.tenants.values()):
-            memory = build_memory(config, redis, chat_upstream, tenants, tracing=tracing)
+            memory = build_memory(config, redis, chat_upstream, tenants, tracing=tracing,
+                                  jobs=jobs)
             await memory.embedding.warm_up()
         buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)
+        limiter = RateLimiter(config, redis, store.keys, metrics)
         inline = InlineProcessing(recorder, memory) if mode == "inline" and recorder else None
         pipeline = Pipeline(store=store, upstream=chat_upstream,
                             tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
                             inline_recorder=inline,
                             memory=memory.service if memory else None,
                             recall_settings=memory.recall if memory else None, buffer=buffer,
-                            tracing=tracing)
-        app.state.gateway = Gateway(config, tenants, pipeline, store, recorder, metrics, memory,
-                                    buffer, store_pool=redis.connection_pool)
+                            tracing=tracing, limiter=limiter)
+        app.state.gateway = Gateway(config, tenants, AdminKeys(config), limiter, pipeline,
+                                    store, recorder, metrics, memory, buffer,
+                                    store_pool=redis.connection_pool)
         # Turns a previous process could not hand to the store go first, then new ones.
         journal = RecordJournal(config.server.data_dir)
         await journal.replay_into(buffer)
@@ -250,16 +264,9 @@ def recorder_mode(config: Config) -> str:
     return mode
 
 
-def configure_logging(level: str) -> None:
-    """One line per record on stdout: the gateway's own loggers at `level`, libraries (litellm
-    logs every call at INFO) at WARNING."""
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
-    logging.getLogger("gateway").setLevel(level.upper())
-    os.environ[LOG_LEVEL_ENV] = level
-
-
 def app_from_env() -> Starlette:
     """Factory for uvicorn workers: `uvicorn --factory gateway.app:app_from_env`."""
+    config = load_config(os.environ.get(CONFIG_ENV, "config.yaml"))
     # Worker processes start fresh: give them the same one-line-per-record log output.
-    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"))
-    return create_app(load_config(os.environ.get(CONFIG_ENV, "config.yaml")))
+    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"), config.server.log_format)
+    return create_app(config)

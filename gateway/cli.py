@@ -8,9 +8,11 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError
+from gateway.logs import JsonMessage
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,21 +85,33 @@ def _check(path: str) -> int:
 
 
 def _config_and_logging(args: argparse.Namespace) -> Config:
-    """The config named by `--config` (exit with its error if invalid), logging set up."""
-    from gateway.app import configure_logging
+    """The config named by `--config` (exit with its error if invalid: before the config is
+    read its log format is unknown, so that one message is plain text), logging set up."""
+    from gateway.app import LOG_LEVEL_ENV
+    from gateway.logs import configure_logging
 
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         sys.exit(f"gateway: {exc}")
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, config.server.log_format)
+    os.environ[LOG_LEVEL_ENV] = args.log_level  # for uvicorn's worker processes
     return config
+
+
+def _fail(message: str) -> NoReturn:
+    """Exit 1 with `message` logged (in the configured format)."""
+    logging.getLogger("gateway").critical(message)
+    logging.shutdown()
+    sys.exit(1)
 
 
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
     from gateway.app import CONFIG_ENV, STORE_URL_ENV, store_url
+    from gateway.logs import uvicorn_log_config
     from gateway.store.embedded import EmbeddedRedisError
 
     config = _config_and_logging(args)
@@ -110,11 +124,11 @@ def _serve(args: argparse.Namespace) -> None:
     try:
         url, embedded = store_url(config)
     except EmbeddedRedisError as exc:
-        sys.exit(f"gateway: {exc}")
+        _fail(f"gateway: {exc}")
     os.environ[STORE_URL_ENV] = url
     os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
     if embedded is not None:
-        logging.getLogger("gateway").info('{"event": "embedded_store", "url": "%s"}', url)
+        logging.getLogger("gateway").info(JsonMessage(event="embedded_store", url=url))
     worker = None
     if config.recorder.mode == "process":
         from gateway.worker import WORKER_ENV, WorkerProcess
@@ -130,6 +144,7 @@ def _serve(args: argparse.Namespace) -> None:
         # http/loop "auto": httptools and uvloop (dependencies) where they are installed.
         uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=args.log_level, access_log=False,
+                    log_config=uvicorn_log_config(config.server.log_format) or LOGGING_CONFIG,
                     http="auto", loop="auto",
                     timeout_graceful_shutdown=config.server.shutdown_timeout_seconds)
     except _Signalled as exc:
@@ -157,7 +172,7 @@ def _worker(args: argparse.Namespace) -> None:
     try:
         url, embedded = store_url(config)
     except EmbeddedRedisError as exc:
-        sys.exit(f"gateway: {exc}")
+        _fail(f"gateway: {exc}")
     try:
         serve_worker(config, url, routing_upstream(config))
     finally:
@@ -200,7 +215,7 @@ class _ExitSignals:
             self._armed = False
             raise _Signalled(signum)
         logging.getLogger("gateway").info(
-            '{"event": "signal_deferred", "signal": "%s"}', signal.Signals(signum).name)
+            JsonMessage(event="signal_deferred", signal=signal.Signals(signum).name))
 
     def arm(self) -> None:
         self._armed = True

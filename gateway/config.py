@@ -43,6 +43,9 @@ class ServerConfig(Strict):
     store_pool_size: int = Field(100, ge=1, le=10_000)
     """Connections each worker process keeps to the store for requests and memory. When all
     are in use a request waits for one (at most store_timeout_seconds) instead of failing."""
+    log_format: Literal["json", "text"] = "json"
+    """json: every line the gateway's processes print is one JSON object (uvicorn's lines,
+    warnings and tracebacks included); text: the message alone, uvicorn's own format."""
     shutdown_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     """On SIGTERM: how long in-flight requests (streams included) may take to finish before
     they are cancelled; then the recorder and the record buffer are drained."""
@@ -102,6 +105,32 @@ class ApiKey(Strict):
         if not value:
             raise ConfigError(f"{where}.env: environment variable {self.env} is not set")
         return hash_key(value)
+
+
+class LimitsConfig(Strict):
+    """Rate limits over any 60 seconds, counted in the store (shared by every replica).
+    None: no limit of that kind."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+    """Prompt tokens as forwarded upstream (after the rewrite), plus completion tokens once
+    the answer is known (debited after the fact: they delay the next requests)."""
+
+
+class TenantApiKey(ApiKey):
+    limits: LimitsConfig = LimitsConfig()
+    """Limits of this key alone, on top of the tenant's (which all its keys share)."""
+
+
+class AdminConfig(Strict):
+    """Operator access: the user-control API across every tenant's users, and `/metrics`."""
+
+    keys: list[ApiKey] = Field(default_factory=list)
+    """Admin keys, in the same forms as tenant keys. None: no admin access exists, and
+    `/metrics` stays public as before."""
+    metrics_public: bool = False
+    """Serve `/metrics` without a key even when admin keys are set (a scraper inside a
+    private network)."""
 
 
 class ModelConfig(Strict):
@@ -219,7 +248,8 @@ class TenantMemoryConfig(Strict):
 
 
 class TenantConfig(Strict):
-    api_keys: list[ApiKey] = Field(min_length=1)
+    api_keys: list[TenantApiKey] = Field(min_length=1)
+    limits: LimitsConfig = LimitsConfig()
     models: dict[str, ModelConfig] = Field(min_length=1)
     context: ContextConfig = ContextConfig()
     headers: HeaderConfig = HeaderConfig()
@@ -317,6 +347,7 @@ class Config(Strict):
     memory: MemoryConfig = MemoryConfig()
     limits: LimitsConfig = LimitsConfig()
     tracing: TracingConfig = TracingConfig()
+    admin: AdminConfig = AdminConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
 
     @field_validator("store")
@@ -354,11 +385,25 @@ class Config(Strict):
                 owners[digest] = name
         return owners
 
+    def admin_digests(self) -> list[str]:
+        """sha256 of every admin key. Raises ConfigError for a missing env var or a key that
+        is also a tenant's: a key is either an admin's or a tenant's, never both."""
+        tenant_keys = self.key_digests()
+        digests = []
+        for i, key in enumerate(self.admin.keys):
+            digest = key.digest(f"admin.keys.{i}")
+            if digest in tenant_keys:
+                raise ConfigError(f"admin.keys.{i}: the same key is configured for tenant "
+                                  f"{tenant_keys[digest]}; an admin key must be its own")
+            digests.append(digest)
+        return digests
+
     def check_secrets(self) -> None:
         """Resolve every env-referenced secret now, so a missing one fails at start-up."""
         self.key_digests()
         if self.tracing.enabled:
             self.tracing.headers()
+        self.admin_digests()
         for name, tenant in self.tenants.items():
             for alias, model in tenant.models.items():
                 model.api_key(f"tenants.{name}.models.{alias}")

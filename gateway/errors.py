@@ -28,6 +28,10 @@ class GatewayError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
 
+    def headers(self) -> dict[str, str]:
+        """Response headers this error brings (Retry-After of a 429)."""
+        return {}
+
 
 class BadRequest(GatewayError):
     status = 400
@@ -43,6 +47,13 @@ class Unauthorized(GatewayError):
     log_level = logging.INFO
 
 
+class Forbidden(GatewayError):
+    status = 403
+    type = "invalid_request_error"
+    code = "insufficient_permissions"
+    log_level = logging.INFO
+
+
 class ModelNotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
@@ -55,6 +66,22 @@ class NotFound(GatewayError):
     type = "invalid_request_error"
     code = "not_found"
     log_level = logging.INFO
+
+
+class RateLimited(GatewayError):
+    """Over a rate limit: OpenAI's shape (`type` is `requests` or `tokens`), with Retry-After
+    in seconds when waiting helps (not when one request alone exceeds the limit)."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+    log_level = logging.INFO
+
+    def __init__(self, message: str, *, kind: str, retry_after: int | None = None):
+        super().__init__(message, type=kind)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after is None else {"retry-after": str(self.retry_after)}
 
 
 class PayloadTooLarge(GatewayError):

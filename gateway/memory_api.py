@@ -3,7 +3,7 @@ the tenant, take the user from the tenant's user header, validate, call
 `gateway.memory.control.MemoryControl`, serialise.
 
 Every request names one user of one tenant (API key + user header, both required) and can only
-reach that user's data. Bad input is a 4xx in OpenAI's error shape (`gateway.errors`).
+reach that user's data. An admin key (`admin.keys`) may name any tenant, in `X-Gateway-Tenant`. Bad input is a 4xx in OpenAI's error shape (`gateway.errors`).
 The API answers from the store whether or not memory is enabled: what was stored stays
 visible, exportable and erasable (`tenant_memory` in the settings says if it is in use).
 """
@@ -18,13 +18,15 @@ from starlette.routing import Route
 
 from gateway.chat_request import parse_body
 from gateway.core.ids import ConversationKey, valid_id
-from gateway.errors import BadRequest, NotFound, PayloadTooLarge
+from gateway.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from gateway.memory.control import MemoryControl
 from gateway.memory.settings_store import UserSettings
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
+TENANT_HEADER = "X-Gateway-Tenant"
+"""Which tenant an admin key acts for (a tenant key may send its own tenant's name)."""
 MAX_BODY_BYTES = 4096
 """A settings change is a few bytes; nothing else here takes a body."""
 MAX_NAME_LENGTH = 256
@@ -34,9 +36,27 @@ SETTLE_SECONDS = 10.0
 
 
 def _owner(request: Request) -> tuple[Gateway, str, str]:
-    """(gateway, tenant name, user id) of the request; 401/400 when either is missing."""
+    """(gateway, tenant name, user id) of the request; 401/400 when either is missing.
+
+    A tenant key reaches its own tenant only (`X-Gateway-Tenant`, if sent, must name it:
+    403 otherwise). An admin key reaches any tenant, named in `X-Gateway-Tenant` (required)."""
     gateway: Gateway = request.app.state.gateway
-    tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
+    authorization = request.headers.get("authorization")
+    named = request.headers.get(TENANT_HEADER)
+    if gateway.admin.holds(authorization):
+        if named is None:
+            raise BadRequest(f"An admin key acts for one tenant at a time: name it in the "
+                             f"`{TENANT_HEADER}` header.", param=TENANT_HEADER,
+                             code="missing_tenant")
+        if named not in gateway.config.tenants:
+            raise NotFound(f"No tenant `{named}` is configured.", param=TENANT_HEADER,
+                           code="tenant_not_found")
+        tenant = gateway.tenants.tenant(named)
+    else:
+        tenant = gateway.tenants.authenticate(authorization)
+        if named is not None and named != tenant.name:
+            raise Forbidden(f"This API key belongs to another tenant than `{named}`.",
+                            param=TENANT_HEADER)
     header = tenant.headers.user_id
     user = request.headers.get(header)
     if user is None or not valid_id(user):

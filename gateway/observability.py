@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -12,6 +11,9 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gateway.job_metrics import StoredJobMetrics
+from gateway.logs import JsonMessage
 
 if TYPE_CHECKING:
     from gateway.store.pool import PoolStats
@@ -34,6 +36,8 @@ class RequestLog:
     reconcile: str | None = None
     tokens_original: int | None = None
     tokens_forwarded: int | None = None
+    tokens_completion: int | None = None
+    """The upstream's `usage.completion_tokens`; counted here for a rate-limited stream."""
     recent_turns: int | None = None
     truncated: int | None = None
     over_budget: bool | None = None
@@ -106,7 +110,7 @@ class RequestLog:
                        for k in _LOGGED if (v := getattr(self, k)) is not None})
         record["overhead_ms"] = self.overhead_ms
         level = logging.WARNING if self.status >= 500 else logging.INFO
-        request_logger.log(level, json.dumps(record, ensure_ascii=False))
+        request_logger.log(level, JsonMessage(record))
 
 
 _NOT_LOGGED = frozenset({"started", "steps", "traceparent", "usage"})
@@ -162,6 +166,10 @@ class Metrics:
         self.memory_dead_letters = Gauge("gateway_memory_dead_letters",
                                          "Conversations whose memory processing was "
                                          "dead-lettered, ever.", registry=self.registry)
+        self.rate_limited = Counter("gateway_rate_limited_total",
+                                    "Requests refused with 429 by a rate limit, by tenant and "
+                                    "kind (requests, tokens).", ["tenant", "kind"],
+                                    registry=self.registry)
         self.store_unavailable = Counter("gateway_store_unavailable_total",
                                          "Store operations that failed (the request went on "
                                          "without the store), by operation.",
@@ -179,6 +187,10 @@ class Metrics:
                                     "Buffered turns this process gave up on (buffer full, a "
                                     "failing turn, or left at shutdown): lost turns.",
                                     registry=self.registry)
+
+        # Worker job latency and retries, from the store (gateway/job_metrics.py).
+        self.jobs = StoredJobMetrics()
+        self.registry.register(self.jobs)
 
         self.pool_in_use = Gauge("gateway_store_pool_in_use",
                                  "Store connections of this process in use now.",

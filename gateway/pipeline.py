@@ -26,13 +26,14 @@ from gateway.core.messages import Message, StoredMessage
 from gateway.core.one_shot import restore, withhold
 from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
-from gateway.core.tokens import Tokenizer, count_messages
+from gateway.core.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import UpstreamError
 from gateway.memory.service import MemorySnapshot, RecallSettings
 from gateway.observability import Metrics, RequestLog
 from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
                            chunk_data)
+from gateway.ratelimit import Limit, RateLimiter
 from gateway.record_buffer import BufferedTurn, RecordBuffer
 from gateway.tasks import TaskTracker
 from gateway.tenants import Tenant
@@ -65,6 +66,8 @@ class Prepared:
     incoming: tuple[Message, ...]
     """The client's own non-instruction messages, one-shot ones as placeholders (recorded as
     they are when the store could not be read and nothing was reconciled)."""
+    limits: tuple[Limit, ...] = ()
+    """The rate limits it was admitted under (its completion tokens are added to them)."""
 
 
 class Pipeline:
@@ -75,6 +78,7 @@ class Pipeline:
                  recall_settings: Mapping[str, RecallSettings] | None = None,
                  buffer: RecordBuffer | None = None,
                  tracing: Tracing | None = None,
+                 limiter: RateLimiter | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -90,9 +94,13 @@ class Pipeline:
         """Turns the store could not take; None: they are logged and not recorded."""
         self.tracing = tracing
         """None (the default): tracing is off and no request makes a tracer call."""
+        self.limiter = limiter
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
-                      persist: bool, log: RequestLog) -> Prepared:
+                      persist: bool, log: RequestLog,
+                      limits: tuple[Limit, ...] = ()) -> Prepared:
+        """The request rewritten and admitted under `limits` (RateLimited if over one: then
+        nothing is forwarded or recorded)."""
         route = tenant.route(chat.model)
         tokenizer = self.tokenizer_for(route.model)
         messages, reconciliation = chat.messages, None
@@ -126,11 +134,13 @@ class Pipeline:
                                                                stored, snapshot, tokenizer, log)
         if reconciliation is None:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
+        if limits and self.limiter is not None:
+            await self.limiter.admit(limits, tenant.name, log.tokens_forwarded or 0)
         call = UpstreamCall(model=route.model,
                             body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist, kept)
+        return Prepared(call, key, reconciliation, persist, kept, limits)
 
     async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
                        kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
@@ -202,6 +212,8 @@ class Pipeline:
         usage = response.get("usage") if isinstance(response, dict) else None
         log.usage = usage if isinstance(usage, dict) else None
         reply = reply_from_completion(response)
+        log.tokens_completion = _usage_completion_tokens(response)
+        self._settle(prepared, reply, log)
         started = time.perf_counter()
         await self.record(prepared, [reply] if reply else [], log)
         log.step("record", started)
@@ -252,6 +264,7 @@ class Pipeline:
                     log.error = "client disconnected"
                 reply = assembler.message()
                 log.usage = assembler.usage
+                self._settle(prepared, reply, log)
                 # The log line is written by the shielded task, after recording: a client
                 # that hangs up as soon as it reads [DONE] (the openai SDK does) cancels this
                 # generator here, and the request must still be logged once.
@@ -268,6 +281,17 @@ class Pipeline:
         finally:
             log.step("record", started)
             self.finish(log)
+
+    def _settle(self, prepared: Prepared, reply: Message | None, log: RequestLog) -> None:
+        """Count the completion tokens against the request's token limits, in the background
+        (tracked): the upstream's `usage` when it gave one, else the reply as counted here."""
+        if self.limiter is None or not any(lim.kind == "tokens" for lim in prepared.limits):
+            return
+        if log.tokens_completion is None:
+            log.tokens_completion = count_message(
+                reply, self.tokenizer_for(prepared.call.model)) if reply else 0
+        self.tasks.spawn(self.limiter.settle(prepared.limits, log.tokens_completion),
+                         name=f"rate-settle-{log.request_id}")
 
     def finish(self, log: RequestLog) -> None:
         """The request's one log line, its metrics, and (tracing on) its spans."""
@@ -343,6 +367,12 @@ class Pipeline:
         assert self.buffer is not None
         self.buffer.add(turn)
         log.record_buffered = True
+
+
+def _usage_completion_tokens(response: Mapping[str, Any]) -> int | None:
+    usage = response.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
+    return tokens if isinstance(tokens, int) and tokens >= 0 else None
 
 
 def _query(current: tuple[Message, ...]) -> str:

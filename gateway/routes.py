@@ -40,14 +40,15 @@ async def chat_completions(request: Request) -> Response:
     if gateway.pipeline.tracing is not None:
         log.traceparent = request.headers.get("traceparent")
     try:
-        tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
+        tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
         log.tenant = tenant.name
         raw = await _read_body(request, gateway.config.server.max_body_bytes)
         chat = parse_chat_request(parse_body(raw), tenant.limits)
         log.model, log.stream = chat.model, chat.stream
         key, persist = _identity(request, tenant, chat)
         log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
-        prepared = await gateway.pipeline.prepare(chat, tenant, key, persist, log)
+        prepared = await gateway.pipeline.prepare(
+            chat, tenant, key, persist, log, gateway.limiter.limits_for(tenant.name, key_digest))
         if chat.stream:
             events = await gateway.pipeline.open_stream(prepared, log)
             return StreamingResponse(events, media_type="text/event-stream",
@@ -91,6 +92,7 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     gateway = _gateway(request)
+    gateway.admin.check_metrics(request.headers.get("authorization"))
     gateway.refresh_metrics()
     await gateway.refresh_queue_metrics()
     return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -148,7 +150,8 @@ async def openapi_json(request: Request) -> Response:
 
 
 def error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return UnicodeSafeJSON(exc.body(), status_code=exc.status, headers=headers)
+    return UnicodeSafeJSON(exc.body(), status_code=exc.status,
+                           headers={**(headers or {}), **exc.headers()})
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:

@@ -64,11 +64,20 @@ class TenantDirectory:
         return self._tenants[name]
 
     def authenticate(self, authorization: str | None) -> Tenant:
-        scheme, _, key = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
-            raise Unauthorized("Missing API key: send `Authorization: Bearer <key>`.")
-        digest = hash_key(key.strip())
+        return self.authenticate_key(authorization)[0]
+
+    def authenticate_key(self, authorization: str | None) -> tuple[Tenant, str]:
+        """The tenant of the request's key, and the key's sha256 (which names its limits)."""
+        digest = bearer_digest(authorization)
         for known, tenant in self._by_digest.items():
             if hmac.compare_digest(known, digest):
-                return self._tenants[tenant]
+                return self._tenants[tenant], known
         raise Unauthorized("Incorrect API key provided.")
+
+
+def bearer_digest(authorization: str | None) -> str:
+    """sha256 of the key in `Authorization: Bearer <key>`; 401 when there is none."""
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("Missing API key: send `Authorization: Bearer <key>`.")
+    return hash_key(key.strip())

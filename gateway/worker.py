@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Awaitable
 import redis.asyncio as aioredis
 
 from gateway.config import Config
+from gateway.job_metrics import JobMetrics
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ports import Upstream
 from gateway.store import connect
@@ -53,11 +54,12 @@ PARENT_ENV = "GATEWAY_WORKER_PARENT"
 """Set for a worker child: the pid of the `gateway serve` that started it."""
 
 
-def build_recorder(config: Config, client: aioredis.Redis) -> Recorder:
+def build_recorder(config: Config, client: aioredis.Redis,
+                   jobs: JobMetrics | None = None) -> Recorder:
     r = config.recorder
     return Recorder(client, workers=r.workers, max_attempts=r.max_attempts,
                     backoff_seconds=r.backoff_seconds,
-                    claim_idle_ms=int(r.claim_idle_seconds * 1000))
+                    claim_idle_ms=int(r.claim_idle_seconds * 1000), jobs=jobs)
 
 
 @dataclass
@@ -100,13 +102,14 @@ async def run_worker(config: Config, url: str, upstream: Upstream,
     memory_redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     # The recorder's blocking stream reads outlast any socket timeout: a connection of its own.
     recorder_redis = connect(url, socket_connect_timeout=timeout)
+    jobs = JobMetrics(memory_redis)  # job latency and retries, for every replica's /metrics
     memory = None
     tracing = start_tracing(config.tracing, span_exporter)
     if any(t.memory.enabled for t in config.tenants.values()):
         memory = build_memory(config, memory_redis, upstream, TenantDirectory(config),
-                              tracing=tracing)
+                              tracing=tracing, jobs=jobs)
         await memory.embedding.warm_up()
-    background = Background(build_recorder(config, recorder_redis), memory)
+    background = Background(build_recorder(config, recorder_redis, jobs), memory)
     await background.start()
     logger.info(json.dumps({"event": "worker_started", "pid": os.getpid(),
                             "memory": memory is not None}))

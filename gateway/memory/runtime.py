@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from gateway.config import Config, TenantConfig
 from gateway.core.compaction import CompactionPolicy
 from gateway.core.facts import FactPolicy
+from gateway.job_metrics import JobMetrics
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.compactor import Compactor
 from gateway.memory.embedders import build_embedder
@@ -60,21 +61,32 @@ class MemoryRuntime:
 
 
 class _ForTenants:
-    """A processor applied only to tenants with memory enabled, each with its own instance."""
+    """A processor applied only to tenants with memory enabled, each with its own instance;
+    its latency counted as job `kind` when `jobs` is given."""
 
-    def __init__(self, name: str, by_tenant: Mapping[str, Callable[[MemoryUpdate], object]]):
+    def __init__(self, name: str, by_tenant: Mapping[str, Callable[[MemoryUpdate], object]],
+                 kind: str, jobs: JobMetrics | None):
         self.name = name
         self._by_tenant = by_tenant
+        self._kind = kind
+        self._jobs = jobs
 
     async def process(self, update: MemoryUpdate) -> None:
         handler = self._by_tenant.get(update.key.tenant)
-        if handler is not None:
-            await handler(update)  # type: ignore[misc]
+        if handler is None:
+            return
+        started = time.perf_counter()
+        await handler(update)  # type: ignore[misc]
+        if self._jobs is not None:
+            await self._jobs.observe(self._kind, time.perf_counter() - started)
 
 
 def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                  tenants: TenantDirectory, *, clock: Callable[[], float] = time.time,
-                 tracing: Tracing | None = None) -> MemoryRuntime:
+                 tracing: Tracing | None = None,
+                 jobs: JobMetrics | None = None) -> MemoryRuntime:
+    """`jobs`: where the memory worker's job latency and retries are counted (its process
+    passes one; a serving process that only recalls does not need it)."""
     keys = MemoryKeySpace()
     embedder = build_embedder(config.memory.embedder.kind,
                               **({"threads": config.memory.embedder.threads}
@@ -99,18 +111,18 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                  for name, t in enabled.items()}
     processors = [
         _ForTenants("turn_index", {n: lambda u: indexer.sync(u.key, u.transcript)
-                                   for n in enabled}),
+                                   for n in enabled}, "embed", jobs),
         _ForTenants("compaction", {n: (lambda c: lambda u: _compact(c, u, redis, keys))(c)
-                                   for n, c in compactors.items()}),
+                                   for n, c in compactors.items()}, "summarise", jobs),
         # After both: the user-level recall index copies the conversation's turns and chunks
         # (identified users only: `sync` skips the anonymous user).
         _ForTenants("user_index", {n: lambda u: user_index.sync(u.key, u.transcript)
-                                   for n in enabled}),
+                                   for n in enabled}, "user_index", jobs),
         # Facts and the profile span a user's conversations: only for identified users.
         _ForTenants("knowledge", {n: (lambda k: lambda u: k.process(
             u.key, u.transcript, u.new,
             u.settings.auto_extract and u.key.identified))(k)
-            for n, k in knowledge.items()}),
+            for n, k in knowledge.items()}, "extract", jobs),
     ]
     worker_config = config.memory.worker
     worker = MemoryWorker(redis, processors, keys=keys, settings=settings,
@@ -119,7 +131,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                           max_attempts=worker_config.max_attempts,
                           backoff_seconds=worker_config.backoff_seconds,
                           transcripts=RedisStore(redis).applied, clock=clock,
-                          tracing=tracing)
+                          tracing=tracing, jobs=jobs)
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
                                                                    redis, keys),
                             vector_index=vectors, chunks=chunks, profiles=profiles,

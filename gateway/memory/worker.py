@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
+from gateway.job_metrics import JobMetrics
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.store.codec import CodecError, decode_key, decode_stored
@@ -79,10 +80,12 @@ class MemoryWorker:
                  backoff_seconds: float = 0.5, batch: int = 8,
                  transcripts: Callable[[ConversationKey],
                                        Awaitable[tuple[StoredMessage, ...]]] | None = None,
-                 clock: Callable[[], float] = time.time, tracing: Tracing | None = None):
+                 clock: Callable[[], float] = time.time, tracing: Tracing | None = None,
+                 jobs: JobMetrics | None = None):
         """`transcripts`: reads a conversation's applied transcript (RedisStore.applied: cached
         in process, only new messages decoded); default: read and decode it whole.
-        `tracing`: a span per conversation processed and per processor (None: off)."""
+        `tracing`: a span per conversation processed and per processor (None: off). `jobs`:
+        where retries are counted for /metrics."""
         self._redis = redis
         self._processors = tuple(processors)
         self._keys = keys or MemoryKeySpace()
@@ -95,6 +98,7 @@ class MemoryWorker:
         self._clock = clock
         self._transcripts = transcripts
         self._tracing = tracing
+        self._jobs = jobs
         self._done = redis.register_script(_DONE_LUA)
         self._unlock = redis.register_script(_UNLOCK_LUA)
         self._failures = _Failures()
@@ -215,6 +219,8 @@ class MemoryWorker:
             self._failures.attempts.pop(member, None)
             await self._dead_letter(member, repr(exc))
             return 1
+        if self._jobs is not None:
+            await self._jobs.retried("memory")
         # Not due again until the backoff has passed (a new turn makes it due sooner).
         retry_at = self._clock() + self._backoff * 2 ** (attempts - 1)
         await self._redis.zadd(self._dirty, {member: retry_at}, xx=True)

@@ -105,3 +105,8 @@ class KeySpace:
     def dead_count(self) -> str:
         """Counter of dead-lettered jobs (never decremented; the stream may be trimmed)."""
         return f"{self.prefix}:records:dead:count"
+
+    def rate_limit(self, tenant: str, scope: str, kind: str) -> str:
+        """Hash: unix second -> requests or tokens admitted in it, for one limit of a tenant
+        (`scope`: "tenant", or "key:<first 16 hex of the key's sha256>")."""
+        return f"{self.prefix}:rl:{_part(tenant)}:{scope}:{kind}"

@@ -41,6 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.ids import ConversationKey
 from gateway.core.transcript import apply_turn
+from gateway.job_metrics import JobMetrics
 from gateway.store.codec import (CodecError, decode_record, encode_branch,
                                  encode_key, encode_stored)
 from gateway.store.keys import ConversationKeys, KeySpace
@@ -135,7 +136,9 @@ class Recorder:
                  consumer_prefix: str | None = None, workers: int = 1, max_attempts: int = 5,
                  backoff_seconds: float = 0.2, claim_idle_ms: int = 30_000,
                  block_ms: int = 1000, batch: int = 16, gap_poll_ms: int = 50,
-                 gap_timeout_ms: int | None = None, clock: Callable[[], float] = time.time):
+                 gap_timeout_ms: int | None = None, clock: Callable[[], float] = time.time,
+                 jobs: JobMetrics | None = None):
+        """`jobs`: where apply latency and retries are counted for /metrics (none: nowhere)."""
         require_decoded(client)
         if workers < 1 or max_attempts < 1 or batch < 1 or block_ms < 1:
             raise ValueError("workers, max_attempts, batch and block_ms must be positive")
@@ -157,6 +160,7 @@ class Recorder:
         self.gap_poll_ms = gap_poll_ms
         self.gap_timeout_ms = gap_timeout_ms if gap_timeout_ms is not None else 2 * claim_idle_ms
         self._clock = clock
+        self._jobs = jobs
         self._state: dict[str, dict[str, _EntryState]] = {c: {} for c in self.consumers}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
@@ -399,6 +403,7 @@ class Recorder:
             return 1
         if state.attempts and state.retry_at > time.monotonic():
             return 0
+        started = time.perf_counter()
         try:
             job = _parse(entry_id, fields)
             outcome = await self._apply(job, state)
@@ -411,6 +416,8 @@ class Recorder:
             outcome = await self._failed(entry_id, fields, state, exc)
         if outcome is _Outcome.DONE:
             self._state[consumer].pop(entry_id, None)
+            if self._jobs is not None:
+                await self._jobs.observe("record_apply", time.perf_counter() - started)
             return 1
         return 0
 
@@ -539,6 +546,8 @@ class Recorder:
         log.warning("record job %s failed (attempt %d of %d); will retry", entry_id,
                     state.attempts, self.max_attempts, exc_info=exc)
         self.retried += 1
+        if self._jobs is not None:
+            await self._jobs.retried("record")
         state.retry_at = time.monotonic() + self.backoff_seconds * 2 ** (state.attempts - 1)
         return _Outcome.RETRY
 
