@@ -64,7 +64,7 @@ def write_config(path: Path, store: str, rpm: int) -> Path:
         "memory": {"embedder": {"kind": "hash"}},
         "tenants": {"bench": {
             "api_keys": [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest()}],
-            "limits": {"requests_per_minute": rpm},
+            "rate_limits": {"requests_per_minute": rpm},
             "models": {"echo": {"model": "fake/echo"}},
         }},
     }))

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config import LimitsConfig
+from gateway.config import RequestLimitsConfig
 from gateway.core.messages import ROLES, Message
 from gateway.core.one_shot import MARKER
 from gateway.errors import BadRequest
@@ -119,7 +119,7 @@ def _replace_surrogates(value: Any) -> Any:
     return value
 
 
-def parse_chat_request(body: dict[str, Any], limits: LimitsConfig) -> ChatRequest:
+def parse_chat_request(body: dict[str, Any], limits: RequestLimitsConfig) -> ChatRequest:
     """The typed request, or `BadRequest` naming the field at fault. The tenant's `limits`
     cost one `len` each: the message count is checked before any message is parsed, and a
     message's length before it is copied."""

@@ -73,7 +73,7 @@ class RecorderConfig(Strict):
     """The longest pause between flush attempts while the store stays down."""
 
 
-class LimitsConfig(Strict):
+class RequestLimitsConfig(Strict):
     """What one chat request may carry; a request beyond a limit gets a 400 in OpenAI's error
     shape naming the field (`messages`, `messages[3].content`), before anything else reads it."""
 
@@ -107,7 +107,7 @@ class ApiKey(Strict):
         return hash_key(value)
 
 
-class LimitsConfig(Strict):
+class RateLimitsConfig(Strict):
     """Rate limits over any 60 seconds, counted in the store (shared by every replica).
     None: no limit of that kind."""
 
@@ -118,7 +118,7 @@ class LimitsConfig(Strict):
 
 
 class TenantApiKey(ApiKey):
-    limits: LimitsConfig = LimitsConfig()
+    rate_limits: RateLimitsConfig = RateLimitsConfig()
     """Limits of this key alone, on top of the tenant's (which all its keys share)."""
 
 
@@ -249,13 +249,13 @@ class TenantMemoryConfig(Strict):
 
 class TenantConfig(Strict):
     api_keys: list[TenantApiKey] = Field(min_length=1)
-    limits: LimitsConfig = LimitsConfig()
+    rate_limits: RateLimitsConfig = RateLimitsConfig()
     models: dict[str, ModelConfig] = Field(min_length=1)
     context: ContextConfig = ContextConfig()
     headers: HeaderConfig = HeaderConfig()
     memory: TenantMemoryConfig = TenantMemoryConfig()
-    limits: LimitsConfig | None = None
-    """Overrides of the top-level `limits` for this tenant: the keys given here win."""
+    request_limits: RequestLimitsConfig | None = None
+    """Overrides of the top-level `request_limits` for this tenant: the keys given here win."""
 
     @model_validator(mode="after")
     def _memory_models_exist(self) -> TenantConfig:
@@ -345,7 +345,7 @@ class Config(Strict):
     """`embedded` (a bundled server in server.data_dir) or a redis://, rediss:// or unix:// URL."""
     recorder: RecorderConfig = RecorderConfig()
     memory: MemoryConfig = MemoryConfig()
-    limits: LimitsConfig = LimitsConfig()
+    request_limits: RequestLimitsConfig = RequestLimitsConfig()
     tracing: TracingConfig = TracingConfig()
     admin: AdminConfig = AdminConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
@@ -365,12 +365,14 @@ class Config(Strict):
                 raise ValueError(f"tenant name {name!r} must match [A-Za-z0-9][A-Za-z0-9._@:+=-]*")
         return value
 
-    def limits_for(self, tenant: str) -> LimitsConfig:
-        """The top-level limits with the tenant's own overrides (only the keys it sets)."""
-        own = self.tenants[tenant].limits
+    def request_limits_for(self, tenant: str) -> RequestLimitsConfig:
+        """The top-level request limits with the tenant's own overrides (only the keys it
+        sets)."""
+        own = self.tenants[tenant].request_limits
         if own is None:
-            return self.limits
-        return self.limits.model_copy(update={k: getattr(own, k) for k in own.model_fields_set})
+            return self.request_limits
+        return self.request_limits.model_copy(
+            update={k: getattr(own, k) for k in own.model_fields_set})
 
     def key_digests(self) -> dict[str, str]:
         """sha256(key) -> tenant name. Raises ConfigError for a missing env var or a key

@@ -31,7 +31,7 @@ from gateway.errors import RateLimited
 if TYPE_CHECKING:
     import redis.asyncio as redis
 
-    from gateway.config import Config, LimitsConfig
+    from gateway.config import Config, RateLimitsConfig
     from gateway.observability import Metrics
     from gateway.store.keys import KeySpace
 
@@ -123,10 +123,10 @@ class RateLimiter:
         self._settle = redis.register_script(_SETTLE_LUA)
         self._limits: dict[tuple[str, str], tuple[Limit, ...]] = {}
         for name, tenant in config.tenants.items():
-            shared = _limits(keys, name, "tenant", f"tenant {name}", tenant.limits)
+            shared = _limits(keys, name, "tenant", f"tenant {name}", tenant.rate_limits)
             for i, api_key in enumerate(tenant.api_keys):
                 digest = api_key.digest(f"tenants.{name}.api_keys.{i}")
-                own = _limits(keys, name, f"key:{digest[:16]}", "this API key", api_key.limits)
+                own = _limits(keys, name, f"key:{digest[:16]}", "this API key", api_key.rate_limits)
                 if shared or own:
                     self._limits[(name, digest)] = shared + own
 
@@ -168,7 +168,7 @@ class RateLimiter:
 
 
 def _limits(keys: KeySpace, tenant: str, scope: str, who: str,
-            config: LimitsConfig) -> tuple[Limit, ...]:
+            config: RateLimitsConfig) -> tuple[Limit, ...]:
     out = []
     if config.requests_per_minute is not None:
         out.append(Limit(keys.rate_limit(tenant, scope, "requests"), "requests", who,

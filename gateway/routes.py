@@ -43,7 +43,7 @@ async def chat_completions(request: Request) -> Response:
         tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
         log.tenant = tenant.name
         raw = await _read_body(request, gateway.config.server.max_body_bytes)
-        chat = parse_chat_request(parse_body(raw), tenant.limits)
+        chat = parse_chat_request(parse_body(raw), tenant.request_limits)
         log.model, log.stream = chat.model, chat.stream
         key, persist = _identity(request, tenant, chat)
         log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)

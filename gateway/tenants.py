@@ -6,7 +6,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.config import Config, HeaderConfig, LimitsConfig, hash_key
+from gateway.config import Config, HeaderConfig, RequestLimitsConfig, hash_key
 from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ModelNotFound, Unauthorized
@@ -28,7 +28,7 @@ class Tenant:
     routes: Mapping[str, ModelRoute]
     policy: ContextPolicy
     headers: HeaderConfig
-    limits: LimitsConfig
+    request_limits: RequestLimitsConfig
     one_shot: OneShotPolicy = OneShotPolicy()
 
     def route(self, alias: str) -> ModelRoute:
@@ -53,7 +53,7 @@ class TenantDirectory:
                         for alias, m in t.models.items()},
                 policy=t.context.policy(),
                 headers=t.headers,
-                limits=config.limits_for(name),
+                request_limits=config.request_limits_for(name),
                 one_shot=t.context.one_shot(),
             )
             for name, t in config.tenants.items()

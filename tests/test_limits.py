@@ -44,9 +44,9 @@ def small_url(redis_url):
         "store": redis_url,
         "recorder": {"mode": "inline"},
         "memory": {"embedder": {"kind": "hash"}},
-        "limits": {"max_messages": 8, "max_message_chars": 100},
+        "request_limits": {"max_messages": 8, "max_message_chars": 100},
         "tenants": {name: {"api_keys": [{"sha256": hash_key(key)}], "models": MODELS,
-                           **({"limits": {"max_messages": 3}} if name == "globex" else {})}
+                           **({"request_limits": {"max_messages": 3}} if name == "globex" else {})}
                     for name, key in KEYS.items()},
     })
     with running_gateway(config) as url:
@@ -131,15 +131,15 @@ def test_a_tenant_overrides_only_the_limits_it_sets(small_url):
 
 
 @pytest.mark.parametrize("limits, key", [
-    ({"max_messages": 0}, "limits.max_messages"),
-    ({"max_message_chars": 0}, "limits.max_message_chars"),
-    ({"max_mesages": 10}, "limits.max_mesages"),
+    ({"max_messages": 0}, "request_limits.max_messages"),
+    ({"max_message_chars": 0}, "request_limits.max_message_chars"),
+    ({"max_mesages": 10}, "request_limits.max_mesages"),
 ])
 def test_bad_limits_fail_at_start_naming_the_key(limits, key):
     tenant = {"api_keys": [{"sha256": hash_key("k")}], "models": {"m": {"model": "fake/echo"}}}
     with pytest.raises(ConfigError) as top:
-        parse_config({"limits": limits, "tenants": {"acme": tenant}})
+        parse_config({"request_limits": limits, "tenants": {"acme": tenant}})
     assert key in str(top.value)
     with pytest.raises(ConfigError) as own:
-        parse_config({"tenants": {"acme": {**tenant, "limits": limits}}})
+        parse_config({"tenants": {"acme": {**tenant, "request_limits": limits}}})
     assert f"tenants.acme.{key}" in str(own.value)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.chat_request import parse_chat_request
-from gateway.config import LimitsConfig, parse_config
+from gateway.config import RequestLimitsConfig, parse_config
 from gateway.core.messages import Message, chain
 from gateway.core.one_shot import MARKER, OneShotPolicy, is_one_shot, placeholder, restore, \
     withhold
@@ -116,7 +116,7 @@ def test_the_marker_is_consumed_at_parsing_and_never_forwarded():
     chat = parse_chat_request({"model": "m", "messages": [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "doc", MARKER: True},
-        {"role": "user", "content": "q", MARKER: False}]}, LimitsConfig())
+        {"role": "user", "content": "q", MARKER: False}]}, RequestLimitsConfig())
     assert chat.one_shot == frozenset({1})
     assert all(MARKER not in m.to_openai() for m in chat.messages)
 
@@ -124,7 +124,7 @@ def test_the_marker_is_consumed_at_parsing_and_never_forwarded():
 def test_a_marker_that_is_not_a_boolean_is_a_400_naming_it():
     with pytest.raises(BadRequest) as caught:
         parse_chat_request({"model": "m", "messages": [
-            {"role": "user", "content": "doc", MARKER: "yes"}]}, LimitsConfig())
+            {"role": "user", "content": "doc", MARKER: "yes"}]}, RequestLimitsConfig())
     assert caught.value.status == 400 and caught.value.param == f"messages[0].{MARKER}"
 
 

@@ -33,10 +33,10 @@ def limited_config(store: str, *, acme: dict[str, Any] | None = None,
         "store": store, "recorder": {"mode": "inline"},
         "memory": {"embedder": {"kind": "hash"}},
         "tenants": {
-            "acme": {**tenant, "limits": acme or {},
+            "acme": {**tenant, "rate_limits": acme or {},
                      "api_keys": [{"sha256": hash_key(KEYS["acme"])},
                                   {"sha256": hash_key(KEYS["acme-batch"]),
-                                   "limits": batch_key or {}}]},
+                                   "rate_limits": batch_key or {}}]},
             "globex": {**tenant, "api_keys": [{"sha256": hash_key(KEYS["globex"])}]}}})
 
 
@@ -177,7 +177,7 @@ def test_two_replicas_share_the_count(tmp_path):
         config = gateway_config_file(tmp_path / "config.yaml", server.url,
                                      recorder={"mode": "background"})
         data = config.read_text().replace(
-            "  acme:\n", "  acme:\n    limits: {requests_per_minute: 5}\n", 1)
+            "  acme:\n", "  acme:\n    rate_limits: {requests_per_minute: 5}\n", 1)
         config.write_text(data)
         a, b = procs.gateway(config), procs.gateway(config)
         statuses = []
@@ -195,10 +195,10 @@ def test_two_replicas_share_the_count(tmp_path):
 
 
 @pytest.mark.parametrize("patch, where", [
-    ({"limits": {"requests_per_minute": 0}}, "tenants.acme.limits.requests_per_minute"),
-    ({"limits": {"tokens_per_min": 10}}, "tenants.acme.limits.tokens_per_min"),
-    ({"api_keys": [{"env": "X", "limits": {"requests_per_minute": -1}}]},
-     "tenants.acme.api_keys.0.limits.requests_per_minute"),
+    ({"rate_limits": {"requests_per_minute": 0}}, "tenants.acme.rate_limits.requests_per_minute"),
+    ({"rate_limits": {"tokens_per_min": 10}}, "tenants.acme.rate_limits.tokens_per_min"),
+    ({"api_keys": [{"env": "X", "rate_limits": {"requests_per_minute": -1}}]},
+     "tenants.acme.api_keys.0.rate_limits.requests_per_minute"),
 ])
 def test_bad_limits_fail_at_start_up_naming_the_key(patch, where):
     from gateway.errors import ConfigError
@@ -213,6 +213,6 @@ def test_admin_keys_take_no_limits():
     from gateway.errors import ConfigError
 
     data = limited_config("embedded").model_dump(mode="json", exclude_defaults=True)
-    data["admin"] = {"keys": [{"sha256": "0" * 64, "limits": {"requests_per_minute": 1}}]}
-    with pytest.raises(ConfigError, match=r"admin\.keys\.0\.limits: Extra inputs"):
+    data["admin"] = {"keys": [{"sha256": "0" * 64, "rate_limits": {"requests_per_minute": 1}}]}
+    with pytest.raises(ConfigError, match=r"admin\.keys\.0\.rate_limits: Extra inputs"):
         parse_config(data)
