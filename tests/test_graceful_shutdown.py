@@ -53,11 +53,16 @@ def test_sigterm_finishes_in_flight_streams_records_them_and_exits(tmp_path):
                 # New connections are refused soon after the signal (bounded poll).
                 refused = "accepted"
                 while time.monotonic() - signalled < 1.5:
+                    # A fresh connection each probe: a kept-alive one the server is closing
+                    # fails with a read error, which says nothing about new connections.
                     try:
-                        await client.get(gateway.url + "/healthz", timeout=0.5)
+                        async with httpx.AsyncClient(timeout=0.5) as probe:
+                            await probe.get(gateway.url + "/healthz")
                     except httpx.ConnectError:
                         refused = "refused"
                         break
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        pass  # accepted, then closed by the shutting-down server: poll again
                     await asyncio.sleep(0.05)
                 bodies = await asyncio.wait_for(asyncio.gather(*streams), 15)
                 return bodies, refused, signalled
