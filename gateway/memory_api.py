@@ -2,8 +2,9 @@
 the tenant, take the user from the tenant's user header, validate, call
 `gateway.memory.control.MemoryControl`, serialise.
 
-Every request names one user of one tenant (API key + user header, both required) and can only
-reach that user's data. An admin key (`admin.keys`) may name any tenant, in `X-Gateway-Tenant`. Bad input is a 4xx in OpenAI's error shape (`gateway.errors`).
+Every request names one user of one tenant (API key + user header) and can only reach that
+user's data; the conversation endpoints without a user header reach the tenant's anonymous
+conversations (sent without a user id). An admin key (`admin.keys`) may name any tenant, in `X-Gateway-Tenant`. Bad input is a 4xx in OpenAI's error shape (`gateway.errors`).
 The API answers from the store whether or not memory is enabled: what was stored stays
 visible, exportable and erasable (`tenant_memory` in the settings says if it is in use).
 """
@@ -17,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.chat_request import parse_body
-from gateway.core.ids import ConversationKey, valid_id
+from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from gateway.memory.control import MemoryControl
 from gateway.memory.settings_store import UserSettings
@@ -35,11 +36,15 @@ SETTLE_SECONDS = 10.0
 """At most this long a delete waits for a memory run of the same conversation to end."""
 
 
-def _owner(request: Request) -> tuple[Gateway, str, str]:
+def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, str]:
     """(gateway, tenant name, user id) of the request; 401/400 when either is missing.
 
     A tenant key reaches its own tenant only (`X-Gateway-Tenant`, if sent, must name it:
-    403 otherwise). An admin key reaches any tenant, named in `X-Gateway-Tenant` (required)."""
+    403 otherwise). An admin key reaches any tenant, named in `X-Gateway-Tenant` (required).
+    `anonymous`: without a user header the request means the tenant's conversations that were
+    sent without a user id (ANONYMOUS_USER, which no header can name) — they belong to the
+    tenant, whose key could write to them anyway, so its key (or an admin key) can list and
+    delete them."""
     gateway: Gateway = request.app.state.gateway
     authorization = request.headers.get("authorization")
     named = request.headers.get(TENANT_HEADER)
@@ -59,6 +64,8 @@ def _owner(request: Request) -> tuple[Gateway, str, str]:
                             param=TENANT_HEADER)
     header = tenant.headers.user_id
     user = request.headers.get(header)
+    if user is None and anonymous:
+        return gateway, tenant.name, ANONYMOUS_USER
     if user is None or not valid_id(user):
         raise BadRequest(f"The `{header}` header is required: 1-128 characters of letters, "
                          "digits and ._@:+=- (starting with a letter or digit).",
@@ -159,12 +166,12 @@ async def delete_profile(request: Request) -> Response:
 
 
 async def list_conversations(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     return _listed(await _control(gateway).conversations(tenant, user))
 
 
 async def get_conversation(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     view = await _control(gateway).conversation(key)
     if view is None:
@@ -173,7 +180,7 @@ async def get_conversation(request: Request) -> Response:
 
 
 async def delete_conversation(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     if not await _control(gateway).delete_conversation(key):
         raise _no_conversation(key)
@@ -181,7 +188,7 @@ async def delete_conversation(request: Request) -> Response:
 
 
 async def list_chunks(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     chunks = await _control(gateway).chunks_with_sources(key)
     if chunks is None:
@@ -190,7 +197,7 @@ async def list_chunks(request: Request) -> Response:
 
 
 async def delete_chunk(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     chunk_id = _name(request, "chunk_id")
     if not await _control(gateway).delete_chunk(key, chunk_id):

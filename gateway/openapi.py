@@ -76,9 +76,11 @@ _CONVERSATION = {"name": "conversation_id", "in": "path", "required": True, "sch
 
 
 def _memory(summary: str, *, path: tuple[Json, ...] = (), body: Json | None = None,
-            not_found: bool = False) -> Json:
+            not_found: bool = False, anonymous: bool = False) -> Json:
+    """`anonymous`: without the user header, the tenant's conversations sent without one."""
+    user = {**_USER, "required": False} if anonymous else _USER
     operation: Json = {"summary": summary, "security": [{"tenantKey": []}],
-                       "parameters": [_USER, *path],
+                       "parameters": [user, *path],
                        "responses": {**_ok(), **_errors(400, 401, *((404,) if not_found else ()),
                                                        413)}}
     if body is not None:
@@ -136,16 +138,18 @@ def openapi() -> Json:
                        "schema": {"type": "string", "minLength": 1, "maxLength": 256}},))},
             "/v1/memory/profile": {"get": _memory("The learned profile"),
                                    "delete": _memory("Forget the learned profile")},
-            "/v1/memory/conversations": {"get": _memory("The user's conversations")},
+            "/v1/memory/conversations": {"get": _memory("The user's conversations",
+                                                        anonymous=True)},
             conversation: {
                 "get": _memory("A transcript and its branches", path=(_CONVERSATION,),
-                               not_found=True),
+                               not_found=True, anonymous=True),
                 "delete": _memory("Delete a conversation and what memory owes to it",
-                                  path=(_CONVERSATION,), not_found=True)},
+                                  path=(_CONVERSATION,), not_found=True, anonymous=True)},
             conversation + "/chunks": {"get": _memory(
-                "Summary chunks with their sources", path=(_CONVERSATION,), not_found=True)},
+                "Summary chunks with their sources", path=(_CONVERSATION,), not_found=True,
+                anonymous=True)},
             conversation + "/chunks/{chunk_id}": {"delete": _memory(
-                "Forget one summary chunk", not_found=True, path=(
+                "Forget one summary chunk", not_found=True, anonymous=True, path=(
                     _CONVERSATION, {"name": "chunk_id", "in": "path", "required": True,
                                     "schema": {"type": "string", "minLength": 1,
                                                "maxLength": 256}}))},

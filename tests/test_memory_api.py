@@ -209,3 +209,33 @@ def test_deleting_a_conversation_forgets_the_facts_learned_only_from_it(erin):
     sent = forwarded(response.json()["choices"][0]["message"]["content"])
     assert sent[-1]["content"] == "What is my name?"
     assert "Zorblax Canary" not in json.dumps(sent, ensure_ascii=False)
+
+
+def test_anonymous_conversations_are_listed_and_deleted_by_their_tenant(url, redis_url):
+    # Sent without a user id: the conversation belongs to the tenant, reached without the
+    # user header (a tenant key, or an admin key naming the tenant).
+    for conversation in ("anon-1", "anon-2"):
+        response = httpx.post(url + "/v1/chat/completions", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-Conversation-Id": conversation},
+            json={"model": "echo", "messages": [
+                {"role": "user", "content": f"Wuggle canary in {conversation}"}]})
+        assert response.status_code == 200, response.text
+    populate(url, "acme", ERIN)  # a user's conversations are not the anonymous ones
+    anonymous = Api(url, user=None)
+    assert sorted(c["id"] for c in anonymous.ok("GET", "/conversations")["data"]) == \
+        ["anon-1", "anon-2"]
+    assert anonymous.ok("GET", "/conversations/anon-1")["messages"][0]["message"]["content"] \
+        == "Wuggle canary in anon-1"
+    assert error(Api(url, tenant="globex", user=None)("GET", "/conversations/anon-1"),
+                 404)["code"] == "not_found"  # another tenant's key sees none of them
+    assert anonymous.ok("DELETE", "/conversations/anon-1")["deleted"] is True
+    assert [c["id"] for c in anonymous.ok("GET", "/conversations")["data"]] == ["anon-2"]
+    assert {c["id"] for c in Api(url).ok("GET", "/conversations")["data"]} == \
+        {"c-one", "c-two"}
+    import redis
+
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        assert not [n for n in r.scan_iter() if "anon-1" in n and not n.endswith(
+            (":seq", ":applied"))]
+    # User-level operations still need a user: no erase of "everyone without an id".
+    assert error(anonymous("DELETE", ""), 400)["param"] == "X-User-Id"
