@@ -38,6 +38,8 @@ from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ports import Upstream
 from gateway.store import connect
 from gateway.store.embedded import die_with_parent
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.keyring import load_encryption
 from gateway.store.recorder import Recorder
 from gateway.tenants import TenantDirectory
 from gateway.tracing import start_tracing
@@ -53,11 +55,12 @@ PARENT_ENV = "GATEWAY_WORKER_PARENT"
 """Set for a worker child: the pid of the `gateway serve` that started it."""
 
 
-def build_recorder(config: Config, client: aioredis.Redis) -> Recorder:
+def build_recorder(config: Config, client: aioredis.Redis,
+                   encryption: Encryption = NO_ENCRYPTION) -> Recorder:
     r = config.recorder
     return Recorder(client, workers=r.workers, max_attempts=r.max_attempts,
                     backoff_seconds=r.backoff_seconds,
-                    claim_idle_ms=int(r.claim_idle_seconds * 1000))
+                    claim_idle_ms=int(r.claim_idle_seconds * 1000), encryption=encryption)
 
 
 @dataclass
@@ -101,12 +104,13 @@ async def run_worker(config: Config, url: str, upstream: Upstream,
     # The recorder's blocking stream reads outlast any socket timeout: a connection of its own.
     recorder_redis = connect(url, socket_connect_timeout=timeout)
     memory = None
+    encryption = await load_encryption(config, memory_redis)
     tracing = start_tracing(config.tracing, span_exporter)
     if any(t.memory.enabled for t in config.tenants.values()):
         memory = build_memory(config, memory_redis, upstream, TenantDirectory(config),
-                              tracing=tracing)
+                              tracing=tracing, encryption=encryption)
         await memory.embedding.warm_up()
-    background = Background(build_recorder(config, recorder_redis), memory)
+    background = Background(build_recorder(config, recorder_redis, encryption), memory)
     await background.start()
     logger.info(json.dumps({"event": "worker_started", "pid": os.getpid(),
                             "memory": memory is not None}))
