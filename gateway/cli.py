@@ -160,6 +160,12 @@ def _serve(args: argparse.Namespace) -> None:
         url, embedded = store_url(config)
     except EmbeddedRedisError as exc:
         sys.exit(f"gateway: {exc}")
+    try:
+        _check_keys(config, url)
+    except ConfigError as exc:
+        if embedded is not None:
+            embedded.stop()
+        sys.exit(f"gateway: {exc}")
     os.environ[STORE_URL_ENV] = url
     os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
     if embedded is not None:
@@ -195,6 +201,27 @@ def _serve(args: argparse.Namespace) -> None:
             embedded.stop()
     if signalled is not None:
         exit_signals.exit_by(signalled)
+
+
+def _check_keys(config: Config, url: str) -> None:
+    """With encryption configured: the keys against the store, before any process starts
+    (a wrong key ends `serve` here with one line naming it; every process checks again)."""
+    if config.encryption is None and not any(t.encryption for t in config.tenants.values()):
+        return
+    import asyncio
+
+    from gateway.store import connect
+    from gateway.store.keyring import load_encryption
+
+    async def check() -> None:
+        timeout = config.server.store_timeout_seconds
+        redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        try:
+            await load_encryption(config, redis)
+        finally:
+            await redis.aclose()
+
+    asyncio.run(check())
 
 
 def _worker(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ bump the user's version): a search between the two sees a fact's old vector at w
 `recall` drops hits whose fact is gone.
 
 Encryption (`encryption`): each fact's JSON is sealed, and the hash fields of both hashes are
-the tenant's keyed names of the fact keys (a key can hold user content: `likes_<thing>`); the
+the tenant's keyed names of the fact keys (a key can hold user content: `prefers_<thing>`); the
 fact key itself is read from the JSON. Without encryption a field is the fact key.
 
 Isolation: every key is built from (tenant, user) by `MemoryKeySpace.user`; every search names

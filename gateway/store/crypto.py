@@ -133,7 +133,7 @@ class TenantCipher:
                         hashlib.sha256).hexdigest()[:40]
 
     def name(self, text: str) -> str:
-        """A stored name for a name that holds user content (a fact key: `likes_<thing>`)."""
+        """A stored name for a name that holds user content (a fact key: `prefers_<thing>`)."""
         return "h:" + hmac.new(self.index_key, b"name\0" + text.encode(),
                                hashlib.sha256).hexdigest()[:32]
 

@@ -16,13 +16,17 @@ there — keep `previous_key_env` until it is 0.
 Which keys hold sealed texts, by their kind (the part of the key after the ids):
 conversations `transcript`, `branches`, `pending`, `m:turns`, `m:chunks`; users `facts`,
 `profile`, `recall`. Every other key of a tenant holds ids, counters, settings or vectors.
+Facts stored in clear are also renamed: their fields (and their vectors' fields) become the
+tenant's keyed names of their fact keys (gateway/memory/facts_store.py).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 import redis.asyncio as aioredis
+from redis.exceptions import WatchError
 
 from gateway.store.crypto import DecryptError, Encryption, TenantCipher, sealed_key_id
 from gateway.store.keyring import open_record, record_key, seal_record
@@ -105,6 +109,8 @@ async def rotate_tenant(redis: aioredis.Redis, encryption: Encryption, tenant: s
                     await _reseal(cas, cipher, report, name, "list", str(index), text)
             elif kind in SEALED_HASHES:
                 report.keys_scanned += 1
+                if kind == "facts":
+                    await _rename_facts(redis, cipher, report, name)
                 async for field, text in redis.hscan_iter(name, count=_PAGE):
                     await _reseal(cas, cipher, report, name, "hash", field, text)
     report.queued_under_old_keys = await _under_old_keys(redis, keys.records, cipher)
@@ -128,6 +134,43 @@ async def _reseal(cas: object, cipher: TenantCipher, report: RotationReport, nam
         report.resealed += 1
     else:
         report.conflicts += 1
+
+
+async def _rename_facts(redis: aioredis.Redis, cipher: TenantCipher, report: RotationReport,
+                        facts: str) -> None:
+    """Fields of `facts` that are not the keyed name of their fact's key (written in clear)
+    moved to it, sealed, with their vectors, in one transaction per field (checked with
+    WATCH: a concurrent fact write makes it a conflict, for the next run)."""
+    base = facts.removesuffix(":facts")
+    vectors, version = f"{base}:fact_vectors", f"{base}:version"
+    async for field, text in redis.hscan_iter(facts, count=_PAGE):
+        if field.startswith("h:"):
+            continue
+        try:
+            plain = cipher.open(text)
+            fact_key = str(json.loads(plain)["key"])
+        except (DecryptError, ValueError, KeyError, TypeError):
+            report.unreadable += 1
+            continue
+        async with redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(facts, vectors)
+            if await pipe.hget(facts, field) != text:
+                report.conflicts += 1
+                continue
+            vector = await pipe.hget(vectors, field)
+            pipe.multi()
+            pipe.hset(facts, cipher.name(fact_key), cipher.seal(plain))
+            pipe.hdel(facts, field)
+            if vector is not None:
+                pipe.hset(vectors, cipher.name(fact_key), vector)
+                pipe.hdel(vectors, field)
+            pipe.incr(version)
+            try:
+                await pipe.execute()
+            except WatchError:
+                report.conflicts += 1
+                continue
+        report.resealed += 1
 
 
 async def _under_old_keys(redis: aioredis.Redis, stream: str, cipher: TenantCipher) -> int:
