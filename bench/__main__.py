@@ -18,6 +18,7 @@ BENCHMARKS = {
     "load": "bench.load.cli",
     "writeback": "bench.writeback",
     "tracing-overhead": "bench.tracing_overhead",
+    "encryption-overhead": "bench.encryption_overhead",
 }
 
 

@@ -138,6 +138,14 @@ def test_no_stored_text_is_in_clear_and_memory_still_works(redis_url):
         seen = recalled(url, "acme", "Where do I live, and what is my name?")
         assert "I live in Zorblaxville" in seen and "User: My name is Zorblax" in seen  # turn, chunk
         assert "Vextra" not in seen
+        # A fact is found by its key, though its field in the store is a keyed name.
+        deleted = httpx.delete(url + "/v1/memory/facts/prefers_zorblax_pizza", timeout=30,
+                               headers={"Authorization": f"Bearer {KEYS['acme']}",
+                                        "X-User-Id": USER})
+        assert deleted.status_code == 200, deleted.text
+        facts = httpx.get(url + "/v1/memory/facts", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": USER}).json()["data"]
+        assert "prefers_zorblax_pizza" not in {f["key"] for f in facts} and facts
 
         for word in CANARY.values():
             assert in_clear(redis_url, word) == []
