@@ -181,9 +181,33 @@ def test_a_ciphertext_moved_to_another_tenant_does_not_open(redis_url):
 
         # Through the gateway: the request still goes through (fail open), and the other
         # tenant's text never reaches the model.
-        reply = sdk(url, "c-one", "globex").chat.completions.create(
+        raw = sdk(url, "c-one", "globex").chat.completions.with_raw_response.create(
             model="messages", messages=[{"role": "user", "content": "What is my name?"}])
-        assert "Zorblax" not in (reply.choices[0].message.content or "")
+        assert raw.headers["x-gateway-passthrough"] == "store_unavailable"
+        assert forwarded(raw.parse().choices[0].message.content or "") == [
+            {"role": "user", "content": "What is my name?"}]
+
+
+def test_a_retried_enqueue_is_not_enqueued_twice_though_each_seal_differs(redis_url):
+    """The store dedupes a retried record by a keyed digest of its plaintext (a payload sealed
+    twice differs: a fresh nonce each time)."""
+    async def run() -> tuple[str, str, int, str]:
+        client = connect(redis_url)
+        try:
+            cfg = config(redis_url, {"key_env": "GW_TEST_KEY_A"})
+            store = RedisStore(client, encryption=await load_encryption(cfg, client))
+            key = ConversationKey("acme", USER, "c-retry")
+            record = TurnRecord(mode="append", parent_id=None,
+                                messages=(Message("user", "Zorblax, once"),), created_at=1e9,
+                                request_id="r1")
+            first, again = await store.record(key, record), await store.record(key, record)
+            last = await client.get(KeySpace().conversation(key).last_enqueued)
+            return first, again, await store.pending_count(key), last
+        finally:
+            await client.aclose()
+    first, again, pending, last = asyncio.run(run())
+    assert first == again and pending == 1
+    assert "Zorblax" not in last
 
 
 async def start(cfg: Any) -> None:
