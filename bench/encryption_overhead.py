@@ -132,12 +132,12 @@ def main(argv: list[str]) -> int:
                    for chars, (seal, opened) in costs.items()]
     text = "\n".join([
         "# Encryption at rest overhead (in process)", "",
-        f"`python -m bench encryption-overhead --requests {args.requests}`: {m['cores']} "
-        f"cores, {m['cpu_model']}, Python {m['python']}.", "",
-        "Per request, ms, through the in-process app (httpx ASGI transport, fake upstream, a "
-        f"stateful client in conversations of {TURNS_PER_CONVERSATION} turns, memory and "
-        "recall on, persistence on; the recorder and memory worker run untimed between "
-        "requests), off and on alternating:", "",
+        (f"`python -m bench encryption-overhead --requests {args.requests}`: {m['cores']} "
+         f"cores, {m['cpu_model']}, Python {m['python']}."), "",
+        ("Per request, ms, through the in-process app (httpx ASGI transport, fake upstream, a "
+         f"stateful client in conversations of {TURNS_PER_CONVERSATION} turns, memory and "
+         "recall on, persistence on; the recorder and memory worker run untimed between "
+         "requests), off and on alternating:"), "",
         "| | requests | p50 | p90 | p99 |", "|---|---:|---:|---:|---:|", *rows, "",
         f"Median difference (on − off): {delta:+.3f} ms.", "",
         "AES-256-GCM alone (`TenantCipher`, base64 and the version prefix included), µs:", "",

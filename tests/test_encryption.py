@@ -31,8 +31,14 @@ from gateway.errors import ConfigError
 from gateway.record_buffer import BufferedTurn
 from gateway.record_journal import decode_turn, encode_turn
 from gateway.store import connect
-from gateway.store.crypto import (DataKey, DecryptError, Encryption, TenantCipher, key_id,
-                                  sealed_key_id)
+from gateway.store.crypto import (
+    DataKey,
+    DecryptError,
+    Encryption,
+    TenantCipher,
+    key_id,
+    sealed_key_id,
+)
 from gateway.store.keyring import load_encryption
 from gateway.store.keys import KeySpace
 from gateway.store.redis_store import RedisStore
@@ -273,7 +279,7 @@ def test_gateway_serve_exits_at_start_naming_a_wrong_key(redis_url, tmp_path):
         "server": {"data_dir": str(tmp_path)},
         "tenants": {"acme": {"api_keys": [{"sha256": hash_key("k")}], "models": MODELS}}}))
     done = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(path),
-                           "--port", "1"], capture_output=True, text=True, timeout=60,
+                           "--port", "1"], check=False, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode != 0
     assert "encryption.key_env: the key in GW_TEST_KEY_B does not open tenant acme" \
@@ -282,7 +288,7 @@ def test_gateway_serve_exits_at_start_naming_a_wrong_key(redis_url, tmp_path):
 
 def rotate(path: Path, tenant: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "gateway", "rotate-key", "--config",
-                           str(path), "--tenant", tenant], capture_output=True, text=True,
+                           str(path), "--tenant", tenant], check=False, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

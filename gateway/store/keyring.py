@@ -29,8 +29,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config import Config
 from gateway.errors import ConfigError
-from gateway.store.crypto import (KEY_BYTES, DataKey, DecryptError, Encryption, TenantCipher,
-                                  sealed_key_id)
+from gateway.store.crypto import (
+    KEY_BYTES,
+    DataKey,
+    DecryptError,
+    Encryption,
+    TenantCipher,
+    sealed_key_id,
+)
 from gateway.store.keys import KeySpace, _part
 
 
