@@ -11,10 +11,9 @@ Invariants:
   index key from the store (the first process to start makes it: SET NX, so concurrent
   starts agree on one);
 - a tenant whose record exists but has no key configured fails the start too (its texts
-  could not be read);
-- without any key configured nothing is required of the store: the check of the records is
-  skipped when the store cannot be reached (the gateway starts and serves with the store
-  down, as before). With a key, the store must answer at start-up.
+  could not be read) — checked whenever any tenant has a key;
+- without any key configured nothing is read (no round trip, the start-up of before: the
+  gateway starts and serves with the store down). With a key, the store must answer.
 """
 
 from __future__ import annotations
@@ -63,12 +62,12 @@ async def load_encryption(config: Config, redis: aioredis.Redis,
     """Every tenant's cipher, checked against the store; ConfigError naming the key to fix."""
     keys = keys or KeySpace()
     configured = {name: config.encryption_for(name) for name in config.tenants}
+    if not any(configured.values()):
+        return Encryption()  # off: free, and the store may come later
     names = sorted(config.tenants)
     try:
         records = dict(zip(names, await redis.mget([record_key(keys, n) for n in names])))
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        if not any(configured.values()):
-            return Encryption()  # nothing to check without keys; the store may come later
         raise ConfigError(f"encryption: the store must answer at start-up to check the "
                           f"keys, and it did not ({exc!r})") from None
     ciphers = {}
