@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from tests.test_one_shot_http import append_only_files
 KEY_A = base64.b64encode(bytes(range(32))).decode()
 KEY_B = base64.b64encode(bytes(range(100, 132))).decode()
 USER = "erin-7Q"
-CANARY = {"acme": "Zorblax", "globex": "Vextra"}
+CANARY = {"acme": "Zephquor", "globex": "Vantrixel"}
 
 
 @pytest.fixture(autouse=True)
@@ -136,22 +137,22 @@ def test_no_stored_text_is_in_clear_and_memory_still_works(redis_url):
         # Everything memory keeps exists, and reads back through the gateway in clear.
         export = httpx.get(url + "/v1/memory/export", timeout=30, headers={
             "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": USER}).json()
-        assert mentions(export["facts"], "Zorblax Canary")
-        assert any(f["key"] == "prefers_zorblax_pizza" for f in export["facts"])
+        assert mentions(export["facts"], "Zephquor Canary")
+        assert any(f["key"] == "prefers_zephquor_pizza" for f in export["facts"])
         assert any(c["chunks"] for c in export["conversations"])
         assert any(c["branches"] for c in export["conversations"])
         # Recall opens what it finds: turns and facts of earlier conversations reach the model.
         seen = recalled(url, "acme", "Where do I live, and what is my name?")
-        assert "I live in Zorblaxville" in seen and "User: My name is Zorblax" in seen  # turn, chunk
-        assert "Vextra" not in seen
+        assert "I live in Zephquorville" in seen and "User: My name is Zephquor" in seen  # turn, chunk
+        assert "Vantrixel" not in seen
         # A fact is found by its key, though its field in the store is a keyed name.
-        deleted = httpx.delete(url + "/v1/memory/facts/prefers_zorblax_pizza", timeout=30,
+        deleted = httpx.delete(url + "/v1/memory/facts/prefers_zephquor_pizza", timeout=30,
                                headers={"Authorization": f"Bearer {KEYS['acme']}",
                                         "X-User-Id": USER})
         assert deleted.status_code == 200, deleted.text
         facts = httpx.get(url + "/v1/memory/facts", timeout=30, headers={
             "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": USER}).json()["data"]
-        assert "prefers_zorblax_pizza" not in {f["key"] for f in facts} and facts
+        assert "prefers_zephquor_pizza" not in {f["key"] for f in facts} and facts
 
         for word in CANARY.values():
             assert in_clear(redis_url, word) == []
@@ -166,8 +167,8 @@ def test_no_stored_text_is_in_clear_and_memory_still_works(redis_url):
 def test_a_ciphertext_moved_to_another_tenant_does_not_open(redis_url):
     """Both tenants share one key; the tenant is bound into every ciphertext."""
     with running_gateway(config(redis_url, {"key_env": "GW_TEST_KEY_A"})) as url:
-        converse(url, "acme", USER, "c-one", ["My name is Zorblax Canary."])
-        converse(url, "globex", USER, "c-one", ["My name is Vextra Canary."])
+        converse(url, "acme", USER, "c-one", ["My name is Zephquor Canary."])
+        converse(url, "globex", USER, "c-one", ["My name is Vantrixel Canary."])
         ks = KeySpace()
         acme = ks.conversation(ConversationKey("acme", USER, "c-one")).transcript
         globex = ks.conversation(ConversationKey("globex", USER, "c-one")).transcript
@@ -204,7 +205,7 @@ def test_a_retried_enqueue_is_not_enqueued_twice_though_each_seal_differs(redis_
             store = RedisStore(client, encryption=await load_encryption(cfg, client))
             key = ConversationKey("acme", USER, "c-retry")
             record = TurnRecord(mode="append", parent_id=None,
-                                messages=(Message("user", "Zorblax, once"),), created_at=1e9,
+                                messages=(Message("user", "Zephquor, once"),), created_at=1e9,
                                 request_id="r1")
             first, again = await store.record(key, record), await store.record(key, record)
             last = await client.get(KeySpace().conversation(key).last_enqueued)
@@ -213,7 +214,7 @@ def test_a_retried_enqueue_is_not_enqueued_twice_though_each_seal_differs(redis_
             await client.aclose()
     first, again, pending, last = asyncio.run(run())
     assert first == again and pending == 1
-    assert "Zorblax" not in last
+    assert "Zephquor" not in last
 
 
 async def start(cfg: Any) -> None:
@@ -225,7 +226,7 @@ async def start(cfg: Any) -> None:
 
 def test_a_wrong_key_fails_the_start_naming_the_key(redis_url):
     with running_gateway(config(redis_url, {"key_env": "GW_TEST_KEY_A"})) as url:
-        converse(url, "acme", USER, "c-one", ["My name is Zorblax Canary."])
+        converse(url, "acme", USER, "c-one", ["My name is Zephquor Canary."])
     wrong = config(redis_url, {"key_env": "GW_TEST_KEY_B"})
     with pytest.raises(ConfigError, match="^encryption.key_env: the key in GW_TEST_KEY_B does "
                                           "not open tenant acme's data in the store"):
@@ -313,20 +314,22 @@ def test_switching_encryption_on_then_rotating_the_key(redis_url, tmp_path):
     key_a, key_b = key_id(base64.b64decode(KEY_A)), key_id(base64.b64decode(KEY_B))
     with running_gateway(config(redis_url)) as url:
         populate(url, "acme")
-    assert in_clear(redis_url, "Zorblax")  # off: stored as before, in clear
+    clear = in_clear(redis_url, "Zephquor")  # off: stored as before, in clear
+    assert any(path.startswith("/") for path in clear)  # its append-only file too
 
     with running_gateway(config(redis_url, {"key_env": "GW_TEST_KEY_A"})) as url:
-        assert "I live in Zorblaxville" in recalled(url, "acme", "Where do I live?")
+        assert "I live in Zephquorville" in recalled(url, "acme", "Where do I live?")
         report = rotate(write_config(tmp_path / "a.yaml", redis_url,
                                      {"key_env": "GW_TEST_KEY_A"}), "acme")
         assert report["resealed"] > 20 and report["remaining"] == 0
+        assert report["disk"] == "rewrite_requested"
         assert rotate(tmp_path / "a.yaml", "acme")["resealed"] == 0  # resumable: nothing left
-    # The store's AOF still holds the old writes until rewritten; the keys hold no clear text.
-    assert not [n for n, v in dump(redis_url).items() if mentions(v, "zorblax")]
+        # Once the store has rewritten its append-only file, no clear text is left on disk.
+        rewritten(redis_url, lambda: not in_clear(redis_url, "Zephquor"))
 
     during = config(redis_url, {"key_env": "GW_TEST_KEY_B", "previous_key_env": "GW_TEST_KEY_A"})
     with running_gateway(during) as url:
-        converse(url, "acme", USER, "c-three", ["A Zorblax turn written under key B."])
+        converse(url, "acme", USER, "c-three", ["A Zephquor turn written under key B."])
         stored = {sealed_key_id(t) for v in sealed_values(redis_url, "acme").values() for t in v}
         assert stored == {key_a, key_b}
         report = rotate(write_config(tmp_path / "b.yaml", redis_url,
@@ -342,29 +345,43 @@ def test_switching_encryption_on_then_rotating_the_key(redis_url, tmp_path):
     with pytest.raises(ConfigError, match="GW_TEST_KEY_A does not open tenant acme"):
         asyncio.run(_check(redis_url, config(redis_url, {"key_env": "GW_TEST_KEY_A"})))
     with running_gateway(config(redis_url, {"key_env": "GW_TEST_KEY_B"})) as url:
-        assert "I live in Zorblaxville" in recalled(url, "acme", "Where do I live?")
+        assert "I live in Zephquorville" in recalled(url, "acme", "Where do I live?")
         export = httpx.get(url + "/v1/memory/export", timeout=30, headers={
             "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": USER}).json()
-        assert mentions(export["facts"], "Zorblax Canary")
+        assert mentions(export["facts"], "Zephquor Canary")
         assert len(export["conversations"]) >= 3
+
+
+def rewritten(store_url: str, done: Any, timeout: float = 30.0) -> None:
+    """Wait until the store has no append-only file rewrite scheduled or running and
+    `done()` holds (the old files are deleted in the background after a rewrite)."""
+    deadline = time.monotonic() + timeout
+    with redis.Redis.from_url(store_url, decode_responses=True) as r:
+        while True:
+            info = r.info("persistence")
+            if not int(info["aof_rewrite_in_progress"]) and \
+                    not int(info["aof_rewrite_scheduled"]) and done():
+                return
+            assert time.monotonic() < deadline, f"still on disk: {in_clear(store_url, 'Zephquor')}"
+            time.sleep(0.1)
 
 
 def test_record_journal_lines_are_sealed_per_tenant():
     cipher = TenantCipher("acme", DataKey(base64.b64decode(KEY_A)))
     encryption = Encryption({"acme": cipher})
     record = TurnRecord(mode="append", parent_id=None,
-                        messages=(Message("user", "Zorblax in a journal"),), created_at=1.0,
+                        messages=(Message("user", "Zephquor in a journal"),), created_at=1.0,
                         request_id="r1")
     turn = BufferedTurn(key=ConversationKey("acme", USER, "c"), request_id="r1", record=record,
                         created_at=1.0)
     line = encode_turn(turn, encryption)
-    assert "Zorblax" not in line and json.loads(line)["tenant"] == "acme"
+    assert "Zephquor" not in line and json.loads(line)["tenant"] == "acme"
     assert decode_turn(line, encryption) == turn
     with pytest.raises(DecryptError):
         decode_turn(line)  # no key for the tenant: never read as garbage
     other = BufferedTurn(key=ConversationKey("globex", USER, "c"), request_id="r2",
                          record=record, created_at=1.0)
-    assert "Zorblax" in encode_turn(other, encryption)  # a tenant without a key: as before
+    assert "Zephquor" in encode_turn(other, encryption)  # a tenant without a key: as before
 
 
 def test_sealed_texts_differ_each_time_and_open_only_for_their_tenant():

@@ -67,6 +67,10 @@ class RotationReport:
     dead_letters_under_old_keys: int = 0
     """Dead-lettered jobs under an older key: kept as they failed; readable only with it."""
     record_resealed: bool = False
+    disk: str = "not_needed"
+    """The store's append-only file keeps the texts as they were written (in clear, or under
+    the old key) until it is rewritten: "rewrite_requested" (BGREWRITEAOF), "not_needed" (no
+    AOF) or "failed: <reason>" (a managed Redis may refuse; its retention rules apply)."""
 
     @property
     def remaining(self) -> int:
@@ -117,7 +121,24 @@ async def rotate_tenant(redis: aioredis.Redis, encryption: Encryption, tenant: s
     report.dead_letters_under_old_keys = await _under_old_keys(redis, keys.dead, cipher)
     if report.remaining == 0:
         report.record_resealed = await _reseal_record(redis, keys, cipher)
+    if report.resealed or report.record_resealed:
+        report.disk = await _rewrite_append_only_file(redis)
     return report
+
+
+async def _rewrite_append_only_file(redis: aioredis.Redis) -> str:
+    # As MemoryControl.rewrite_disk_copies does after an erase (kept apart: the store layer
+    # does not import the memory layer).
+    try:
+        persistence = await redis.info("persistence")
+        if not int(persistence.get("aof_enabled", 0)):
+            return "not_needed"
+        await redis.bgrewriteaof()
+    except aioredis.ResponseError as exc:
+        if "already in progress" in str(exc):
+            return "rewrite_requested"
+        return f"failed: {exc}"
+    return "rewrite_requested"
 
 
 async def _reseal(cas: object, cipher: TenantCipher, report: RotationReport, name: str,
