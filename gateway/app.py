@@ -28,6 +28,7 @@ from gateway.record_journal import RecordJournal
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.store import connect
 from gateway.store.embedded import EmbeddedRedis
+from gateway.store.keyring import load_encryption
 from gateway.store.pool import StorePool
 from gateway.store.recorder import Recorder
 from gateway.store.redis_store import RedisStore
@@ -171,15 +172,22 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         timeout = config.server.store_timeout_seconds
         redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                         max_connections=config.server.store_pool_size)
-        store = RedisStore(redis)
+        try:  # a wrong or missing key ends the start-up here, naming the config key
+            encryption = await load_encryption(config, redis)
+        except BaseException:
+            await redis.aclose()
+            if embedded is not None:
+                await anyio.to_thread.run_sync(embedded.stop)
+            raise
+        store = RedisStore(redis, encryption=encryption)
         mode = recorder_mode(config)
         worker_redis = connect(url, socket_connect_timeout=timeout) if mode in (
             "inline", "background") else None
         # Turns applied and memory derived in this process (not a worker process): their job
         # metrics are written from here.
         jobs = JobMetrics(redis) if worker_redis is not None else None
-        recorder = build_recorder(config, worker_redis, jobs) if worker_redis is not None \
-            else None
+        recorder = build_recorder(config, worker_redis, jobs, encryption=encryption) \
+            if worker_redis is not None else None
         tasks, metrics = TaskTracker(), Metrics()
         tenants = TenantDirectory(config)
         tracing = start_tracing(config.tracing, span_exporter)
@@ -188,7 +196,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         memory = None
         if any(t.memory.enabled for t in config.tenants.values()):
             memory = build_memory(config, redis, chat_upstream, tenants, tracing=tracing,
-                                  jobs=jobs)
+                                  jobs=jobs, encryption=encryption)
             await memory.embedding.warm_up()
         buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)
@@ -204,7 +212,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
                                     store, recorder, metrics, memory, buffer,
                                     store_pool=redis.connection_pool)
         # Turns a previous process could not hand to the store go first, then new ones.
-        journal = RecordJournal(config.server.data_dir)
+        journal = RecordJournal(config.server.data_dir, encryption=encryption)
         await journal.replay_into(buffer)
         await buffer.start()
         background = Background(recorder, memory) if mode == "background" and recorder else None

@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, worker, check-config, fake-upstream."""
+"""The `gateway` command: serve, worker, check-config, rotate-key, fake-upstream."""
 
 from __future__ import annotations
 
@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> None:
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("path", nargs="?", default="config.yaml")
 
+    rotate = commands.add_parser(
+        "rotate-key", help="seal every stored text of a tenant with its current key "
+                           "(encryption.key_env), opening old ones with previous_key_env")
+    rotate.add_argument("--config", default="config.yaml", help="default: ./config.yaml")
+    rotate.add_argument("--tenant", required=True)
+
     fake = commands.add_parser("fake-upstream",
                                help="run the fake OpenAI-compatible upstream on its own")
     fake.add_argument("--host", default="127.0.0.1")
@@ -57,6 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "worker":
         _worker(args)
         return
+    if args.command == "rotate-key":
+        sys.exit(_rotate_key(args.config, args.tenant))
     _serve(args)
 
 
@@ -82,6 +90,47 @@ def _check(path: str) -> int:
         return 1
     print(f"{path}: OK — store {config.store}, tenants: {', '.join(sorted(config.tenants))}")
     return 0
+
+
+def _rotate_key(path: str, tenant: str) -> int:
+    """Exit status 0 once nothing of the tenant is left under an old key (queued jobs aside:
+    reported), 1 if a run again is needed, 2 on a bad config or tenant."""
+    import asyncio
+    import json
+
+    from gateway.app import store_url
+    from gateway.store import connect
+    from gateway.store.embedded import EmbeddedRedisError
+    from gateway.store.keyring import load_encryption
+    from gateway.store.rotation import rotate_tenant
+
+    try:
+        config = load_config(path)
+        if tenant not in config.tenants or config.encryption_for(tenant) is None:
+            raise ConfigError(f"tenants.{tenant}: no such tenant with an encryption key")
+        url, embedded = store_url(config)
+    except (ConfigError, EmbeddedRedisError) as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+
+    async def run() -> dict[str, object]:
+        redis = connect(url)
+        try:
+            encryption = await load_encryption(config, redis)
+            return (await rotate_tenant(redis, encryption, tenant)).to_json()
+        finally:
+            await redis.aclose()
+
+    try:
+        report = asyncio.run(run())
+    except ConfigError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    print(json.dumps(report))
+    return 0 if report["remaining"] == 0 else 1
 
 
 def _config_and_logging(args: argparse.Namespace) -> Config:
@@ -125,6 +174,12 @@ def _serve(args: argparse.Namespace) -> None:
         url, embedded = store_url(config)
     except EmbeddedRedisError as exc:
         _fail(f"gateway: {exc}")
+    try:
+        _check_keys(config, url)
+    except ConfigError as exc:
+        if embedded is not None:
+            embedded.stop()
+        _fail(f"gateway: {exc}")
     os.environ[STORE_URL_ENV] = url
     os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
     if embedded is not None:
@@ -161,6 +216,27 @@ def _serve(args: argparse.Namespace) -> None:
             embedded.stop()
     if signalled is not None:
         exit_signals.exit_by(signalled)
+
+
+def _check_keys(config: Config, url: str) -> None:
+    """With encryption configured: the keys against the store, before any process starts
+    (a wrong key ends `serve` here with one line naming it; every process checks again)."""
+    if config.encryption is None and not any(t.encryption for t in config.tenants.values()):
+        return
+    import asyncio
+
+    from gateway.store import connect
+    from gateway.store.keyring import load_encryption
+
+    async def check() -> None:
+        timeout = config.server.store_timeout_seconds
+        redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        try:
+            await load_encryption(config, redis)
+        finally:
+            await redis.aclose()
+
+    asyncio.run(check())
 
 
 def _worker(args: argparse.Namespace) -> None:

@@ -247,6 +247,37 @@ class TenantMemoryConfig(Strict):
     facts: FactsConfig = FactsConfig()
 
 
+class EncryptionConfig(Strict):
+    """Encryption at rest of every stored text (README, "Encryption at rest"). Keys are 32
+    random bytes, base64 or hex, in environment variables — never in the file or the store."""
+
+    key_env: str = Field(min_length=1)
+    """The variable holding the key that seals new texts (and opens them)."""
+    previous_key_env: str | None = None
+    """During a key rotation: the variable holding the key being replaced (opens only)."""
+
+    def keys(self, where: str) -> tuple[bytes, bytes | None]:
+        """(current, previous) keys; ConfigError naming `where`'s key if one is missing or
+        is not a 256-bit key."""
+        from gateway.store.crypto import parse_key
+
+        def read(field: str, name: str) -> bytes:
+            value = os.environ.get(name)
+            if not value:
+                raise ConfigError(f"{where}.{field}: environment variable {name} is not set")
+            try:
+                return parse_key(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{field}: environment variable {name} is not a "
+                                  f"256-bit key ({exc}); make one with `python -c \"import "
+                                  f"os, base64; print(base64.b64encode(os.urandom(32)).decode())\"`"
+                                  ) from None
+        current = read("key_env", self.key_env)
+        previous = read("previous_key_env", self.previous_key_env) \
+            if self.previous_key_env else None
+        return current, previous
+
+
 class TenantConfig(Strict):
     api_keys: list[TenantApiKey] = Field(min_length=1)
     rate_limits: RateLimitsConfig = RateLimitsConfig()
@@ -256,6 +287,8 @@ class TenantConfig(Strict):
     memory: TenantMemoryConfig = TenantMemoryConfig()
     request_limits: RequestLimitsConfig | None = None
     """Overrides of the top-level `request_limits` for this tenant: the keys given here win."""
+    encryption: EncryptionConfig | None = None
+    """This tenant's own key (instead of the top-level `encryption`)."""
 
     @model_validator(mode="after")
     def _memory_models_exist(self) -> TenantConfig:
@@ -348,6 +381,9 @@ class Config(Strict):
     request_limits: RequestLimitsConfig = RequestLimitsConfig()
     tracing: TracingConfig = TracingConfig()
     admin: AdminConfig = AdminConfig()
+    encryption: EncryptionConfig | None = None
+    """The key of every tenant without its own `tenants.<name>.encryption`; unset (and no
+    tenant key): nothing is encrypted."""
     tenants: dict[str, TenantConfig] = Field(min_length=1)
 
     @field_validator("store")
@@ -373,6 +409,16 @@ class Config(Strict):
             return self.request_limits
         return self.request_limits.model_copy(
             update={k: getattr(own, k) for k in own.model_fields_set})
+
+    def encryption_for(self, tenant: str) -> tuple[EncryptionConfig, str] | None:
+        """The tenant's encryption settings and their dotted place in the config; None when
+        its texts are stored in clear."""
+        own = self.tenants[tenant].encryption
+        if own is not None:
+            return own, f"tenants.{tenant}.encryption"
+        if self.encryption is not None:
+            return self.encryption, "encryption"
+        return None
 
     def key_digests(self) -> dict[str, str]:
         """sha256(key) -> tenant name. Raises ConfigError for a missing env var or a key
@@ -409,6 +455,9 @@ class Config(Strict):
         for name, tenant in self.tenants.items():
             for alias, model in tenant.models.items():
                 model.api_key(f"tenants.{name}.models.{alias}")
+            encryption = self.encryption_for(name)
+            if encryption is not None:
+                encryption[0].keys(encryption[1])
 
 
 def hash_key(key: str) -> str:

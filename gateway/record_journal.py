@@ -25,6 +25,9 @@ Invariants:
   at least once, never lost (a double fault: a kill -9 during a replay);
 - a line that cannot be decoded (a partial last line: the process died mid-write) is skipped
   and logged, never a crash; the other lines are replayed;
+- with encryption on for a turn's tenant, its line holds the tenant in clear and the turn
+  sealed (`{"v": 1, "tenant": ..., "sealed": ...}`); a line that does not open (a wrong key)
+  keeps its file claimed and on disk for the next start, never skipped;
 - replay keeps each turn's creation time, so a turn created before its user erased their
   memory is still refused by the store (`_RECORD_LUA`).
 """
@@ -45,6 +48,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.record_buffer import BufferedTurn, RecordBuffer
 from gateway.store.codec import CodecError, record_from_dict, record_to_dict
+from gateway.store.crypto import NO_ENCRYPTION, DecryptError, Encryption
 
 log = logging.getLogger("gateway.record_journal")
 
@@ -52,8 +56,18 @@ PREFIX = "record-journal-"
 VERSION = 1
 
 
-def encode_turn(turn: BufferedTurn) -> str:
-    """One line of JSON (no newline inside: json.dumps escapes them)."""
+def encode_turn(turn: BufferedTurn, encryption: Encryption = NO_ENCRYPTION) -> str:
+    """One line of JSON (no newline inside: json.dumps escapes them), sealed for a tenant
+    with a key."""
+    line = _encode_plain(turn)
+    tenant = turn.key.tenant
+    if encryption.cipher(tenant) is None:
+        return line
+    return json.dumps({"v": VERSION, "tenant": tenant, "sealed": encryption.seal(tenant, line)},
+                      ensure_ascii=False, separators=(",", ":"))
+
+
+def _encode_plain(turn: BufferedTurn) -> str:
     data: dict[str, Any] = {
         "v": VERSION, "key": [turn.key.tenant, turn.key.user, turn.key.conversation],
         "request_id": turn.request_id, "created_at": turn.created_at,
@@ -66,10 +80,12 @@ def encode_turn(turn: BufferedTurn) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
-def decode_turn(line: str) -> BufferedTurn:
-    """The turn `encode_turn` wrote, or `CodecError`."""
+def decode_turn(line: str, encryption: Encryption = NO_ENCRYPTION) -> BufferedTurn:
+    """The turn `encode_turn` wrote, or `CodecError` (`DecryptError` if it does not open)."""
     try:
         data = json.loads(line)
+        if isinstance(data, dict) and "sealed" in data:
+            data = json.loads(encryption.open(str(data["tenant"]), str(data["sealed"])))
         if data["v"] != VERSION:
             raise ValueError(f"unknown journal version {data['v']!r}")
         tenant, user, conversation = data["key"]
@@ -82,7 +98,7 @@ def decode_turn(line: str) -> BufferedTurn:
             reply=tuple(Message.from_openai(m) for m in data.get("reply", ())),
             created_at=float(data["created_at"]),
             incomplete_reply=bool(data["incomplete_reply"]))
-    except CodecError:
+    except (CodecError, DecryptError):
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CodecError(f"not a journalled turn: {exc!r}") from exc
@@ -91,8 +107,10 @@ def decode_turn(line: str) -> BufferedTurn:
 class RecordJournal:
     """This process's journal in `directory`; see the module docstring."""
 
-    def __init__(self, directory: Path, *, owner: str | None = None):
+    def __init__(self, directory: Path, *, owner: str | None = None,
+                 encryption: Encryption = NO_ENCRYPTION):
         self.directory = Path(directory)
+        self.encryption = encryption
         self.owner = owner or process_identity(os.getpid()) or f"{os.getpid()}-0"
         """`<pid>-<start time>` of the process writing and claiming here."""
         self.path = self.directory / f"{PREFIX}{self.owner}.jsonl"
@@ -157,7 +175,7 @@ class RecordJournal:
             self._claimed.append(mine)
             try:
                 files.append(self._read(mine))
-            except OSError as exc:  # kept, claimed: the next start tries it again
+            except (OSError, DecryptError) as exc:  # kept, claimed: the next start tries again
                 self._claimed.remove(mine)
                 _event(logging.ERROR, "record_journal_unreadable", file=mine.name,
                        error=repr(exc))
@@ -172,7 +190,7 @@ class RecordJournal:
                 if not line.strip():
                     continue
                 try:
-                    turns.append(decode_turn(line))
+                    turns.append(decode_turn(line, self.encryption))
                 except CodecError as exc:
                     self.skipped += 1
                     _event(logging.ERROR, "record_journal_line_skipped", file=path.name,
@@ -217,7 +235,7 @@ class RecordJournal:
         if not turns:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        text = "".join(encode_turn(t) + "\n" for t in turns).encode("utf-8")
+        text = "".join(encode_turn(t, self.encryption) + "\n" for t in turns).encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             written = 0

@@ -39,6 +39,8 @@ from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ports import Upstream
 from gateway.store import connect
 from gateway.store.embedded import die_with_parent
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.keyring import load_encryption
 from gateway.store.recorder import Recorder
 from gateway.tenants import TenantDirectory
 from gateway.tracing import start_tracing
@@ -55,11 +57,13 @@ PARENT_ENV = "GATEWAY_WORKER_PARENT"
 
 
 def build_recorder(config: Config, client: aioredis.Redis,
-                   jobs: JobMetrics | None = None) -> Recorder:
+                   jobs: JobMetrics | None = None, *,
+                   encryption: Encryption = NO_ENCRYPTION) -> Recorder:
     r = config.recorder
     return Recorder(client, workers=r.workers, max_attempts=r.max_attempts,
                     backoff_seconds=r.backoff_seconds,
-                    claim_idle_ms=int(r.claim_idle_seconds * 1000), jobs=jobs)
+                    claim_idle_ms=int(r.claim_idle_seconds * 1000), jobs=jobs,
+                    encryption=encryption)
 
 
 @dataclass
@@ -104,12 +108,14 @@ async def run_worker(config: Config, url: str, upstream: Upstream,
     recorder_redis = connect(url, socket_connect_timeout=timeout)
     jobs = JobMetrics(memory_redis)  # job latency and retries, for every replica's /metrics
     memory = None
+    encryption = await load_encryption(config, memory_redis)
     tracing = start_tracing(config.tracing, span_exporter)
     if any(t.memory.enabled for t in config.tenants.values()):
         memory = build_memory(config, memory_redis, upstream, TenantDirectory(config),
-                              tracing=tracing, jobs=jobs)
+                              tracing=tracing, jobs=jobs, encryption=encryption)
         await memory.embedding.warm_up()
-    background = Background(build_recorder(config, recorder_redis, jobs), memory)
+    background = Background(build_recorder(config, recorder_redis, jobs,
+                                           encryption=encryption), memory)
     await background.start()
     logger.info(json.dumps({"event": "worker_started", "pid": os.getpid(),
                             "memory": memory is not None}))

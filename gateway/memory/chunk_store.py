@@ -23,6 +23,7 @@ from gateway.core.compaction import SummaryChunk
 from gateway.core.ids import ConversationKey
 from gateway.memory.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.vector_store import encode_vector
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 VECTOR_PREFIX = "chunk:"
 
@@ -51,24 +52,32 @@ def chunk_from_json(text: str | bytes) -> SummaryChunk:
 
 
 class ChunkStore:
-    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace | None = None) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace | None = None, *,
+                 encryption: Encryption = NO_ENCRYPTION) -> None:
+        """`encryption` seals each chunk's JSON (its vector stays clear: README)."""
         self.redis = redis
         self.keys = keys or MemoryKeySpace()
+        self.encryption = encryption
 
     def _keys(self, key: ConversationKey) -> ConversationMemoryKeys:
         return self.keys.conversation(key)
 
     async def list(self, key: ConversationKey) -> tuple[SummaryChunk, ...]:
         """All chunks, oldest first (deleted ones included, as blank tombstones)."""
-        return self.parse(await self.redis.lrange(self.key(key), 0, -1))
+        return self.parse(await self.redis.lrange(self.key(key), 0, -1), key)
 
     def key(self, key: ConversationKey) -> str:
         """The list `parse` reads whole (for callers batching their reads)."""
         return self._keys(key).chunks
 
-    @staticmethod
-    def parse(items: Sequence[str]) -> tuple[SummaryChunk, ...]:
-        return tuple(chunk_from_json(item) for item in items)
+    def parse(self, items: Sequence[str], key: ConversationKey) -> tuple[SummaryChunk, ...]:
+        return tuple(self._read(key, item) for item in items)
+
+    def _read(self, key: ConversationKey, raw: str) -> SummaryChunk:
+        return chunk_from_json(self.encryption.open(key.tenant, raw))
+
+    def _write(self, key: ConversationKey, chunk: SummaryChunk) -> str:
+        return self.encryption.seal(key.tenant, chunk_to_json(chunk))
 
     async def get(self, key: ConversationKey, chunk_id: str) -> SummaryChunk | None:
         return next((c for c in await self.list(key) if c.id == chunk_id), None)
@@ -91,10 +100,10 @@ class ChunkStore:
                 await pipe.watch(keys.chunks)
                 last = await pipe.lindex(keys.chunks, -1)
                 if last is not None and \
-                        chunk_from_json(last).last_position >= chunk.first_position:
+                        self._read(key, last).last_position >= chunk.first_position:
                     return False
                 pipe.multi()
-                pipe.rpush(keys.chunks, chunk_to_json(chunk))
+                pipe.rpush(keys.chunks, self._write(key, chunk))
                 if vector is not None:
                     pipe.hset(keys.vectors, vector_id(chunk.id), encode_vector(vector))
                 pipe.incr(keys.version)
@@ -117,12 +126,12 @@ class ChunkStore:
             try:
                 await pipe.watch(keys.chunks)
                 stored = await pipe.lrange(keys.chunks, 0, -1)
-                if [chunk_from_json(s).id for s in stored] != [c.id for c in expected]:
+                if [self._read(key, s).id for s in stored] != [c.id for c in expected]:
                     return False
                 pipe.multi()
                 pipe.delete(keys.chunks)
                 if chunks:
-                    pipe.rpush(keys.chunks, *(chunk_to_json(c) for c in chunks))
+                    pipe.rpush(keys.chunks, *(self._write(key, c) for c in chunks))
                 if gone:
                     pipe.hdel(keys.vectors, *gone)
                 if vectors:

@@ -86,11 +86,12 @@ class MemoryControl:
         self.redis = redis
         self.store = store
         self.keys = keys or MemoryKeySpace(store.keys)
+        sealed = {"encryption": store.encryption}  # the store's keys open the memory too
         self.settings = SettingsStore(redis, self.keys)
-        self.facts = FactStore(redis, self.keys, _no_embedding)
-        self.profiles = ProfileStore(redis, self.keys)
-        self.chunks = ChunkStore(redis, self.keys)
-        self.user_index = UserRecallIndex(redis, self.keys)
+        self.facts = FactStore(redis, self.keys, _no_embedding, **sealed)
+        self.profiles = ProfileStore(redis, self.keys, **sealed)
+        self.chunks = ChunkStore(redis, self.keys, **sealed)
+        self.user_index = UserRecallIndex(redis, self.keys, **sealed)
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock

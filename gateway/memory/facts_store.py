@@ -7,6 +7,10 @@ recomputes). Vectors follow in their own transaction (`put_vectors`/`delete_vect
 bump the user's version): a search between the two sees a fact's old vector at worst, and
 `recall` drops hits whose fact is gone.
 
+Encryption (`encryption`): each fact's JSON is sealed, and the hash fields of both hashes are
+the tenant's keyed names of the fact keys (a key can hold user content: `prefers_<thing>`); the
+fact key itself is read from the JSON. Without encryption a field is the fact key.
+
 Isolation: every key is built from (tenant, user) by `MemoryKeySpace.user`; every search names
 `Namespace.of_facts(tenant, user)`. Nothing here can read another user's facts.
 """
@@ -29,6 +33,7 @@ from gateway.core.recall import Recollection
 from gateway.memory.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.memory.ports import Namespace, VectorIndex
 from gateway.memory.vector_store import decode_vector, delete_vectors, put_vectors
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +44,12 @@ _MAX_ATTEMPTS = 5
 class FactStore:
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace, embed: Embed, *,
                  related_threshold: float = 0.85, policy: FactPolicy = FactPolicy(),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 encryption: Encryption = NO_ENCRYPTION) -> None:
         """`embed` returns L2-normalised float32 rows (EmbeddingService.embed);
         `related_threshold` is the embedder's: at or above it two facts are duplicates."""
         self.redis = redis
+        self.encryption = encryption
         self.keys = keys
         self.embed = embed
         self.related_threshold = related_threshold
@@ -52,20 +59,41 @@ class FactStore:
     def _keys(self, tenant: str, user: str) -> UserMemoryKeys:
         return self.keys.user(tenant, user)
 
+    def _fields(self, tenant: str, keys: Sequence[str]) -> list[str]:
+        """The hash fields of fact keys (see the module docstring)."""
+        return [self.encryption.name(tenant, k) for k in keys]
+
+    def _decoded(self, tenant: str, raw: dict[str, str | None]) -> dict[str, Fact]:
+        """Facts by fact key from hash fields -> stored text; an undecodable entry is logged
+        and skipped (it stays in the store)."""
+        out = {}
+        for field_name, text in raw.items():
+            if text is None:
+                continue
+            try:
+                fact = Fact.from_dict(json.loads(self.encryption.open(tenant, text)))
+            except (ValueError, KeyError, TypeError) as exc:  # DecryptError is a ValueError
+                log.warning("stored fact %r is unreadable (%s); ignored", field_name, exc)
+                continue
+            out[fact.key] = fact
+        return out
+
     async def list(self, tenant: str, user: str) -> list[Fact]:
         """Every stored fact of the user, by key."""
         raw = await self.redis.hgetall(self._keys(tenant, user).facts)
-        return sorted(_decoded(raw).values(), key=lambda f: f.key)
+        return sorted(self._decoded(tenant, raw).values(), key=lambda f: f.key)
 
     async def get(self, tenant: str, user: str, key: str) -> Fact | None:
-        raw = await self.redis.hget(self._keys(tenant, user).facts, key)
-        return _decoded({key: raw}).get(key) if raw is not None else None
+        field_name = self.encryption.name(tenant, key)
+        raw = await self.redis.hget(self._keys(tenant, user).facts, field_name)
+        return self._decoded(tenant, {field_name: raw}).get(key) if raw is not None else None
 
     async def delete(self, tenant: str, user: str, key: str) -> bool:
         """Forget one fact and its vector; False if there was none."""
         keys = self._keys(tenant, user)
-        removed = await self.redis.hdel(keys.facts, key)
-        await delete_vectors(self.redis, keys.fact_vectors, keys.version, [key])
+        fields = self._fields(tenant, [key])
+        removed = await self.redis.hdel(keys.facts, *fields)
+        await delete_vectors(self.redis, keys.fact_vectors, keys.version, fields)
         return bool(removed)
 
     async def delete_all(self, tenant: str, user: str) -> None:
@@ -89,7 +117,8 @@ class FactStore:
         if written is None:
             return 0
         _before, _changed, dropped = written
-        await delete_vectors(self.redis, keys.fact_vectors, keys.version, dropped)
+        await delete_vectors(self.redis, keys.fact_vectors, keys.version,
+                             self._fields(tenant, dropped))
         return len(dropped)
 
     async def upsert(self, tenant: str, user: str, new: Sequence[Fact],
@@ -101,11 +130,11 @@ class FactStore:
             return []
         keys = self._keys(tenant, user)
         written = await self._rewrite(
-            tenant, user, lambda before: self._apply(keys, before, new, now))
+            tenant, user, lambda before: self._apply(tenant, keys, before, new, now))
         if written is None:
             return []
         before, changed, dropped = written
-        await self._write_vectors(keys, before, changed, dropped)
+        await self._write_vectors(tenant, keys, before, changed, dropped)
         return changed
 
     async def _rewrite(
@@ -120,7 +149,7 @@ class FactStore:
         for attempt in range(_MAX_ATTEMPTS):
             async with self.redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(keys.facts)
-                before = _decoded(await pipe.hgetall(keys.facts))
+                before = self._decoded(tenant, await pipe.hgetall(keys.facts))
                 after = await compute(before)
                 changed = [f for f in after.values() if before.get(f.key) != f]
                 dropped = [k for k in before if k not in after]
@@ -129,11 +158,13 @@ class FactStore:
                     return None
                 pipe.multi()
                 if changed:
-                    pipe.hset(keys.facts, mapping={f.key: json.dumps(f.to_dict(),
-                                                                     ensure_ascii=False)
-                                                   for f in changed})
+                    seal = self.encryption.seal
+                    pipe.hset(keys.facts, mapping={
+                        self.encryption.name(tenant, f.key):
+                            seal(tenant, json.dumps(f.to_dict(), ensure_ascii=False))
+                        for f in changed})
                 if dropped:
-                    pipe.hdel(keys.facts, *dropped)
+                    pipe.hdel(keys.facts, *self._fields(tenant, dropped))
                 pipe.incr(keys.version)
                 try:
                     await pipe.execute()
@@ -144,7 +175,7 @@ class FactStore:
             return before, changed, dropped
         raise WatchError(f"facts of {tenant}/{user} kept changing; gave up")
 
-    async def _apply(self, keys: UserMemoryKeys, before: dict[str, Fact],
+    async def _apply(self, tenant: str, keys: UserMemoryKeys, before: dict[str, Fact],
                      new: Sequence[Fact], now: float | None) -> dict[str, Fact]:
         now = self.clock() if now is None else now
         current = tuple(before.values())
@@ -152,7 +183,7 @@ class FactStore:
         if fresh and before:
             # Duplicates by meaning: a new key close to an existing fact takes that key.
             queries = await self.embed([policy.fact_text(f) for f in fresh])
-            vectors = await self._vectors(keys, before, queries.shape[1])
+            vectors = await self._vectors(tenant, keys, before, queries.shape[1])
             similarity = {id(f): {k: float(np.dot(q, v)) for k, v in vectors.items()}
                           for f, q in zip(fresh, queries)}
         else:
@@ -164,7 +195,7 @@ class FactStore:
             current = policy.upsert(current, fact, now)
         return {f.key: f for f in policy.apply_policy(current, now, self.policy)}
 
-    async def _vectors(self, keys: UserMemoryKeys, facts: dict[str, Fact],
+    async def _vectors(self, tenant: str, keys: UserMemoryKeys, facts: dict[str, Fact],
                        dim: int) -> dict[str, np.ndarray]:
         """Stored vectors of `facts`; a fact without one, or with one of another dimension
         (another embedder), is embedded now."""
@@ -173,7 +204,7 @@ class FactStore:
         missing = []
         for key in facts:
             try:
-                out[key] = decode_vector(raw[key], dim)
+                out[key] = decode_vector(raw[self.encryption.name(tenant, key)], dim)
             except (KeyError, ValueError):
                 missing.append(key)
         if missing:
@@ -181,7 +212,7 @@ class FactStore:
             out.update(zip(missing, rows))
         return out
 
-    async def _write_vectors(self, keys: UserMemoryKeys, before: dict[str, Fact],
+    async def _write_vectors(self, tenant: str, keys: UserMemoryKeys, before: dict[str, Fact],
                              changed: list[Fact], dropped: list[str]) -> None:
         # A fact whose text is unchanged (refreshed, re-sourced) keeps its vector.
         stale = [f for f in changed if f.key not in before
@@ -189,8 +220,9 @@ class FactStore:
         if stale:
             matrix = await self.embed([policy.fact_text(f) for f in stale])
             await put_vectors(self.redis, keys.fact_vectors, keys.version,
-                              [f.key for f in stale], matrix)
-        await delete_vectors(self.redis, keys.fact_vectors, keys.version, dropped)
+                              self._fields(tenant, [f.key for f in stale]), matrix)
+        await delete_vectors(self.redis, keys.fact_vectors, keys.version,
+                             self._fields(tenant, dropped))
 
     async def recall(self, tenant: str, user: str, query_vector: np.ndarray, k: int,
                      index: VectorIndex) -> list[Recollection]:
@@ -204,26 +236,13 @@ class FactStore:
         raws = await self.redis.hmget(self._keys(tenant, user).facts, [key for key, _ in hits])
         now = self.clock()
         found = []
-        for (key, similarity), raw in zip(hits, raws):
-            fact = _decoded({key: raw}).get(key) if raw is not None else None
+        for (field_name, similarity), raw in zip(hits, raws):
+            fact = next(iter(self._decoded(tenant, {field_name: raw}).values()), None)
             if fact is None:
                 continue  # deleted or aged out since the index was built
             weight = policy.decayed_weight(fact, now, self.policy.half_life_days)
-            found.append(Recollection(kind="fact", id=f"fact:{key}",
+            found.append(Recollection(kind="fact", id=f"fact:{fact.key}",
                                       text=policy.render_fact(fact), source_ids=fact.source_ids,
                                       position=-1, score=float(similarity) * weight))
         found.sort(key=lambda r: (-r.score, r.id))
         return found[:k]
-
-
-def _decoded(raw: dict[str, str | None]) -> dict[str, Fact]:
-    """Facts by key; an undecodable entry is logged and skipped (it stays in the store)."""
-    out = {}
-    for key, text in raw.items():
-        if text is None:
-            continue
-        try:
-            out[key] = Fact.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("stored fact %r is unreadable (%s); ignored", key, exc)
-    return out

@@ -46,6 +46,7 @@ from gateway.memory.ports import UNREAD, Namespace, Unread
 from gateway.memory.stemming import stemmed
 from gateway.memory.user_index import is_chunk, split_id
 from gateway.store.codec import json_object
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,11 @@ class Bm25LexicalIndex:
     """`LexicalIndex` over the store's texts. Call `close()` at shutdown."""
 
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
-                 max_namespaces: int = 256, max_documents: int = 500_000, stem: bool = True):
-        """`stem`: stem English words (gateway.memory.stemming), in documents and queries."""
+                 max_namespaces: int = 256, max_documents: int = 500_000, stem: bool = True,
+                 encryption: Encryption = NO_ENCRYPTION):
+        """`stem`: stem English words (gateway.memory.stemming), in documents and queries;
+        `encryption` opens the stored texts (the index is built in process, never stored)."""
+        self.encryption = encryption
         self.redis = redis
         self.keys = keys
         self.stem = stem
@@ -242,14 +246,14 @@ class Bm25LexicalIndex:
         foreign = 0
         for item, raw in zip(wanted, await self.redis.hmget(nk.documents, wanted)
                              if wanted else []):
-            entry = json_object(raw)
+            entry = json_object(self.encryption.open_or_none(namespace.tenant, raw))
             if entry is None or not isinstance(entry.get("text"), str):
                 foreign += raw is not None  # None: deleted since HKEYS; not an error
                 present.discard(item)
                 continue
             fresh[item] = entry["text"]
         for raw in raw_chunks:
-            chunk = json_object(raw)
+            chunk = json_object(self.encryption.open(namespace.tenant, raw))
             if chunk is None or not isinstance(chunk.get("text"), str) or "id" not in chunk:
                 foreign += 1
                 continue
@@ -270,7 +274,7 @@ class Bm25LexicalIndex:
             version, facts = await pipe.execute()
         fresh: dict[str, str] = {}
         for field_name, raw in sorted(facts.items()):
-            fact = json_object(raw)
+            fact = json_object(self.encryption.open(namespace.tenant, raw))
             if fact is None or "value" not in fact:
                 log.warning("skipped an unreadable fact in a facts namespace")
                 continue

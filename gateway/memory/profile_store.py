@@ -11,14 +11,18 @@ import redis.asyncio as aioredis
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.profile import Profile, update_profile
 from gateway.memory.keys import MemoryKeySpace
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger(__name__)
 
 
 class ProfileStore:
-    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace, *,
+                 encryption: Encryption = NO_ENCRYPTION) -> None:
+        """`encryption` seals each field's value (the field names are fixed words)."""
         self.redis = redis
         self.keys = keys
+        self.encryption = encryption
 
     async def get(self, tenant: str, user: str) -> Profile:
         """The stored profile; an empty one when there is none or it is unreadable."""
@@ -28,10 +32,10 @@ class ProfileStore:
         """The hash `parse` reads (for callers batching their reads)."""
         return self.keys.user(tenant, user).profile
 
-    @staticmethod
-    def parse(tenant: str, user: str, raw: dict[str, str]) -> Profile:
+    def parse(self, tenant: str, user: str, raw: dict[str, str]) -> Profile:
         try:
-            return Profile.from_dict({field: json.loads(value) for field, value in raw.items()})
+            return Profile.from_dict({field: json.loads(self.encryption.open(tenant, value))
+                                      for field, value in raw.items()})
         except (ValueError, TypeError) as exc:
             log.warning("stored profile of %s/%s is unreadable (%s); ignored", tenant, user, exc)
             return Profile()
@@ -39,7 +43,7 @@ class ProfileStore:
     async def put(self, tenant: str, user: str, profile: Profile) -> None:
         """Replace the stored profile (an empty profile deletes it)."""
         key = self.keys.user(tenant, user).profile
-        fields = {name: json.dumps(value, ensure_ascii=False)
+        fields = {name: self.encryption.seal(tenant, json.dumps(value, ensure_ascii=False))
                   for name, value in profile.to_dict().items() if value}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)

@@ -49,6 +49,7 @@ from gateway.memory.lexical_index import CHUNK_PREFIX, chunk_id
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
 from gateway.memory.user_index import SEPARATOR, Synced, qualified_id, split_id
 from gateway.store.codec import json_object
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 Hits = list[tuple[str, float]]
 
@@ -89,9 +90,11 @@ class Recaller:
     def __init__(self, embedding: EmbeddingService, vector_index: VectorIndex,
                  lexical_index: LexicalIndex, redis: aioredis.Redis,
                  keys: MemoryKeySpace = MemoryKeySpace(), *, rrf_k: int = RRF_K,
-                 recency_weight: float = RECENCY_WEIGHT, depth: int | None = None):
+                 recency_weight: float = RECENCY_WEIGHT, depth: int | None = None,
+                 encryption: Encryption = NO_ENCRYPTION):
         """`depth`: how many hits each search contributes to the fusion (default: the k of
-        the call, at least 20)."""
+        the call, at least 20); `encryption` opens the stored entries."""
+        self.encryption = encryption
         self.embedding = embedding
         self.vector_index = vector_index
         self.lexical_index = lexical_index
@@ -204,7 +207,7 @@ class Recaller:
                               for i, f in zip(by_conversation[c], raw_ids) if f})
         found, links = [], {}
         for item_id, raw in zip(candidates, raw_items):
-            entry = json_object(raw)
+            entry = json_object(self.encryption.open_or_none(key.tenant, raw))
             if entry is None or not isinstance(entry.get("text"), str) or not entry["text"] \
                     or entry.get("kind") not in ("turn", "chunk"):
                 continue  # gone since the index was built, or unreadable: left out
@@ -244,7 +247,7 @@ class Recaller:
         items: dict[str, Recollection] = {}
         links: dict[str, Link] = {}
         for item_id, raw, after in zip(turn_ids, raw_turns, raw_following):
-            entry = json_object(raw)
+            entry = json_object(self.encryption.open_or_none(key.tenant, raw))
             if entry is not None and isinstance(entry.get("text"), str):
                 items[item_id] = Recollection("turn", item_id, entry["text"], (item_id,),
                                               int(entry.get("position", -1)), 0.0)
@@ -255,7 +258,7 @@ class Recaller:
             wanted = set(candidates)
             for raw in raw_chunks:
                 try:
-                    chunk = chunk_from_json(raw)
+                    chunk = chunk_from_json(self.encryption.open(key.tenant, raw))
                 except ValueError:
                     continue  # unreadable: left out, like a vanished turn
                 cid = chunk_id(chunk.id)

@@ -38,6 +38,7 @@ from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.worker import MemoryUpdate, MemoryWorker
 from gateway.ports import Upstream
 from gateway.store.codec import encode_key
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.redis_store import RedisStore
 from gateway.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
@@ -84,26 +85,29 @@ class _ForTenants:
 def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                  tenants: TenantDirectory, *, clock: Callable[[], float] = time.time,
                  tracing: Tracing | None = None,
-                 jobs: JobMetrics | None = None) -> MemoryRuntime:
+                 jobs: JobMetrics | None = None,
+                 encryption: Encryption = NO_ENCRYPTION) -> MemoryRuntime:
     """`jobs`: where the memory worker's job latency and retries are counted (its process
-    passes one; a serving process that only recalls does not need it)."""
+    passes one; a serving process that only recalls does not need it). `encryption`: every
+    store of text seals and opens with it (vectors stay clear)."""
     keys = MemoryKeySpace()
+    sealed = {"encryption": encryption}
     embedder = build_embedder(config.memory.embedder.kind,
                               **({"threads": config.memory.embedder.threads}
                                  if config.memory.embedder.kind == "use" else {}))
     embedding = EmbeddingService(embedder)
     vectors = FaissVectorIndex(redis, embedder.dim, keys)
     index = config.memory.index
-    lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming)
-    chunks, profiles = ChunkStore(redis, keys), ProfileStore(redis, keys)
+    lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming, **sealed)
+    chunks, profiles = ChunkStore(redis, keys, **sealed), ProfileStore(redis, keys, **sealed)
     settings = SettingsStore(redis, keys)
     enabled = {name: t for name, t in config.tenants.items() if t.memory.enabled}
     facts = {name: FactStore(redis, keys, embedding.embed,
                              related_threshold=embedder.related_threshold,
-                             policy=_fact_policy(t), clock=clock)
+                             policy=_fact_policy(t), clock=clock, **sealed)
              for name, t in enabled.items()}
-    indexer = TurnIndexer(redis, embedding, keys, context=index.context_vectors)
-    user_index = UserRecallIndex(redis, keys)
+    indexer = TurnIndexer(redis, embedding, keys, context=index.context_vectors, **sealed)
+    user_index = UserRecallIndex(redis, keys, **sealed)
     compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock)
                   for name, t in enabled.items()}
     knowledge = {name: KnowledgeProcessor(facts[name], profiles,
@@ -130,10 +134,10 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                           lock_ms=int(worker_config.lock_seconds * 1000),
                           max_attempts=worker_config.max_attempts,
                           backoff_seconds=worker_config.backoff_seconds,
-                          transcripts=RedisStore(redis).applied, clock=clock,
+                          transcripts=RedisStore(redis, **sealed).applied, clock=clock,
                           tracing=tracing, jobs=jobs)
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
-                                                                   redis, keys),
+                                                                   redis, keys, **sealed),
                             vector_index=vectors, chunks=chunks, profiles=profiles,
                             settings=settings, facts=facts)
     recall = {name: RecallSettings(top_k=t.memory.recall_top_k, facts_k=t.memory.facts_k,

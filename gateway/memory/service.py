@@ -117,7 +117,7 @@ class MemoryService:
         settings = self.settings.parse(replies.pop(0))
         profile = self.profiles.parse(key.tenant, key.user, replies.pop(0)) \
             if key.identified else None
-        chunks = self.chunks.parse(replies.pop(0)) if recall.summaries else ()
+        chunks = self.chunks.parse(replies.pop(0), key) if recall.summaries else ()
         return MemorySnapshot(settings.memory, profile, chunks, read_namespaces(key, replies),
                               query, embedding)
 

@@ -40,6 +40,7 @@ from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.vector_store import encode_vector
 from gateway.store.codec import decode_stored
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 
 CONTEXT_CHARS = 600
@@ -130,9 +131,11 @@ class TurnIndexer:
 
     def __init__(self, redis: aioredis.Redis, embedding: EmbeddingService,
                  keys: MemoryKeySpace = MemoryKeySpace(), batch_size: int = 64, *,
-                 context: bool = True):
-        """`context`: embed each turn after the one before it (see `turn_entries`)."""
+                 context: bool = True, encryption: Encryption = NO_ENCRYPTION):
+        """`context`: embed each turn after the one before it (see `turn_entries`);
+        `encryption`: seals the entries (their vectors stay clear: README)."""
         self.redis = redis
+        self.encryption = encryption
         self.context = context
         self.embedding = embedding
         self.keys = keys
@@ -141,7 +144,7 @@ class TurnIndexer:
     async def load_transcript(self, key: ConversationKey) -> list[StoredMessage]:
         """The active branch as the store keeps it (applied turns only)."""
         raw = await self.redis.lrange(self.keys.store.conversation(key).transcript, 0, -1)
-        return [decode_stored(item) for item in raw]
+        return [decode_stored(self.encryption.open(key.tenant, item)) for item in raw]
 
     async def sync_from_store(self, key: ConversationKey) -> SyncResult:
         return await self.sync(key, await self.load_transcript(key))
@@ -152,13 +155,14 @@ class TurnIndexer:
         k = self.keys.conversation(key)
         watermark_raw, count = await self._watermark_and_count(k)
         watermark = int(watermark_raw or 0)
-        unchanged, anchor = await self._prefix_unchanged(k, transcript, watermark, count)
+        unchanged, anchor = await self._prefix_unchanged(key.tenant, k, transcript, watermark,
+                                                         count)
         if unchanged:
             new = turn_entries(transcript, watermark, anchor, context=self.context)
-            await self._add(k, new)
+            await self._add(key.tenant, k, new)
             await self._set_watermark(k, len(transcript), watermark_raw)
             return SyncResult(added=len(new), removed=0, fast_path=True)
-        return await self._full_sync(k, transcript)
+        return await self._full_sync(key.tenant, k, transcript)
 
     async def _watermark_and_count(self, k: ConversationMemoryKeys) -> tuple[str | None, int]:
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -167,7 +171,7 @@ class TurnIndexer:
             watermark, count = await pipe.execute()
         return watermark, int(count)
 
-    async def _prefix_unchanged(self, k: ConversationMemoryKeys,
+    async def _prefix_unchanged(self, tenant: str, k: ConversationMemoryKeys,
                                 transcript: Sequence[StoredMessage], watermark: int,
                                 count: int) -> tuple[bool, str | None]:
         """Whether the index holds exactly the indexable messages of `transcript[:watermark]`,
@@ -183,9 +187,9 @@ class TurnIndexer:
         raw = await self.redis.hget(k.turns, covered[-1].id)
         if raw is None:
             return False, None
-        return True, json.loads(raw).get("anchor_date")
+        return True, json.loads(self.encryption.open(tenant, raw)).get("anchor_date")
 
-    async def _full_sync(self, k: ConversationMemoryKeys,
+    async def _full_sync(self, tenant: str, k: ConversationMemoryKeys,
                          transcript: Sequence[StoredMessage]) -> SyncResult:
         wanted = turn_entries(transcript, context=self.context)
         wanted_ids = {e.id for e in wanted}
@@ -206,17 +210,19 @@ class TurnIndexer:
                 pipe.incr(k.version)
             await pipe.execute()
         missing = [e for e in wanted if e.id not in existing]
-        await self._add(k, missing)
+        await self._add(tenant, k, missing)
         await self._set_watermark(k, len(transcript), None)
         return SyncResult(added=len(missing), removed=len(stale), fast_path=False)
 
-    async def _add(self, k: ConversationMemoryKeys, entries: Sequence[TurnEntry]) -> None:
+    async def _add(self, tenant: str, k: ConversationMemoryKeys,
+                   entries: Sequence[TurnEntry]) -> None:
         for start in range(0, len(entries), self.batch_size):
             batch = entries[start:start + self.batch_size]
             matrix = await self.embedding.embed([e.embed_text for e in batch])
             links = {e.previous: e.id for e in batch if e.previous is not None}
             async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hset(k.turns, mapping={e.id: e.to_json() for e in batch})
+                pipe.hset(k.turns, mapping={e.id: self.encryption.seal(tenant, e.to_json())
+                                            for e in batch})
                 if links:
                     pipe.hset(k.following, mapping=links)
                 pipe.hset(k.vectors, mapping={e.id: encode_vector(v)

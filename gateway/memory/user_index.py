@@ -38,6 +38,7 @@ from gateway.memory.chunk_store import VECTOR_PREFIX as CHUNK_PREFIX
 from gateway.memory.chunk_store import chunk_from_json
 from gateway.memory.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.store.codec import json_object
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 SEPARATOR = "/"
 PAGE = 512
@@ -81,9 +82,12 @@ class UserRecallIndex:
     holds the conversation's lock while syncing; conversations of one user may be synced at
     once by several workers (each writes only its own conversation's ids)."""
 
-    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace()):
+    def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
+                 encryption: Encryption = NO_ENCRYPTION):
+        """`encryption` opens the conversation's entries and seals the copies."""
         self.redis = redis
         self.keys = keys
+        self.encryption = encryption
 
     async def sync(self, key: ConversationKey, transcript: Sequence[StoredMessage]) -> int:
         """Mirror the conversation's turn index and chunks; returns how many entries changed."""
@@ -107,7 +111,7 @@ class UserRecallIndex:
             turn_ids, raw_chunks, members = await pipe.execute()
         chunks: dict[str, SummaryChunk] = {}
         for raw in raw_chunks:
-            chunk = chunk_from_json(raw)
+            chunk = chunk_from_json(self.encryption.open(key.tenant, raw))
             if render_chunk(chunk):
                 chunks[CHUNK_PREFIX + chunk.id] = chunk
         wanted = {qualified_id(key.conversation, i) for i in [*turn_ids, *chunks]}
@@ -132,10 +136,12 @@ class UserRecallIndex:
         entries: dict[str, str] = {}
         copied: dict[str, str] = {}
         for item, vector in zip(item_ids, vectors):
-            entry = _entry(key.conversation, item, chunks.get(item), texts.get(item))
+            entry = _entry(key.conversation, item, chunks.get(item),
+                           self.encryption.open_or_none(key.tenant, texts.get(item)))
             if entry is not None and vector is not None:  # gone since HKEYS: the next sync
                 qid = qualified_id(key.conversation, item)
-                entries[qid], copied[qid] = entry, vector
+                entries[qid] = self.encryption.seal(key.tenant, entry)
+                copied[qid] = vector
         if not entries:
             return 0
         async with self.redis.pipeline(transaction=True) as pipe:

@@ -208,6 +208,7 @@ class MemoryWorker:
                           ) -> tuple[StoredMessage, ...]:
         if self._transcripts is not None:
             return await self._transcripts(key)
+        # Without a transcript reader (tests): the list as stored, which must be plaintext.
         return tuple(decode_stored(item) for item in await self._redis.lrange(list_key, 0, -1))
 
     async def _failed(self, member: str, exc: Exception) -> int:

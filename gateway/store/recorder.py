@@ -44,6 +44,7 @@ from gateway.core.transcript import apply_turn
 from gateway.job_metrics import JobMetrics
 from gateway.store.codec import (CodecError, decode_record, encode_branch,
                                  encode_key, encode_stored)
+from gateway.store.crypto import NO_ENCRYPTION, DecryptError, Encryption
 from gateway.store.keys import ConversationKeys, KeySpace
 from gateway.store.outage import OutageLog
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
@@ -108,15 +109,16 @@ def _parse(entry_id: str, fields: dict[str, str]) -> _Job:
         raise MalformedEntry(f"stream entry {entry_id} is malformed: {exc!r}") from exc
 
 
-def _predates_erase(tombstone: str | None, job: _Job) -> bool:
+def _predates_erase(tombstone: str | None, job: _Job, encryption: Encryption) -> bool:
     """Enqueued (stream time) or created (the turn's own time) at or before its user's erase."""
     if tombstone is None:
         return False
     if entry_ms(job.entry_id) <= int(tombstone):
         return True
     try:
-        return erased_before(tombstone, decode_record(job.payload).created_at)
-    except CodecError:
+        return erased_before(tombstone, decode_record(
+            encryption.open(job.key.tenant, job.payload)).created_at)
+    except (CodecError, DecryptError):  # the job itself then fails, and is dead-lettered
         return False
 
 
@@ -137,7 +139,8 @@ class Recorder:
                  backoff_seconds: float = 0.2, claim_idle_ms: int = 30_000,
                  block_ms: int = 1000, batch: int = 16, gap_poll_ms: int = 50,
                  gap_timeout_ms: int | None = None, clock: Callable[[], float] = time.time,
-                 jobs: JobMetrics | None = None):
+                 jobs: JobMetrics | None = None,
+                 encryption: Encryption = NO_ENCRYPTION):
         """`jobs`: where apply latency and retries are counted for /metrics (none: nowhere)."""
         require_decoded(client)
         if workers < 1 or max_attempts < 1 or batch < 1 or block_ms < 1:
@@ -148,7 +151,8 @@ class Recorder:
             raise ValueError("claim_idle_ms must be larger than block_ms")
         self._redis = client
         self.keys = keys or KeySpace()
-        self.transcripts = TranscriptCache()
+        self.encryption = encryption
+        self.transcripts = TranscriptCache(encryption=encryption)
         """Decoded transcripts of the conversations this recorder applied turns to."""
         prefix = consumer_prefix or f"{socket.gethostname()}-{os.getpid()}"
         self.consumers = tuple(f"{prefix}-{n}" for n in range(workers))
@@ -436,7 +440,7 @@ class Recorder:
                     how, elements, applied_raw, erased = await pipe.eval(
                         _READ_LUA, 3, ck.transcript, ck.applied, erased_key,
                         *self.transcripts.args(cached))
-                    if _predates_erase(erased or None, job):
+                    if _predates_erase(erased or None, job, self.encryption):
                         pipe.multi()  # the user erased their memory: drop it, write nothing
                         pipe.hdel(ck.pending, str(job.seq))
                         self._queue_ack(pipe, job.entry_id)
@@ -452,19 +456,22 @@ class Recorder:
                     if job.seq > applied + 1:
                         await pipe.reset()
                         return await self._gap(job, ck, state)
-                    record = decode_record(job.payload)
+                    crypto, tenant = self.encryption, job.key.tenant
+                    record = decode_record(crypto.open(tenant, job.payload))
                     stored = self.transcripts.resolve(job.key, cached, how, elements)
                     edit = apply_turn(stored, record)
                     now = self._clock()
                     pipe.multi()
                     if edit.archives(len(stored)):
-                        pipe.rpush(ck.branches, encode_branch(now, stored[edit.keep:]))
+                        pipe.rpush(ck.branches, crypto.seal(
+                            tenant, encode_branch(now, stored[edit.keep:])))
                         if edit.keep:
                             pipe.ltrim(ck.transcript, 0, edit.keep - 1)
                         else:
                             pipe.delete(ck.transcript)
                     if edit.append:
-                        pipe.rpush(ck.transcript, *(encode_stored(m) for m in edit.append))
+                        pipe.rpush(ck.transcript, *(crypto.seal(tenant, encode_stored(m))
+                                                    for m in edit.append))
                     pipe.set(ck.applied, job.seq)
                     pipe.hdel(ck.pending, str(job.seq))
                     pipe.hset(ck.meta, mapping={

@@ -33,13 +33,16 @@ from gateway.core.messages import StoredMessage
 from gateway.core.transcript import TurnRecord, apply_turn
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  decode_stored, encode_record)
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import KeySpace
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 
 log = logging.getLogger("gateway.store")
 
 # KEYS: seq counter, pending hash, record stream, the user's erase tombstone, last enqueued.
-# ARGV: tenant, user, conversation, payload, created_at (ms).
+# ARGV: tenant, user, conversation, payload, created_at (ms), the payload's digest ("": its
+# sha1 here; an encrypted payload differs on every retry, so the caller passes the tenant's
+# keyed digest of the plaintext instead — see gateway/store/crypto.py).
 # Returns the stream entry id (false: the turn predates an erase of its user and is dropped —
 # e.g. held in a record buffer while the store was down). Lua runs atomically, so seq order
 # equals stream order per conversation, and a seq is pending exactly while it is neither
@@ -49,7 +52,8 @@ log = logging.getLogger("gateway.store")
 _RECORD_LUA = """
 local erased = redis.call('GET', KEYS[4])
 if erased and tonumber(ARGV[5]) <= tonumber(erased) then return false end
-local digest = redis.sha1hex(ARGV[4])
+local digest = ARGV[6]
+if digest == '' then digest = redis.sha1hex(ARGV[4]) end
 local last = redis.call('GET', KEYS[5])
 if last and string.sub(last, 1, 40) == digest then return string.sub(last, 42) end
 local seq = redis.call('INCR', KEYS[1])
@@ -113,11 +117,14 @@ class RedisStore:
     """`ports.ConversationStore` on `redis.asyncio`."""
 
     def __init__(self, client: aioredis.Redis, keys: KeySpace | None = None, *,
-                 cache: TranscriptCache | None = None):
+                 cache: TranscriptCache | None = None,
+                 encryption: Encryption = NO_ENCRYPTION):
+        """`encryption`: seals what is stored and opens what is read (per tenant)."""
         require_decoded(client)
         self._redis = client
         self.keys = keys or KeySpace()
-        self.cache = cache if cache is not None else TranscriptCache()
+        self.encryption = encryption
+        self.cache = cache if cache is not None else TranscriptCache(encryption=encryption)
         self._load_script = client.register_script(_LOAD_LUA)
         self._record_script = client.register_script(_RECORD_LUA)
         self._delete_script = client.register_script(_DELETE_LUA)
@@ -125,11 +132,13 @@ class RedisStore:
 
     async def record(self, key: ConversationKey, record: TurnRecord) -> str:
         ck = self.keys.conversation(key)
+        payload = encode_record(record)
+        crypto = self.encryption
         entry_id = await self._record_script(
             keys=[ck.seq, ck.pending, self.keys.records, self.keys.erased(key.tenant, key.user),
                   ck.last_enqueued],
-            args=[key.tenant, key.user, key.conversation, encode_record(record),
-                  int(record.created_at * 1000)])
+            args=[key.tenant, key.user, key.conversation, crypto.seal(key.tenant, payload),
+                  int(record.created_at * 1000), crypto.digest(key.tenant, payload)])
         return "" if entry_id is None else str(entry_id)
 
     async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
@@ -141,7 +150,7 @@ class RedisStore:
             if seq <= done:
                 continue  # cannot happen with our writers; never apply a turn twice
             try:
-                turn = decode_record(pending[str(seq)])
+                turn = decode_record(self.encryption.open(key.tenant, pending[str(seq)]))
             except CodecError:
                 # A poison job: the recorder will dead-letter it; the conversation stays usable.
                 log.warning("skipping undecodable pending turn %s of %s", seq, key)
@@ -189,7 +198,7 @@ class RedisStore:
     async def branches(self, key: ConversationKey) -> tuple[ArchivedBranch, ...]:
         """Archived branches of the conversation, oldest first."""
         raw = await self._redis.lrange(self.keys.conversation(key).branches, 0, -1)
-        return tuple(decode_branch(text) for text in raw)
+        return tuple(decode_branch(self.encryption.open(key.tenant, text)) for text in raw)
 
     async def applied_seq(self, key: ConversationKey) -> int:
         """Seq of the last turn applied or dead-lettered (0: none yet)."""

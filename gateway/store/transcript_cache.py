@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.store.codec import decode_stored
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 # The first part of a script reading a transcript against a cached copy. KEYS[1]: the
 # transcript; ARGV[1], ARGV[2]: the cached length (-1: none) and the sha1 of the cached last
@@ -62,7 +63,10 @@ class TranscriptCache:
     """See the module docstring. `args(key)` are the script's ARGV for a conversation;
     `resolve` turns the script's answer into the transcript, decoding only what is new."""
 
-    def __init__(self, max_conversations: int = 2048, max_messages: int = 500_000):
+    def __init__(self, max_conversations: int = 2048, max_messages: int = 500_000, *,
+                 encryption: Encryption = NO_ENCRYPTION):
+        """`encryption` opens the elements (sealed or not, their sha1 is of what is stored)."""
+        self.encryption = encryption
         self.max_conversations = max_conversations
         self.max_messages = max_messages
         self._entries: OrderedDict[ConversationKey, CachedTranscript] = OrderedDict()
@@ -105,11 +109,17 @@ class TranscriptCache:
             return cached.messages
         if how == 2 and cached is not None:  # appended to: decode only what is new
             self.extended += 1
-            messages = cached.messages + tuple(decode_stored(text) for text in elements)
+            messages = cached.messages + self._decode(key, elements)
             self.put(key, CachedTranscript(len(messages), last_sha1(list(elements)), messages))
             return messages
         self.misses += 1
-        messages = tuple(decode_stored(text) for text in elements)
+        messages = self._decode(key, elements)
         if messages:
             self.put(key, CachedTranscript(len(elements), last_sha1(list(elements)), messages))
         return messages
+
+    def _decode(self, key: ConversationKey, elements: Sequence[str]
+                ) -> tuple[StoredMessage, ...]:
+        if not self.encryption.enabled:
+            return tuple(decode_stored(text) for text in elements)
+        return tuple(decode_stored(self.encryption.open(key.tenant, text)) for text in elements)
