@@ -283,8 +283,9 @@ def test_gateway_serve_exits_at_start_naming_a_wrong_key(redis_url, tmp_path):
                            "--port", "1"], check=False, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode != 0
+    # Said in the configured log format (JSON lines on stdout by default).
     assert "encryption.key_env: the key in GW_TEST_KEY_B does not open tenant acme" \
-        in done.stderr
+        in done.stdout + done.stderr
 
 
 def rotate(path: Path, tenant: str) -> dict[str, Any]:
