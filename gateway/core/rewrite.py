@@ -201,8 +201,9 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
     window_ids, window_texts = _window_ids(request, window), shown_texts(window.messages)
     if pinned.items:
-        # What the window shows is not repeated; the tokens it frees go to recall.
-        kept = not_shown(pinned.items, window_ids, window_texts)
+        # What the window shows whole is not repeated (a shortened copy does not count: a pin
+        # is never shown shortened); the tokens it frees go to recall.
+        kept = not_shown(pinned.items, *_shown_whole(request, window))
         if len(kept) < len(pinned.items):
             freed = pinned.cost
             pinned = pack_pinned(kept, pinned.cost, tokenizer)
@@ -301,6 +302,16 @@ def _unsummarized(request: RewriteRequest, summary_shown: bool) -> int:
     if not summary_shown or boundary is None or boundary not in request.history_ids:
         return 0
     return request.history_ids.index(boundary) + 1
+
+
+def _shown_whole(request: RewriteRequest,
+                 window: _Window) -> tuple[frozenset[str], frozenset[str]]:
+    """(stored ids, one-line texts) of the window's messages forwarded whole, not shortened."""
+    start = len(request.history) - len(window.messages)
+    ids = request.history_ids[start:] if request.history_ids else (None,) * len(window.messages)
+    whole = [(i, m) for i, m, o in zip(ids, window.messages, request.history[start:]) if m is o]
+    return (frozenset(i for i, _ in whole if i is not None),
+            shown_texts([m for _, m in whole]))
 
 
 def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:
