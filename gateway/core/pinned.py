@@ -77,9 +77,17 @@ def pin_line(pin: PinnedMessage) -> str:
 
 def in_packing_order(pins: Sequence[PinnedMessage]) -> tuple[PinnedMessage, ...]:
     """Rules first, then noted items; each group oldest pin first (ties by id); blank ones
-    left out."""
-    usable = [p for p in pins if pin_text(p)]
-    return tuple(sorted(usable, key=lambda p: (not is_rule(p), p.pinned_at, p.id)))
+    left out, and so is a pin saying what one before it says (the same words pinned twice,
+    from two turns)."""
+    ordered = sorted((p for p in pins if pin_text(p)),
+                     key=lambda p: (not is_rule(p), p.pinned_at, p.id))
+    seen: set[str] = set()
+    out = []
+    for p in ordered:
+        if (text := pin_text(p)) not in seen:
+            seen.add(text)
+            out.append(p)
+    return tuple(out)
 
 
 def render_pinned(pins: Sequence[PinnedMessage]) -> Message | None:
