@@ -29,15 +29,17 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
   forwarded whole (above); else the pins are packed before the window is sized, and those the
   window turns out to show are taken out again (their tokens go to the recalled block);
 - memory is budgeted from the room left after instructions, the current turn and the pinned
-  block, in this order: the summary block (the newest chunks that fit `policy.summary_share` of the room), the
-  profile block (if it fits `policy.profile_share`), a reservation for recalled items (at most
-  `policy.recall_share`, less if showing them all costs less); the recent window gets the rest.
+  block, in this order: the summary block (the newest chunks that fit `policy.summary_share`
+  of the room), the profile block (if it fits `policy.profile_share`), a reservation for
+  recalled items (at most `policy.recall_share`, less if showing them all costs less); the
+  recent window gets the rest.
   The recalled block then gets the reservation plus whatever the window left unused, packed
   best first, skipping what does not fit; a share a block does not use goes to the window;
 - nothing is shown twice: a recalled turn is never one of the window's messages (by id), nor a
   recalled chunk whose source messages are all in the window, nor an item whose text is a
   window message's text or a higher-ranked item's (see `packing.drop_redundant`);
-- with nothing pinned, the output is what it was before pins existed (tests/test_rewrite_golden.py);
+- with nothing pinned, the output is what it was before pins existed (the goldens of
+  tests/test_rewrite_golden.py);
 - with empty memory and everything fitting, the output is exactly instructions + history +
   current, the same `Message` values.
 """
