@@ -226,3 +226,12 @@ def test_a_bad_marker_is_a_400_naming_it(url, message, param):
                                    "X-Conversation-Id": "bad"})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == param
+
+
+def test_a_streamed_request_pins_its_marked_message_too(url):
+    client = sdk(url, "streamed")
+    stream = client.chat.completions.create(model="echo", stream=True, messages=[
+        {"role": "user", "content": RULE, "x_gateway_pin": True}])
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    pins = memory_api(url, "GET", "/conversations/streamed/pins").json()["data"]
+    assert [(p["source"], p["message"]["content"]) for p in pins] == [("client", RULE)]
