@@ -16,6 +16,7 @@ from typing import Any
 from gateway.config import RequestLimitsConfig
 from gateway.core.messages import ROLES, Message
 from gateway.core.one_shot import MARKER
+from gateway.core.pinned import MARKER as PIN_MARKER
 from gateway.errors import BadRequest
 
 # Fields the gateway consumes; they are not forwarded upstream.
@@ -34,6 +35,9 @@ class ChatRequest:
     one_shot: frozenset[int] = frozenset()
     """Indexes into `messages` of those the client marked one-shot (gateway/core/one_shot.py);
     the marker itself is consumed here and never forwarded."""
+    pinned: frozenset[int] = frozenset()
+    """Indexes into `messages` of those the client pinned (gateway/core/pinned.py); likewise
+    consumed here."""
 
     @property
     def instructions(self) -> tuple[Message, ...]:
@@ -147,9 +151,15 @@ def parse_chat_request(body: dict[str, Any], limits: RequestLimitsConfig) -> Cha
                    if k not in ("model", "messages", *GATEWAY_FIELDS)}
     parsed = tuple(_message(m, i, limits.max_message_chars) for i, m in enumerate(messages))
     one_shot = frozenset(i for i, m in enumerate(messages) if m.get(MARKER) is True)
+    pinned = frozenset(i for i, m in enumerate(messages) if m.get(PIN_MARKER) is True)
+    if one_shot & pinned:
+        i = min(one_shot & pinned)
+        # One-shot content is never stored; a pin is kept for good: the client must choose.
+        raise BadRequest(f"`messages[{i}]` cannot be both one-shot and pinned.",
+                         param=f"messages[{i}].{PIN_MARKER}")
     return ChatRequest(model=model, messages=parsed, stream=stream,
                        conversation_id=conversation_id, user=user, passthrough=passthrough,
-                       one_shot=one_shot)
+                       one_shot=one_shot, pinned=pinned)
 
 
 def _text_length(content: Any) -> int:
@@ -206,8 +216,10 @@ def _message(data: Any, index: int, max_chars: int) -> Message:
     ):
         raise BadRequest(f"`{where}.tool_calls` must be an array of objects.",
                          param=f"{where}.tool_calls")
-    if MARKER in data:
-        if not isinstance(data[MARKER], bool):
-            raise BadRequest(f"`{where}.{MARKER}` must be a boolean.", param=f"{where}.{MARKER}")
-        data = {k: v for k, v in data.items() if k != MARKER}
+    if MARKER in data or PIN_MARKER in data:
+        for marker in (MARKER, PIN_MARKER):
+            if marker in data and not isinstance(data[marker], bool):
+                raise BadRequest(f"`{where}.{marker}` must be a boolean.",
+                                 param=f"{where}.{marker}")
+        data = {k: v for k, v in data.items() if k != MARKER and k != PIN_MARKER}
     return Message.from_openai(data)

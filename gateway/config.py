@@ -165,6 +165,10 @@ class ContextConfig(Strict):
     summary_share: float = Field(0.0, ge=0, le=1)
     profile_share: float = Field(0.05, ge=0, le=1)
     recall_share: float = Field(0.95, ge=0, le=1)
+    pinned_share: float = Field(0.25, ge=0, le=1)
+    """At most this share for pinned messages, granted before the others (so it is not part
+    of their sum): what is pinned is never shortened, and what does not fit waits. 0: pins
+    are neither read nor shown (they stay listed in the memory API)."""
     one_shot_tool_chars: int | None = Field(8000, ge=1)
     """A `tool` message longer than this (characters of its text; ~2,000 tokens of English)
     is one-shot: forwarded in its request, stored only as a placeholder. null: only messages

@@ -8,7 +8,8 @@ the same cluster-wide figures on every replica, whichever process did the work.
 
 - `gateway_worker_job_seconds{kind}` (histogram): `record_apply` (a turn applied to its
   transcript), `embed` (new turns embedded and indexed), `summarise` (compaction),
-  `user_index` (the user-level recall index), `extract` (facts and profile).
+  `user_index` (the user-level recall index), `extract` (facts and profile), `pins` (the
+  importance rule's pins).
 - `gateway_worker_job_retries_total{queue}` (counter): failed attempts that will be retried,
   for the `record` and `memory` queues. Dead letters are the existing
   `gateway_record_dead_letters` and `gateway_memory_dead_letters`.
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("gateway.job_metrics")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, math.inf)
-KINDS = ("record_apply", "embed", "summarise", "user_index", "extract")
+KINDS = ("record_apply", "embed", "summarise", "user_index", "extract", "pins")
 QUEUES = ("record", "memory")
 
 

@@ -19,8 +19,9 @@ from starlette.routing import Route
 
 from gateway.chat_request import parse_body
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
-from gateway.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
+from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge
 from gateway.memory.control import MemoryControl
+from gateway.memory.pin_store import PinLimitReached
 from gateway.memory.settings_store import UserSettings
 
 if TYPE_CHECKING:
@@ -216,6 +217,41 @@ async def erase(request: Request) -> Response:
     return JSONResponse((await _control(gateway).erase(tenant, user)).to_json())
 
 
+async def list_pins(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    key = _conversation(request, tenant, user)
+    pins = await _control(gateway).pins(key)
+    if pins is None:
+        raise _no_conversation(key)
+    return _listed(pins)
+
+
+async def put_pin(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    key = _conversation(request, tenant, user)
+    message_id = _name(request, "message_id")
+    try:
+        pin = await _control(gateway).pin(key, message_id)
+    except PinLimitReached as exc:
+        raise GatewayError(f"Not pinned: {exc}; unpin one first.", param="message_id",
+                           code="pin_limit_reached", status=409,
+                           type="invalid_request_error") from None
+    if pin is None:
+        raise NotFound(f"No message `{message_id}` in conversation `{key.conversation}`.",
+                       param="message_id")
+    return JSONResponse(pin)
+
+
+async def delete_pin(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    key = _conversation(request, tenant, user)
+    message_id = _name(request, "message_id")
+    if not await _control(gateway).unpin(key, message_id):
+        raise NotFound(f"No pinned message `{message_id}` in conversation "
+                       f"`{key.conversation}`.", param="message_id")
+    return _deleted("pin", message_id)
+
+
 def _no_conversation(key: ConversationKey) -> NotFound:
     return NotFound(f"No conversation `{key.conversation}` is stored for this user.",
                     param="conversation_id")
@@ -237,4 +273,7 @@ memory_routes = [
     Route(_CONVERSATION + "/chunks/{chunk_id}", delete_chunk, methods=["DELETE"]),
     Route("/v1/memory/export", export, methods=["GET"]),
     Route("/v1/memory", erase, methods=["DELETE"]),
+    Route(_CONVERSATION + "/pins", list_pins, methods=["GET"]),
+    Route(_CONVERSATION + "/pins/{message_id}", put_pin, methods=["PUT"]),
+    Route(_CONVERSATION + "/pins/{message_id}", delete_pin, methods=["DELETE"]),
 ]

@@ -50,6 +50,10 @@ class RequestLog:
     memory_tokens: dict[str, int] | None = None
     """Tokens each memory layer used: summary, profile, recalled."""
     memory_error: str | None = None
+    pinned: int | None = None
+    """Pinned messages forwarded in the pinned block (set when the conversation has pins)."""
+    pins_marked: int | None = None
+    """Messages this request pinned with the client's marker (stored)."""
     one_shot_messages: int | None = None
     """Messages forwarded in this request and stored only as placeholders (one-shot)."""
     passthrough: str | None = None
@@ -94,6 +98,8 @@ class RequestLog:
             out["x-gateway-tokens-forwarded"] = str(self.tokens_forwarded)
         if self.recalled is not None:
             out["x-gateway-memory-recalled"] = str(self.recalled)
+        if self.pinned is not None:
+            out["x-gateway-memory-pinned"] = str(self.pinned)
         if self.passthrough:
             out["x-gateway-passthrough"] = self.passthrough
         if self.memory_error:

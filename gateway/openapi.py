@@ -38,6 +38,10 @@ _MESSAGE: Json = {
         "x_gateway_one_shot": {
             "type": "boolean",
             "description": "Forward this message in this request only; store a placeholder."},
+        "x_gateway_pin": {
+            "type": "boolean",
+            "description": "Pin this message: forwarded in the pinned block on every later "
+                           "request of the conversation, never shortened."},
     },
 }
 _CHAT_REQUEST: Json = {
@@ -57,7 +61,8 @@ _CHAT_REQUEST: Json = {
 
 def _errors(*statuses: int) -> Json:
     reasons = {400: "Bad request", 401: "Missing or unknown API key", 403: "Forbidden",
-               404: "Not found", 405: "Method not allowed", 413: "Body too large",
+               404: "Not found", 405: "Method not allowed", 409: "Conflict",
+               413: "Body too large",
                429: "Rate limited (upstream or the tenant's limit)", 500: "Upstream error",
                502: "Upstream unreachable", 504: "Upstream timed out"}
     return {str(s): {"description": reasons[s], "content": {
@@ -73,6 +78,8 @@ def _ok(schema: Json | None = None, description: str = "OK") -> Json:
 _USER = {"name": "X-User-Id", "in": "header", "required": True, "schema": _ID,
          "description": "The end user (the tenant may name another header)."}
 _CONVERSATION = {"name": "conversation_id", "in": "path", "required": True, "schema": _ID}
+_MESSAGE_ID = {"name": "message_id", "in": "path", "required": True,
+               "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
 
 
 def _memory(summary: str, *, path: tuple[Json, ...] = (), body: Json | None = None,
@@ -153,6 +160,15 @@ def openapi() -> Json:
                     _CONVERSATION, {"name": "chunk_id", "in": "path", "required": True,
                                     "schema": {"type": "string", "minLength": 1,
                                                "maxLength": 256}}))},
+            conversation + "/pins": {"get": _memory(
+                "The conversation's pinned messages, oldest first", path=(_CONVERSATION,),
+                not_found=True)},
+            conversation + "/pins/{message_id}": {
+                "put": {**_memory("Pin a stored message of the conversation", not_found=True,
+                                  path=(_CONVERSATION, _MESSAGE_ID)),
+                        "responses": {**_ok(), **_errors(400, 401, 404, 409, 413)}},
+                "delete": _memory("Unpin a message", not_found=True,
+                                  path=(_CONVERSATION, _MESSAGE_ID))},
             "/v1/memory/export": {"get": _memory("Everything kept of the user")},
             "/v1/memory": {"delete": _memory("Erase the user")},
         },

@@ -21,9 +21,10 @@ import anyio
 
 from gateway.chat_request import ChatRequest
 from gateway.core.ids import ConversationKey
-from gateway.core.memory import MemoryContext
+from gateway.core.memory import MemoryContext, PinnedMessage
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.one_shot import restore, withhold
+from gateway.core.pinned import marked_pins
 from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.tokens import Tokenizer, count_message, count_messages
@@ -53,6 +54,9 @@ class Memory(Protocol):
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
                           snapshot: MemorySnapshot | None = None) -> MemoryContext: ...
 
+    async def pin(self, key: ConversationKey,
+                  pins: tuple[PinnedMessage, ...]) -> tuple[PinnedMessage, ...]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -68,6 +72,9 @@ class Prepared:
     they are when the store could not be read and nothing was reconciled)."""
     limits: tuple[Limit, ...] = ()
     """The rate limits it was admitted under (its completion tokens are added to them)."""
+    pins: tuple[PinnedMessage, ...] = ()
+    """What the client's pin markers pin, stored once the turn is enqueued (empty when the
+    turn is not persisted or the user's memory is off)."""
 
 
 class Pipeline:
@@ -103,7 +110,7 @@ class Pipeline:
         nothing is forwarded or recorded)."""
         route = tenant.route(chat.model)
         tokenizer = self.tokenizer_for(route.model)
-        messages, reconciliation = chat.messages, None
+        messages, reconciliation, pins = chat.messages, None, ()
         # One-shot messages are forwarded as sent; only their placeholders (the kept form)
         # are reconciled and recorded (gateway/core/one_shot.py).
         incoming = kept = chat.incoming
@@ -132,6 +139,9 @@ class Pipeline:
                 log.load_ms = log.step("load", started)
                 reconciliation, messages = await self._rewrite(chat, incoming, kept, tenant, key,
                                                                stored, snapshot, tokenizer, log)
+                if chat.pinned and persist and isinstance(snapshot, MemorySnapshot) \
+                        and snapshot.memory:
+                    pins = marked_pins(chat.messages, chat.pinned, reconciliation, self.clock())
         if reconciliation is None:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
         if limits and self.limiter is not None:
@@ -140,7 +150,7 @@ class Pipeline:
                             body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist, kept, limits)
+        return Prepared(call, key, reconciliation, persist, kept, limits, pins)
 
     async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
                        kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
@@ -167,6 +177,9 @@ class Pipeline:
         log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
         log.memory_tokens = {"summary": result.summary_tokens, "profile": result.profile_tokens,
                              "recalled": result.recalled_tokens}
+        if memory.pinned:
+            log.pinned = result.pinned
+            log.memory_tokens["pinned"] = result.pinned_tokens
         log.tokens_original, log.tokens_forwarded = result.tokens_original, result.tokens_forwarded
         log.recent_turns, log.truncated = result.recent_turns, result.truncated
         log.over_budget = result.over_budget
@@ -336,12 +349,25 @@ class Pipeline:
             self._buffer(turn, log)
             return
         log.persisted = True
+        if prepared.pins:
+            await self._pin(prepared, log)
         if self.inline_recorder is not None:
             try:
                 await self.inline_recorder.process_available()
             except Exception as exc:  # noqa: BLE001 — enqueued durably; applied later
                 logger.error("inline recording of request %s failed: %r", log.request_id, exc)
                 log.error = f"inline record failed: {exc!r}"
+
+    async def _pin(self, prepared: Prepared, log: RequestLog) -> None:
+        """Store the pins the client marked (after the turn is enqueued, so a pin never names
+        a turn that was not). Never raises to the client: logged."""
+        assert prepared.key is not None and self.memory is not None
+        try:
+            await self.memory.pin(prepared.key, prepared.pins)
+            log.pins_marked = len(prepared.pins)
+        except Exception as exc:  # noqa: BLE001 — the answer is given; the pin is logged lost
+            logger.warning("could not pin messages of request %s: %r", log.request_id, exc)
+            log.error = f"pin failed: {exc!r}"
 
     def _buffered_turn(self, prepared: Prepared, reply: list[Message], log: RequestLog,
                        incomplete: bool) -> BufferedTurn | None:

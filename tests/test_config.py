@@ -37,6 +37,8 @@ def test_the_shipped_config_is_valid_and_has_the_demo_tenant():
 @pytest.mark.parametrize("data, key", [
     (minimal(context={"max_recent_turns": 0}), "tenants.acme.context.max_recent_turns"),
     (minimal(context={"max_recnt_turns": 3}), "tenants.acme.context.max_recnt_turns"),
+    (minimal(context={"pinned_share": 1.5}), "tenants.acme.context.pinned_share"),
+    (minimal(context={"pinned_share": "lots"}), "tenants.acme.context.pinned_share"),
     (minimal(models={"m": {"model": "fake/echo", "api_key": "sk-literal"}}),
      "tenants.acme.models.m.api_key"),
     ({**minimal(), "server": {"port": 70000}}, "server.port"),
@@ -101,3 +103,10 @@ def test_core_policy_defaults_are_the_config_defaults():
     for name, value in CompactionConfig().model_dump().items():
         if hasattr(policy, name):
             assert getattr(policy, name) == value, name
+
+
+def test_the_pinned_share_is_granted_first_so_it_is_not_part_of_the_other_shares_sum():
+    config = parse_config(minimal(context={"pinned_share": 0.5, "profile_share": 0.05,
+                                           "recall_share": 0.95}))
+    assert config.tenants["acme"].context.policy().pinned_share == 0.5
+    assert parse_config(minimal()).tenants["acme"].context.policy().pinned_share == 0.25

@@ -89,6 +89,11 @@ def populate(url: str, tenant: str) -> None:
     chat(url, tenant, USER, "c-one", [*history[:4], {"role": "user",
                                                       "content": f"Edited {word} question."}])
     converse(url, tenant, USER, "c-two", [f"{word} second chat, turn {i}." for i in range(4)])
+    # A pinned message (marker), and one the importance rule pins.
+    chat(url, tenant, USER, "c-three", [{"role": "user", "x_gateway_pin": True,
+                                         "content": f"Never mention {word} to anyone."}])
+    chat(url, tenant, USER, "c-four", [{"role": "user",
+                                        "content": f"Remember that my {word} code is ZQ-4417."}])
 
 
 def in_clear(store_url: str, word: str) -> list[str]:
@@ -159,7 +164,7 @@ def test_no_stored_text_is_in_clear_and_memory_still_works(redis_url):
         texts = sealed_values(redis_url, "acme")
         kinds = {name.rsplit(":", 1)[-1] for name in texts}
         assert {"transcript", "branches", "turns", "chunks", "facts", "profile",
-                "recall"} <= kinds
+                "recall", "pins"} <= kinds  # "pins": the m:pins hash
         assert all(sealed_key_id(t) == key_id(base64.b64decode(KEY_A))
                    for values in texts.values() for t in values)
 

@@ -16,6 +16,10 @@ item was priced too high and one that fits was left out (the best-first invarian
 tests/test_rewrite_properties.py fails on d8503e1's output); lines are priced as escaped now.
 Re-record (only for a change of behaviour that is meant) with:
 `python -m tests.test_rewrite_golden tests/fixtures/rewrite_golden.json`.
+
+Pinned messages came later: the recorded cases (nothing pinned) must stay identical, and
+tests/fixtures/rewrite_golden_pinned.json holds cases with pins (`generate_pinned`, recorded
+when pins were introduced; re-record with `python -m tests.test_rewrite_golden --pinned`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from gateway.core.memory import MemoryContext
+from gateway.core.memory import MemoryContext, PinnedMessage
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall import Recollection
@@ -40,6 +44,10 @@ from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import WordTokenizer
 
 GOLDEN = Path(__file__).parent / "fixtures" / "rewrite_golden.json"
+LATER_FIELDS = frozenset({"pinned", "pinned_ids", "pinned_tokens"})
+"""Fields of `Rewrite` added after the golden file was recorded (pinned messages): left out
+of the digest while they hold their defaults, so a request with nothing pinned must give the
+recorded output byte for byte."""
 SEEDS = range(250)
 TOKENIZERS: dict[str, Tokenizer] = {
     "words": WordTokenizer(),
@@ -139,9 +147,49 @@ def generate(seed: int, tok: Tokenizer) -> RewriteRequest:
                           policy=policy, memory=memory, history_ids=ids)
 
 
+GOLDEN_PINNED = Path(__file__).parent / "fixtures" / "rewrite_golden_pinned.json"
+PINNED_SEEDS = range(120)
+
+
+def generate_pinned(seed: int, tok: Tokenizer) -> RewriteRequest:
+    """The request of `seed` with pins: the history's own messages (by id, or their words
+    under another id), messages from elsewhere holding block tags, of every source and role,
+    and a random pinned share."""
+    request = generate(seed, tok)
+    rng = random.Random(10_000 + seed)
+    pins = []
+    for n in range(rng.randint(1, 6)):
+        source = rng.choice(["client", "rule", "api"])
+        if request.history and rng.random() < 0.4:
+            at = rng.randrange(len(request.history))
+            ids = request.history_ids
+            id_ = ids[at] if ids and ids[at] is not None and rng.random() < 0.7 else f"x{n}"
+            pins.append(PinnedMessage(id_, request.history[at], source, float(n)))
+        else:
+            role = rng.choice(["user", "user", "system", "developer", "assistant", "tool"])
+            text = _text(rng, 20) + rng.choice(["", " </pinned>", " <noted>", "\n- x"])
+            pins.append(PinnedMessage(f"p{n}", Message.of(role, text), source,
+                                      float(rng.randint(0, 9))))
+    policy = request.policy
+    budget = policy.max_context_tokens + rng.randint(0, 200)
+    return RewriteRequest(
+        instructions=request.instructions, history=request.history, current=request.current,
+        policy=ContextPolicy(**{**{f.name: getattr(policy, f.name) for f in fields(policy)},
+                                "max_context_tokens": budget,
+                                "pinned_share": rng.choice([0.0, 0.1, 0.25, 0.5, 1.0])}),
+        memory=MemoryContext(summary_chunks=request.memory.summary_chunks,
+                             profile=request.memory.profile, recalled=request.memory.recalled,
+                             summarized_through=request.memory.summarized_through,
+                             pinned=tuple({p.id: p for p in pins}.values())),
+        history_ids=request.history_ids)
+
+
 def summary(out: Rewrite) -> dict[str, Any]:
     """The digest of all of `out`, and the fields a failure is easiest to read from."""
-    whole = {f.name: getattr(out, f.name) for f in fields(Rewrite) if f.name != "messages"}
+    whole = {f.name: getattr(out, f.name) for f in fields(Rewrite)
+             if f.name != "messages"
+             # Fields added after the recording, at their defaults: the digest stays the same.
+             and not (f.name in LATER_FIELDS and getattr(out, f.name) == f.default)}
     whole["messages"] = [m.to_openai() for m in out.messages]
     text = json.dumps(whole, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return {"digest": hashlib.sha256(text.encode()).hexdigest()[:24],
@@ -152,6 +200,12 @@ def summary(out: Rewrite) -> dict[str, Any]:
 def record() -> dict[str, dict[str, Any]]:
     return {f"{name}/{seed}": summary(rewrite(generate(seed, tok), tok))
             for name, tok in TOKENIZERS.items() for seed in SEEDS}
+
+
+def record_pinned() -> dict[str, dict[str, Any]]:
+    return {f"{name}/{seed}": {**summary(out), "pinned_ids": list(out.pinned_ids)}
+            for name, tok in TOKENIZERS.items() for seed in PINNED_SEEDS
+            for out in (rewrite(generate_pinned(seed, tok), tok),)}
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +224,23 @@ def test_rewrite_output_is_byte_identical_to_the_recorded_golden(golden, name):
     assert differing == {}
 
 
+def test_rewrite_output_with_pins_is_byte_identical_to_the_recorded_golden():
+    golden = json.loads(GOLDEN_PINNED.read_text())
+    got = record_pinned()
+    assert {k: (golden[k], v) for k, v in got.items() if golden.get(k) != v} == {}
+    from tests.test_rewrite_properties import check_pinned
+
+    tok = TOKENIZERS["o200k_base"]
+    outs = []
+    for seed in PINNED_SEEDS:
+        request = generate_pinned(seed, tok)
+        outs.append(rewrite(request, tok))
+        check_pinned(request, outs[-1], tok)
+    assert sum(o.pinned > 0 for o in outs) >= 30  # the cases are not all pinless
+    assert sum("pinned" in o.memory_blocks and "recalled" in o.memory_blocks
+               for o in outs) >= 10
+
+
 def test_golden_requests_exercise_every_block_and_the_shortening(golden):
     """The recorded cases are not all trivial: each feature shows up in some of them."""
     outs = [rewrite(generate(seed, TOKENIZERS["o200k_base"]), TOKENIZERS["o200k_base"])
@@ -184,6 +255,10 @@ def test_golden_requests_exercise_every_block_and_the_shortening(golden):
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else GOLDEN
-    target.write_text(json.dumps(record(), indent=0, sort_keys=True, ensure_ascii=False) + "\n")
-    print(f"recorded {len(SEEDS) * len(TOKENIZERS)} cases in {target}")
+    # `--pinned`: re-record the pinned cases (tests/fixtures/rewrite_golden_pinned.json).
+    pinned = "--pinned" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--pinned"]
+    target = Path(args[0]) if args else (GOLDEN_PINNED if pinned else GOLDEN)
+    cases = record_pinned() if pinned else record()
+    target.write_text(json.dumps(cases, indent=0, sort_keys=True, ensure_ascii=False) + "\n")
+    print(f"recorded {len(cases)} cases in {target}")

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from gateway.core.memory import (
     MemoryContext,
+    PinnedMessage,
     one_line,
     render_blocks,
     render_profile,
@@ -25,6 +26,7 @@ from gateway.core.memory import (
     split_anchor,
 )
 from gateway.core.messages import Message
+from gateway.core.pinned import pin_line, pin_text, render_pinned
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall import Recollection
 from gateway.core.rewrite import (
@@ -451,3 +453,80 @@ def test_rewrite_invariants_hold_with_tiktoken_cl100k(request):
 @given(requests(unicode_texts, O200K))
 def test_rewrite_invariants_hold_with_tiktoken_o200k(request):
     check_all(request, O200K)
+
+
+# --- with pinned messages ---------------------------------------------------------------------
+
+@st.composite
+def pinned_requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequest:
+    """A random request (above) with pins: some of the history's own messages (by id, or by
+    text under another id), some from elsewhere; every source and role; any share."""
+    request = draw(requests(texts, tok))
+    ids = [i for i in request.history_ids if i is not None]
+    pins = []
+    for n in range(draw(st.integers(1, 5))):
+        source = draw(st.sampled_from(["client", "rule", "api"]))
+        role = draw(st.sampled_from(["user", "user", "system", "assistant", "tool"]))
+        if request.history and draw(st.booleans()):
+            at = draw(st.integers(0, len(request.history) - 1))
+            message = request.history[at]
+            id_ = request.history_ids[at] if request.history_ids and draw(st.booleans()) \
+                else f"x{n}"
+            pins.append(PinnedMessage(id_ or f"x{n}", message, source, float(n)))
+        else:
+            pins.append(PinnedMessage(draw(st.sampled_from(ids + [f"p{n}"])) if ids else
+                                      f"p{n}", Message.of(role, draw(texts)), source,
+                                      draw(st.floats(0, 10))))
+    unique = tuple({p.id: p for p in pins}.values())
+    fixed = count_messages(request.instructions + request.current, tok)
+    # Room for the pins too: budgets from below the fixed part to past everything.
+    extra = sum(tok.count(p.message.text) + 60 for p in unique)
+    budget = max(0, request.policy.prompt_budget + draw(st.integers(-20, extra)))
+    if draw(st.integers(0, 4)) == 0:
+        budget = fixed + draw(st.integers(-5, 40))
+    policy = replace(request.policy, max_context_tokens=budget, reserve_completion_tokens=0,
+                     pinned_share=draw(SHARES))
+    return replace(request, policy=policy, memory=replace(request.memory, pinned=unique))
+
+
+def check_pinned(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
+    """Budget, placement, share, whole items, nothing shown twice."""
+    policy, budget = request.policy, request.policy.prompt_budget
+    messages, instructions, current = out.messages, request.instructions, request.current
+    assert out.tokens_forwarded == count_messages(messages, tok)
+    assert messages[:len(instructions)] == instructions
+    assert messages[len(messages) - len(current):] == current
+    if out.over_budget:
+        assert messages == instructions + current and out.pinned == 0
+        return
+    assert out.tokens_forwarded <= budget
+    check_tool_calls_travel_with_their_results(messages)
+    by_id = {p.id: p for p in request.memory.pinned}
+    shown = [by_id[i] for i in out.pinned_ids]
+    if not shown:
+        assert "pinned" not in out.memory_blocks and out.pinned_tokens == 0
+        return
+    block = messages[len(instructions)]
+    assert block == render_pinned(shown) and out.memory_blocks[0] == "pinned"
+    assert out.pinned_tokens == count_message(block, tok)
+    room = budget - REPLY_PRIMING - cost(instructions + current, tok)
+    assert out.pinned_tokens <= max(0, int(policy.pinned_share * room))
+    for p in shown:  # whole, escaped the same way as any item
+        assert pin_line(p) in block.text
+    # Nothing twice: a pin shown is no message forwarded whole beside it (by text).
+    others = [m for m in messages if m is not block]
+    texts = {one_line(m.text) for m in others} - {""}
+    assert not any(pin_text(p) in texts for p in shown)
+    assert len({pin_text(p) for p in shown}) == len(shown)
+
+
+@FAST
+@given(pinned_requests(word_texts, WORDS))
+def test_pinned_messages_keep_the_budget_and_are_whole_and_shown_once(request):
+    check_pinned(request, rewrite(request, WORDS), WORDS)
+
+
+@REAL
+@given(pinned_requests(unicode_texts, CL100K))
+def test_pinned_messages_keep_the_budget_with_tiktoken(request):
+    check_pinned(request, rewrite(request, CL100K), CL100K)

@@ -29,6 +29,9 @@ class ContextPolicy:
     recall_share: float = 0.95
     """Held back from the recent window for recalled items (less if they need less); the
     recalled block also gets whatever the window leaves unused."""
+    pinned_share: float = 0.25
+    """At most this much for the pinned block, granted first (before every other share):
+    pinned messages are what the user or the application asked never to be dropped."""
 
     @property
     def prompt_budget(self) -> int:

@@ -2,7 +2,8 @@
 
 Output order (DESIGN.md, "What the model sees"), cache friendly:
 
-    [instructions] [summary block] [profile block] [recent history] [recalled block] [current]
+    [instructions] [pinned block] [summary block] [profile block] [recent history]
+    [recalled block] [current]
 
 Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properties.py):
 - instructions and the current turn are forwarded verbatim and never dropped, even when they
@@ -21,15 +22,24 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
   kept or dropped together, and a tool message is never forwarded without its call;
 - a history message longer than `policy.truncate_message_tokens` is forwarded as a shortened
   copy (its head plus `TRUNCATION_MARKER`); inputs are never altered;
-- memory is budgeted from the room left after instructions and the current turn, in this order:
-  the summary block (the newest chunks that fit `policy.summary_share` of the room), the
-  profile block (if it fits `policy.profile_share`), a reservation for recalled items (at most
-  `policy.recall_share`, less if showing them all costs less); the recent window gets the rest.
+- pinned messages (gateway/core/pinned.py) are never shortened: each is shown whole in the
+  pinned block or not at all. The block gets at most `policy.pinned_share` of the room, first;
+  a pin the instructions, the current turn or the forwarded history show is not repeated (by
+  id or by text). When all of the history fits beside the pins it does not show, it is
+  forwarded whole (above); else the pins are packed before the window is sized, and those the
+  window turns out to show are taken out again (their tokens go to the recalled block);
+- memory is budgeted from the room left after instructions, the current turn and the pinned
+  block, in this order: the summary block (the newest chunks that fit `policy.summary_share`
+  of the room), the profile block (if it fits `policy.profile_share`), a reservation for
+  recalled items (at most `policy.recall_share`, less if showing them all costs less); the
+  recent window gets the rest.
   The recalled block then gets the reservation plus whatever the window left unused, packed
   best first, skipping what does not fit; a share a block does not use goes to the window;
 - nothing is shown twice: a recalled turn is never one of the window's messages (by id), nor a
   recalled chunk whose source messages are all in the window, nor an item whose text is a
   window message's text or a higher-ranked item's (see `packing.drop_redundant`);
+- with nothing pinned, the output is what it was before pins existed (the goldens of
+  tests/test_rewrite_golden.py);
 - with empty memory and everything fitting, the output is exactly instructions + history +
   current, the same `Message` values.
 """
@@ -39,9 +49,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
-from gateway.core.memory import BlockName, MemoryContext
+from gateway.core.memory import BlockName, MemoryContext, PinnedMessage
 from gateway.core.messages import Message, thaw
 from gateway.core.packing import (
+    Packed,
     drop_redundant,
     pack_profile,
     pack_recalled,
@@ -51,6 +62,7 @@ from gateway.core.packing import (
     share,
     shown_texts,
 )
+from gateway.core.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.policy import ContextPolicy
 from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
 
@@ -113,6 +125,11 @@ class Rewrite:
     """count_message of the summary block (0 without one); likewise the next two."""
     profile_tokens: int = 0
     recalled_tokens: int = 0
+    pinned: int = 0
+    """Pinned messages forwarded in the pinned block."""
+    pinned_ids: tuple[str, ...] = ()
+    """Their ids, in the order shown."""
+    pinned_tokens: int = 0
 
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
@@ -149,17 +166,33 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     memory = request.memory
     start = _first_forwardable(request.history)
     forwardable_cost = sum(costs[start:])
-    if forwardable_cost <= room:
+    pin_limit = share(policy.pinned_share, room)
+    fixed_texts = shown_texts(fixed)
+    outside: Packed[PinnedMessage] = Packed()
+    if memory.pinned:
+        history_ids = frozenset(i for i in request.history_ids if i is not None)
+        outside = pack_pinned(
+            not_shown(memory.pinned, history_ids, fixed_texts | shown_texts(request.history)),
+            pin_limit, tokenizer)
+    if forwardable_cost + outside.cost <= room:
         return _whole_history(request, request.history[start:], room - forwardable_cost,
-                              tokens_original, fixed_cost + forwardable_cost, tokenizer)
+                              tokens_original, fixed_cost + forwardable_cost, tokenizer,
+                              outside)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
-    summary = pack_summary(memory.summary_chunks, share(policy.summary_share, room), tokenizer)
-    left = room - summary.cost
+    pinned: Packed[PinnedMessage] = Packed()
+    if memory.pinned:
+        pinned = pack_pinned(not_shown(memory.pinned, frozenset(), fixed_texts), pin_limit,
+                             tokenizer)
+    pinned_ids, pinned_texts = _pins_shown(pinned.items)
+    left = room - pinned.cost
+    summary = pack_summary(memory.summary_chunks, min(share(policy.summary_share, room), left),
+                           tokenizer)
+    left -= summary.cost
     profile = pack_profile(memory.profile, min(share(policy.profile_share, room), left),
                            tokenizer)
     left -= profile.cost
-    offered = drop_redundant(recalled_lines(memory.recalled, tokenizer), frozenset(),
-                             summary.items)
+    offered = drop_redundant(recalled_lines(memory.recalled, tokenizer), pinned_ids,
+                             summary.items, pinned_texts)
     begin = _unsummarized(request, summary.block is not None)
     candidates, candidate_costs = request.history[begin:], costs[begin:]
     newest = replace(policy, max_recent_turns=min(policy.min_recent_turns,
@@ -168,20 +201,29 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     reserved = recall_reservation(offered, min(share(policy.recall_share, room),
                                                left - first.cost), tokenizer)
     window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
-    offered = drop_redundant(offered, _window_ids(request, window), (),
-                             shown_texts(window.messages))
+    window_ids, window_texts = _window_ids(request, window), shown_texts(window.messages)
+    if pinned.items:
+        # What the window shows whole is not repeated (a shortened copy does not count: a pin
+        # is never shown shortened); the tokens it frees go to recall.
+        kept = not_shown(pinned.items, *_shown_whole(request, window))
+        if len(kept) < len(pinned.items):
+            freed = pinned.cost
+            pinned = pack_pinned(kept, pinned.cost, tokenizer)
+            left += freed - pinned.cost
+    offered = drop_redundant(offered, window_ids, (), window_texts)
     recalled = pack_recalled(offered, left - window.cost, tokenizer)
 
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
-        ("summary", summary.block), ("profile", profile.block), ("recalled", recalled.block))
+        ("pinned", pinned.block), ("summary", summary.block), ("profile", profile.block),
+        ("recalled", recalled.block))
     messages = (
         request.instructions
-        + tuple(b for b in (summary.block, profile.block) if b is not None)
+        + tuple(b for b in (pinned.block, summary.block, profile.block) if b is not None)
         + window.messages
         + tuple(b for b in (recalled.block,) if b is not None)
         + request.current
     )
-    memory_cost = summary.cost + profile.cost + recalled.cost
+    memory_cost = pinned.cost + summary.cost + profile.cost + recalled.cost
     return Rewrite(
         messages=messages,
         tokens_original=tokens_original,
@@ -197,32 +239,39 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         summary_tokens=summary.cost,
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
+        **_pinned_fields(pinned),
     )
 
 
 def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
-                   tokens_original: int, fixed_cost: int, tokenizer: Tokenizer) -> Rewrite:
+                   tokens_original: int, fixed_cost: int, tokenizer: Tokenizer,
+                   pinned: Packed[PinnedMessage]) -> Rewrite:
     """The history fits: all of it (`history`: what of it can be forwarded), verbatim, plus
-    only what memory knows from outside it — the profile and recalled items not all of whose
-    sources it holds (facts learned elsewhere, other conversations) — in the room `left`.
-    Never a summary of turns it shows, so the prompt costs at most the conversation plus that
-    outside memory."""
+    only what memory knows from outside it — the pins it does not show (`pinned`, packed by
+    the caller), the profile and recalled items not all of whose sources it holds (facts
+    learned elsewhere, other conversations) — in the room `left`. Never a summary of turns it
+    shows, so the prompt costs at most the conversation plus that outside memory."""
+    left -= pinned.cost
     profile = pack_profile(request.memory.profile, left, tokenizer)
     ids = frozenset(i for i in request.history_ids if i is not None)
     # A fact learned from turns shown here says again what they say.
     outside = tuple(r for r in request.memory.recalled
                     if not (r.kind == "fact" and r.source_ids and ids.issuperset(r.source_ids)))
-    offered = drop_redundant(recalled_lines(outside, tokenizer), ids, (), shown_texts(history))
+    pinned_ids, pinned_texts = _pins_shown(pinned.items)
+    offered = drop_redundant(recalled_lines(outside, tokenizer), ids | pinned_ids, (),
+                             shown_texts(history) | pinned_texts)
     recalled = pack_recalled(offered, left - profile.cost, tokenizer)
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
-        ("profile", profile.block), ("recalled", recalled.block))
-    messages = (request.instructions + tuple(b for b in (profile.block,) if b is not None)
+        ("pinned", pinned.block), ("profile", profile.block), ("recalled", recalled.block))
+    messages = (request.instructions
+                + tuple(b for b in (pinned.block, profile.block) if b is not None)
                 + history + tuple(b for b in (recalled.block,) if b is not None)
                 + request.current)
     return Rewrite(
         messages=messages,
         tokens_original=tokens_original,
-        tokens_forwarded=_total(fixed_cost + profile.cost + recalled.cost, bool(messages)),
+        tokens_forwarded=_total(fixed_cost + pinned.cost + profile.cost + recalled.cost,
+                                bool(messages)),
         recent_turns=sum(1 for m in history if m.role == "user"),
         history_kept=len(history),
         truncated=0,
@@ -232,7 +281,19 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
         recalled_ids=tuple(r.id for r in recalled.items),
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
+        **_pinned_fields(pinned),
     )
+
+
+def _pins_shown(pins: Sequence[PinnedMessage]) -> tuple[frozenset[str], frozenset[str]]:
+    """(ids, one-line texts) of the pins in the block: recalled items saying the same are
+    left out."""
+    return frozenset(p.id for p in pins), frozenset(t for p in pins if (t := pin_text(p)))
+
+
+def _pinned_fields(pinned: Packed[PinnedMessage]) -> dict[str, Any]:
+    return {"pinned": len(pinned.items), "pinned_ids": tuple(p.id for p in pinned.items),
+            "pinned_tokens": pinned.cost}
 
 
 def _unsummarized(request: RewriteRequest, summary_shown: bool) -> int:
@@ -243,6 +304,16 @@ def _unsummarized(request: RewriteRequest, summary_shown: bool) -> int:
     if not summary_shown or boundary is None or boundary not in request.history_ids:
         return 0
     return request.history_ids.index(boundary) + 1
+
+
+def _shown_whole(request: RewriteRequest,
+                 window: _Window) -> tuple[frozenset[str], frozenset[str]]:
+    """(stored ids, one-line texts) of the window's messages forwarded whole, not shortened."""
+    start = len(request.history) - len(window.messages)
+    ids = request.history_ids[start:] if request.history_ids else (None,) * len(window.messages)
+    whole = [(i, m) for i, m, o in zip(ids, window.messages, request.history[start:]) if m is o]
+    return (frozenset(i for i, _ in whole if i is not None),
+            shown_texts([m for _, m in whole]))
 
 
 def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:

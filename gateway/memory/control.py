@@ -25,10 +25,12 @@ import redis.asyncio as aioredis
 from gateway.core.compaction import SummaryChunk
 from gateway.core.facts import Fact
 from gateway.core.ids import ConversationKey
+from gateway.core.memory import PinnedMessage
 from gateway.core.messages import StoredMessage
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.facts_store import FactStore
 from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.pin_store import PinStore, pin_json
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.memory.user_index import UserRecallIndex
@@ -92,6 +94,7 @@ class MemoryControl:
         self.profiles = ProfileStore(redis, self.keys, **sealed)
         self.chunks = ChunkStore(redis, self.keys, **sealed)
         self.user_index = UserRecallIndex(redis, self.keys, **sealed)
+        self.pin_store = PinStore(redis, self.keys, **sealed)
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
@@ -195,6 +198,26 @@ class MemoryControl:
         await self.user_index.remove_chunk(key, chunk_id)
         return True
 
+    # -- pinned messages ---------------------------------------------------------------------
+
+    async def pins(self, key: ConversationKey) -> list[Json] | None:
+        """The conversation's pins, oldest first; None if the conversation does not exist."""
+        if not await self.exists(key):
+            return None
+        return [pin_json(p) for p in await self.pin_store.list(key)]
+
+    async def pin(self, key: ConversationKey, message_id: str) -> Json | None:
+        """Pin a stored message (active or archived branch) by id; None if there is none.
+        Raises PinLimitReached when the conversation holds the most pins it may."""
+        found = next((m for m in await self._messages_of(key) if m.id == message_id), None)
+        if found is None:
+            return None
+        pin = PinnedMessage(found.id, found.message, "api", self.clock())
+        return pin_json((await self.pin_store.pin(key, (pin,)))[0])
+
+    async def unpin(self, key: ConversationKey, message_id: str) -> bool:
+        return await self.pin_store.unpin(key, message_id)
+
     # -- export and erase --------------------------------------------------------------------
 
     async def export(self, tenant: str, user: str) -> Json:
@@ -206,6 +229,7 @@ class MemoryControl:
             view = await self.conversation(key)
             if view is not None:
                 view["chunks"] = await self.chunks_with_sources(key) or []
+                view["pins"] = await self.pins(key) or []
                 conversations.append(view)
         return {"object": "memory.export", "user": user, "exported_at": self.clock(),
                 "settings": {"memory": settings.memory, "auto_extract": settings.auto_extract},

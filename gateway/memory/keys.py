@@ -33,10 +33,13 @@ class ConversationMemoryKeys:
     """String "<count>:<last id>": the transcript prefix the memory worker has processed."""
     following: str
     """Hash: turn id -> the id of the indexed turn after it (recall shows a hit's successor)."""
+    pins: str
+    """Hash: pinned message id -> JSON pin (the message, source, pinned_at); see
+    gateway/memory/pin_store.py."""
 
     def all(self) -> tuple[str, ...]:
         return (self.turns, self.watermark, self.vectors, self.version, self.chunks, self.lock,
-                self.processed, self.following)
+                self.processed, self.following, self.pins)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,7 @@ class MemoryKeySpace:
             turns=f"{base}:m:turns", watermark=f"{base}:m:watermark",
             vectors=f"{base}:m:vectors", version=f"{base}:m:version",
             chunks=f"{base}:m:chunks", lock=f"{base}:m:lock", processed=f"{base}:m:processed",
-            following=f"{base}:m:next")
+            following=f"{base}:m:next", pins=f"{base}:m:pins")
 
     def user(self, tenant: str, user: str) -> UserMemoryKeys:
         base = f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}"

@@ -25,8 +25,10 @@ from gateway.memory.embedding import EmbeddingService
 from gateway.memory.extractor import LlmFactExtractor
 from gateway.memory.facts_store import FactStore
 from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.importance_pins import ImportancePinner
 from gateway.memory.knowledge import KnowledgeProcessor
 from gateway.memory.lexical_index import Bm25LexicalIndex
+from gateway.memory.pin_store import PinStore
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.recaller import Recaller
 from gateway.memory.service import MemoryService, RecallSettings
@@ -108,6 +110,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
              for name, t in enabled.items()}
     indexer = TurnIndexer(redis, embedding, keys, context=index.context_vectors, **sealed)
     user_index = UserRecallIndex(redis, keys, **sealed)
+    pins = PinStore(redis, keys, **sealed)
+    pinner = ImportancePinner(pins)
     compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock)
                   for name, t in enabled.items()}
     knowledge = {name: KnowledgeProcessor(facts[name], profiles,
@@ -116,6 +120,9 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     processors = [
         _ForTenants("turn_index", {n: lambda u: indexer.sync(u.key, u.transcript)
                                    for n in enabled}, "embed", jobs),
+        # Tenants that show no pins (pinned_share 0) make none either.
+        _ForTenants("pins", {n: pinner.process for n, t in enabled.items()
+                             if t.context.pinned_share > 0}, "pins", jobs),
         _ForTenants("compaction", {n: (lambda c: lambda u: _compact(c, u, redis, keys))(c)
                                    for n, c in compactors.items()}, "summarise", jobs),
         # After both: the user-level recall index copies the conversation's turns and chunks
@@ -139,11 +146,12 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
                                                                    redis, keys, **sealed),
                             vector_index=vectors, chunks=chunks, profiles=profiles,
-                            settings=settings, facts=facts)
+                            settings=settings, facts=facts, pins=pins)
     recall = {name: RecallSettings(top_k=t.memory.recall_top_k, facts_k=t.memory.facts_k,
                                    successors=t.memory.recall_successors,
                                    rrf_k=t.memory.recall_rrf_k,
-                                   summaries=t.context.summary_share > 0)
+                                   summaries=t.context.summary_share > 0,
+                                   pins=t.context.pinned_share > 0)
               for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
 

@@ -1,8 +1,10 @@
 """Memory on the request path: what the memory layers offer for one request.
 
-Only reads: the user's switches, the conversation's summary chunks, the user's profile, and a
-search (one query embedding, shared) over the conversation's older turns and chunks and over
-the user's long-term facts. Everything is written by the memory worker, off the request path.
+Only reads: the user's switches, the conversation's summary chunks and pinned messages, the
+user's profile, and a search (one query embedding, shared) over the conversation's older turns
+and chunks and over the user's long-term facts. Everything is written by the memory worker,
+off the request path — except the pins a client marks, written once its turn is enqueued
+(`pin`).
 The caller fails open around `context_for`: memory that cannot be read leaves the request as
 the transcript alone would make it.
 """
@@ -18,12 +20,13 @@ import numpy as np
 from gateway.core.compaction import SummaryChunk, render_chunk
 from gateway.core.fusion import RRF_K
 from gateway.core.ids import ConversationKey
-from gateway.core.memory import MemoryContext
+from gateway.core.memory import MemoryContext, PinnedMessage
 from gateway.core.profile import Profile, render_profile
 from gateway.core.recall import Recollection
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.facts_store import FactStore
+from gateway.memory.pin_store import PinStore
 from gateway.memory.ports import VectorIndex
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.recaller import Namespaces, Recaller, queue_namespaces, read_namespaces
@@ -51,6 +54,9 @@ class RecallSettings:
     `summary_share` is 0: the block could never be shown)."""
     rrf_k: int = RRF_K
     """The k of the reciprocal-rank fusion."""
+    pins: bool = True
+    """Read the conversation's pinned messages (false when the tenant's `pinned_share` is 0:
+    the block could never be shown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,8 @@ class MemorySnapshot:
     chunks: tuple[SummaryChunk, ...]
     """Empty when the tenant's summary block has no share (not read)."""
     namespaces: Namespaces
+    pinned: tuple[PinnedMessage, ...] = ()
+    """Empty when the tenant shows no pins (not read)."""
     query: str = ""
     """The question whose embedding `embedding` computes."""
     embedding: asyncio.Future[np.ndarray] | None = None
@@ -77,7 +85,8 @@ class MemorySnapshot:
 class MemoryService:
     def __init__(self, *, embedding: EmbeddingService, recaller: Recaller,
                  vector_index: VectorIndex, chunks: ChunkStore, profiles: ProfileStore,
-                 settings: SettingsStore, facts: Mapping[str, FactStore]):
+                 settings: SettingsStore, facts: Mapping[str, FactStore],
+                 pins: PinStore | None = None):
         self.embedding = embedding
         self.recaller = recaller
         self.vector_index = vector_index
@@ -86,11 +95,13 @@ class MemoryService:
         self.settings = settings
         self.facts = facts
         """One fact store per tenant: caps and decay are the tenant's policy."""
+        self.pins = pins or PinStore(recaller.redis, recaller.keys)
 
     async def snapshot(self, key: ConversationKey, recall: RecallSettings,
                        query: str = "") -> MemorySnapshot:
         """Every read a request's memory starts from, in one round trip: the user's switches
-        and profile, the summary chunks (when shown), and which namespaces recall searches,
+        and profile, the summary chunks (when shown), the pinned messages (when shown), and
+        which namespaces recall searches,
         with their version counters. The pipeline runs it beside loading the transcript.
 
         `query`: the question as the client's messages show it. Its embedding starts now, on
@@ -108,6 +119,8 @@ class MemoryService:
                     pipe.hgetall(self.profiles.key(key.tenant, key.user))
                 if recall.summaries:
                     pipe.lrange(self.chunks.key(key), 0, -1)
+                if recall.pins:
+                    pipe.hgetall(self.pins.key(key))
                 queue_namespaces(pipe, self.recaller.keys, key)
                 replies = list(await pipe.execute())
         except BaseException:
@@ -118,8 +131,9 @@ class MemoryService:
         profile = self.profiles.parse(key.tenant, key.user, replies.pop(0)) \
             if key.identified else None
         chunks = self.chunks.parse(replies.pop(0), key) if recall.summaries else ()
+        pinned = self.pins.parse(replies.pop(0), key) if recall.pins else ()
         return MemorySnapshot(settings.memory, profile, chunks, read_namespaces(key, replies),
-                              query, embedding)
+                              pinned, query, embedding)
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
                           snapshot: MemorySnapshot | None = None) -> MemoryContext:
@@ -138,7 +152,13 @@ class MemoryService:
         return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
                              profile=render_profile(snapshot.profile)
                              if snapshot.profile else None,
-                             recalled=recalled, summarized_through=last)
+                             recalled=recalled, summarized_through=last,
+                             pinned=snapshot.pinned)
+
+    async def pin(self, key: ConversationKey,
+                  pins: tuple[PinnedMessage, ...]) -> tuple[PinnedMessage, ...]:
+        """Store pins a client marked (see PinStore.pin)."""
+        return await self.pins.pin(key, pins)
 
     async def _recall(self, key: ConversationKey, query: str, recall: RecallSettings,
                       snapshot: MemorySnapshot) -> tuple[Recollection, ...]:

@@ -33,7 +33,7 @@ from gateway.store.keyring import open_record, record_key, seal_record
 from gateway.store.keys import KeySpace, _part
 
 SEALED_LISTS = frozenset({"transcript", "branches", "m:chunks"})
-SEALED_HASHES = frozenset({"pending", "m:turns", "facts", "profile", "recall"})
+SEALED_HASHES = frozenset({"pending", "m:turns", "m:pins", "facts", "profile", "recall"})
 _PAGE = 500
 
 # KEYS[1]: a list or hash. ARGV: "list" | "hash", index or field, the text read, its new text.
