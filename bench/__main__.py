@@ -19,6 +19,7 @@ BENCHMARKS = {
     "writeback": "bench.writeback",
     "tracing-overhead": "bench.tracing_overhead",
     "ratelimit": "bench.ratelimit",
+    "console-overhead": "bench.console_overhead",
 }
 
 

@@ -16,8 +16,9 @@ class TokenChart:
     forwarded: str
     peak: int
     requests: int
-    saved_percent: float
-    """Share of the original tokens not forwarded, over these requests."""
+    forwarded_percent: float
+    """Tokens forwarded as a share of the original tokens, over these requests (above 100
+    when memory added more than the recent window left out)."""
     width: int = WIDTH
     height: int = HEIGHT
 
@@ -39,5 +40,5 @@ def token_chart(entries: Sequence[dict[str, Any]]) -> TokenChart | None:
                         for i, row in enumerate(rows))
 
     original = sum(o for o, _ in rows)
-    saved = 100 * (original - sum(f for _, f in rows)) / original if original else 0.0
-    return TokenChart(points(0), points(1), peak, len(rows), round(saved, 1))
+    share = 100 * sum(f for _, f in rows) / original if original else 0.0
+    return TokenChart(points(0), points(1), peak, len(rows), round(share, 1))

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.core.facts import Fact
+from gateway.core.facts import Fact, fact_text
 from gateway.core.ids import ConversationKey
 from gateway.memory.control import MemoryControl
 from gateway.request_history import last_request, recent_requests
@@ -127,5 +127,5 @@ def _item_texts(messages: list[Json], chunks: list[Json], facts: list[Fact]) -> 
     for chunk in chunks:
         texts[chunk["id"]] = chunk["text"]
     for fact in facts:
-        texts[f"fact:{fact.key}"] = f"{fact.key}: {fact.value}"
+        texts[f"fact:{fact.key}"] = fact_text(fact)  # as the model is shown it
     return texts
