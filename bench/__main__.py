@@ -20,6 +20,7 @@ BENCHMARKS = {
     "tracing-overhead": "bench.tracing_overhead",
     "ratelimit": "bench.ratelimit",
     "encryption-overhead": "bench.encryption_overhead",
+    "console-overhead": "bench.console_overhead",
 }
 
 

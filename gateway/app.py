@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 
 from gateway.admin import AdminKeys
 from gateway.config import Config, load_config
+from gateway.console import console_routes
 from gateway.errors import GatewayError
 from gateway.job_metrics import JobMetrics
 from gateway.logs import configure_logging
@@ -25,6 +26,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.ports import Upstream
 from gateway.record_buffer import RecordBuffer
 from gateway.record_journal import RecordJournal
+from gateway.request_history import RequestHistory
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.store import connect
 from gateway.store.embedded import EmbeddedRedis
@@ -68,6 +70,8 @@ class Gateway:
     memory: MemoryRuntime | None = None
     buffer: RecordBuffer | None = None
     store_pool: StorePool | None = None
+    history: RequestHistory | None = None
+    """The recent requests kept for the console; None unless `console.enabled`."""
 
     async def refresh_queue_metrics(self) -> None:
         """The shared queues' gauges, from the store (one round trip; left as they were, and
@@ -202,15 +206,21 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)
         limiter = RateLimiter(config, redis, store.keys, metrics)
         inline = InlineProcessing(recorder, memory) if mode == "inline" and recorder else None
+        history = RequestHistory(
+            redis, store.keys, max_entries=config.console.request_log_entries,
+            last_ttl_seconds=config.console.last_request_ttl_seconds,
+        ) if config.console.enabled else None
         pipeline = Pipeline(store=store, upstream=chat_upstream,
                             tokenizer_for=tokenizer_for_model, tasks=tasks, metrics=metrics,
                             inline_recorder=inline,
                             memory=memory.service if memory else None,
                             recall_settings=memory.recall if memory else None, buffer=buffer,
-                            tracing=tracing, limiter=limiter)
+                            tracing=tracing, limiter=limiter, history=history)
         app.state.gateway = Gateway(config, tenants, AdminKeys(config), limiter, pipeline,
                                     store, recorder, metrics, memory, buffer,
-                                    store_pool=redis.connection_pool)
+                                    store_pool=redis.connection_pool, history=history)
+        if history is not None:
+            await history.start()
         # Turns a previous process could not hand to the store go first, then new ones.
         journal = RecordJournal(config.server.data_dir, encryption=encryption)
         await journal.replay_into(buffer)
@@ -231,6 +241,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
             # shutdown goes on — turns already enqueued are in the store.
             drain = config.recorder.drain_timeout_seconds
             await step("background tasks", tasks.drain(drain), drain)
+            if history is not None:  # after the tasks: streams log their requests last
+                await step("request history", history.drain(drain), drain)
             await journal.close(await buffer.drain(drain))
             if background is not None:
                 await background.drain(drain, config.recorder.claim_idle_seconds)
@@ -256,7 +268,9 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         GatewayError: on_gateway_error,
         Exception: on_unexpected,
     }
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=exception_handlers)
+    # The console's pages exist only when it is enabled (404 otherwise, like any unknown path).
+    served = [*routes, *(console_routes() if config.console.enabled else [])]
+    return Starlette(routes=served, lifespan=lifespan, exception_handlers=exception_handlers)
 
 
 def recorder_mode(config: Config) -> str:

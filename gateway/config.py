@@ -133,6 +133,23 @@ class AdminConfig(Strict):
     private network)."""
 
 
+class ConsoleConfig(Strict):
+    """The memory console (`/console`, gateway/console/): HTML pages for operators signed in
+    with an admin key. Off by default; on, it needs `admin.keys`."""
+
+    enabled: bool = False
+    session_ttl_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)
+    """A console session lasts this long after sign-in (then sign in again)."""
+    secure_cookie: bool = True
+    """Mark the session cookie `Secure` (sent over https only). Set false only to use the
+    console over plain http (a gateway on your own machine)."""
+    request_log_entries: int = Field(1000, ge=10, le=100_000)
+    """Requests kept per tenant in its request-log stream (trimmed approximately, XADD
+    MAXLEN ~); also what the request view and chart can show."""
+    last_request_ttl_seconds: int = Field(30 * 24 * 3600, ge=60)
+    """How long a conversation's last-request diagnostics are kept after that request."""
+
+
 class ModelConfig(Strict):
     model: str = Field(min_length=1)
     """A litellm model string (`openai/gpt-4o-mini`), or `fake/<behaviour>` for the built-in
@@ -388,7 +405,15 @@ class Config(Strict):
     encryption: EncryptionConfig | None = None
     """The key of every tenant without its own `tenants.<name>.encryption`; unset (and no
     tenant key): nothing is encrypted."""
+    console: ConsoleConfig = ConsoleConfig()
     tenants: dict[str, TenantConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _console_needs_admin_keys(self) -> Config:
+        if self.console.enabled and not self.admin.keys:
+            raise ValueError("console.enabled needs admin.keys: the console is signed in to "
+                             "with an admin key")
+        return self
 
     @field_validator("store")
     @classmethod

@@ -73,6 +73,11 @@ class RequestLog:
     """The client's W3C `traceparent`, kept only when tracing is on."""
     usage: Mapping[str, Any] | None = None
     """The upstream's own token usage, when its answer carried one."""
+    memory_blocks: tuple[str, ...] | None = None
+    """The memory blocks forwarded (summary, profile, recalled); set when the request
+    history is kept (`console.enabled`), like the next one."""
+    recalled_items: tuple[tuple[str, str, float], ...] | None = None
+    """(kind, id, score) of each recalled item forwarded, in the order shown."""
 
     def step(self, name: str, started: float) -> float:
         """Note that step `name` ran from `started` (perf_counter) until now; its duration
@@ -119,7 +124,8 @@ class RequestLog:
         request_logger.log(level, JsonMessage(record))
 
 
-_NOT_LOGGED = frozenset({"started", "steps", "traceparent", "usage"})
+_NOT_LOGGED = frozenset({"started", "steps", "traceparent", "usage", "memory_blocks",
+                         "recalled_items"})
 _LOGGED = tuple(f.name for f in fields(RequestLog) if f.name not in _NOT_LOGGED)
 
 

@@ -36,6 +36,7 @@ from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, U
                            chunk_data)
 from gateway.ratelimit import Limit, RateLimiter
 from gateway.record_buffer import BufferedTurn, RecordBuffer
+from gateway.request_history import RequestHistory
 from gateway.tasks import TaskTracker
 from gateway.tenants import Tenant
 from gateway.tracing import Tracing
@@ -86,6 +87,7 @@ class Pipeline:
                  buffer: RecordBuffer | None = None,
                  tracing: Tracing | None = None,
                  limiter: RateLimiter | None = None,
+                 history: RequestHistory | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -102,6 +104,8 @@ class Pipeline:
         self.tracing = tracing
         """None (the default): tracing is off and no request makes a tracer call."""
         self.limiter = limiter
+        self.history = history
+        """None (the default, `console.enabled` false): no request is kept for the console."""
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
                       persist: bool, log: RequestLog,
@@ -183,6 +187,9 @@ class Pipeline:
         log.tokens_original, log.tokens_forwarded = result.tokens_original, result.tokens_forwarded
         log.recent_turns, log.truncated = result.recent_turns, result.truncated
         log.over_budget = result.over_budget
+        if self.history is not None:  # the console's diagnostics; nothing to do without it
+            log.memory_blocks = result.memory_blocks
+            log.recalled_items = recalled_items(memory, result.recalled_ids)
         return reconciliation, result.messages
 
     async def _snapshot(self, key: ConversationKey, tenant: Tenant,
@@ -310,6 +317,8 @@ class Pipeline:
         """The request's one log line, its metrics, and (tracing on) its spans."""
         log.emit()
         self.metrics.observe(log)
+        if self.history is not None:
+            self.history.add(log)
         if self.tracing is not None:
             try:
                 self.tracing.request(log)
@@ -393,6 +402,13 @@ class Pipeline:
         assert self.buffer is not None
         self.buffer.add(turn)
         log.record_buffered = True
+
+
+def recalled_items(memory: MemoryContext,
+                   shown: tuple[str, ...]) -> tuple[tuple[str, str, float], ...]:
+    """(kind, id, score) of the recalled items forwarded (`shown`, in their order)."""
+    by_id = {r.id: r for r in memory.recalled}
+    return tuple((by_id[i].kind, i, round(by_id[i].score, 4)) for i in shown if i in by_id)
 
 
 def _usage_completion_tokens(response: Mapping[str, Any]) -> int | None:

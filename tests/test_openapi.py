@@ -75,3 +75,12 @@ def test_the_description_names_every_route_of_the_app():
               if m != "HEAD" and r.path not in ("/chat/completions", "/models", "/metrics",
                                                 "/openapi.json")}
     assert served == documented
+
+
+def test_the_console_pages_are_html_outside_the_api_description():
+    """The console (`console.enabled`) serves HTML pages for a browser, not an API: its routes
+    are all under /console, and none is in the description."""
+    from gateway.console import console_routes
+
+    assert all(r.path.startswith("/console") for r in console_routes())
+    assert not any(path.startswith("/console") for path in openapi()["paths"])

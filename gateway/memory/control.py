@@ -160,7 +160,7 @@ class MemoryControl:
         await self.store.delete(key)
         memory = self.keys.conversation(key)
         await self._settle([memory.lock])
-        await self.redis.delete(*memory.all())
+        await self.redis.delete(*memory.all(), self.keys.store.last_request(key))
         await self.user_index.remove_conversation(key)
         await self.redis.zrem(self.keys.store.memory_dirty, encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.
@@ -320,7 +320,8 @@ class MemoryControl:
 
     async def _delete_entries(self, tenant: str, user: str, *, streams: bool = True) -> int:
         """The user's members of the memory dirty set and dead-letter hash, and (with
-        `streams`) its queued and dead-lettered record jobs."""
+        `streams`) its queued and dead-lettered record jobs and its requests in the tenant's
+        request log (gateway/request_history.py)."""
         owned = _owned_by(tenant, user)
         dirty = self.keys.store.memory_dirty
         memory_dead = f"{self.keys.store.prefix}:memory:dead"
@@ -333,7 +334,8 @@ class MemoryControl:
         if fields:
             removed += int(await self.redis.hdel(memory_dead, *fields))
         if streams:
-            for stream in (self.keys.store.records, self.keys.store.dead):
+            for stream in (self.keys.store.records, self.keys.store.dead,
+                           self.keys.store.request_log(tenant)):
                 removed += await self._delete_stream_entries(stream, tenant, user)
         return removed
 

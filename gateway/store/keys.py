@@ -106,6 +106,22 @@ class KeySpace:
         """Counter of dead-lettered jobs (never decremented; the stream may be trimmed)."""
         return f"{self.prefix}:records:dead:count"
 
+    def request_log(self, tenant: str) -> str:
+        """Stream: the tenant's recent requests (ids and numbers, no message content), capped
+        (gateway/request_history.py); read by the console."""
+        return f"{self.prefix}:requests:{_part(tenant)}"
+
+    def last_request(self, key: ConversationKey) -> str:
+        """String: JSON diagnostics of the conversation's last request (tokens, memory blocks,
+        recalled item ids and scores — no content). Under the conversation's key base, so
+        erasing the user removes it."""
+        return (f"{self.prefix}:c:{_part(key.tenant)}:{_part(key.user)}:"
+                f"{_part(key.conversation)}:lastreq")
+
+    def console_session(self, digest: str) -> str:
+        """Hash: a console session (its CSRF token, times), named by the sha256 of its id."""
+        return f"{self.prefix}:console:session:{digest}"
+
     def rate_limit(self, tenant: str, scope: str, kind: str) -> str:
         """Hash: unix second -> requests or tokens admitted in it, for one limit of a tenant
         (`scope`: "tenant", or "key:<first 16 hex of the key's sha256>")."""
