@@ -401,3 +401,24 @@ def test_sealed_texts_differ_each_time_and_open_only_for_their_tenant():
     with pytest.raises(DecryptError):
         acme.open(tampered)
     assert acme.open('{"plain": "json"}') == '{"plain": "json"}'  # written before the key
+
+
+def test_a_fact_edited_in_the_console_is_sealed_too(redis_url):
+    from tests.support.console import ADMIN_KEY, csrf_of, signed_in
+
+    data = config(redis_url, {"key_env": "GW_TEST_KEY_A"}).model_dump(mode="json",
+                                                                      exclude_defaults=True)
+    data["admin"] = {"keys": [{"sha256": hash_key(ADMIN_KEY)}]}
+    data["console"] = {"enabled": True, "secure_cookie": False}
+    with running_gateway(parse_config(data)) as url:
+        converse(url, "acme", USER, "c-one", ["I live in Paris."])
+        client = signed_in(url)
+        page = f"/console/t/acme/u/{USER}"
+        response = client.post(page + "/facts/edit", data={
+            "csrf": csrf_of(client.get(page).text), "key": "user_location",
+            "value": "Quorblefield"})
+        assert response.status_code == 303, response.text
+        facts = httpx.get(url + "/v1/memory/facts", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": USER}).json()["data"]
+        assert {f["key"]: f["value"] for f in facts}["user_location"] == "Quorblefield"
+        assert in_clear(redis_url, "Quorblefield") == []

@@ -202,7 +202,11 @@ class Console:
         old = await control.facts.get(tenant, user, form.get("key", ""))
         if old is None:
             raise ConsoleError(404, "No such fact is stored for this user.")
-        facts = FactStore(gateway.store.client, control.keys, gateway.memory.embedding.embed)
+        # The tenant's own fact store when its memory is on (its policy, its key); else one
+        # with the serving process's embedder — sealed with the tenant's key either way.
+        facts = gateway.memory.service.facts.get(tenant) or FactStore(
+            gateway.store.client, control.keys, gateway.memory.embedding.embed,
+            encryption=gateway.store.encryption)
         # Stated by an operator: certain, and resting on no message of the user.
         await facts.upsert(tenant, user, [dataclasses.replace(
             old, value=value, confidence=1.0, source_ids=())])
