@@ -28,7 +28,8 @@ from gateway.core.facts import Fact, FactPolicy
 from gateway.core.recall import Recollection
 from gateway.memory.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.memory.ports import Namespace, VectorIndex
-from gateway.memory.vector_store import decode_vector, delete_vectors, put_vectors
+from gateway.memory.vector_store import (ForeignVector, decode_vector, delete_vectors,
+                                         put_vectors)
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +40,11 @@ _MAX_ATTEMPTS = 5
 class FactStore:
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace, embed: Embed, *,
                  related_threshold: float = 0.85, policy: FactPolicy = FactPolicy(),
-                 clock: Callable[[], float] = time.time) -> None:
-        """`embed` returns L2-normalised float32 rows (EmbeddingService.embed);
+                 clock: Callable[[], float] = time.time, space: str | None = None) -> None:
+        """`embed` returns L2-normalised float32 rows (EmbeddingService.embed), vectors of
+        `space` (vector_store.space_of; None: a store that never embeds, as the memory API's);
         `related_threshold` is the embedder's: at or above it two facts are duplicates."""
+        self.space = space
         self.redis = redis
         self.keys = keys
         self.embed = embed
@@ -166,15 +169,15 @@ class FactStore:
 
     async def _vectors(self, keys: UserMemoryKeys, facts: dict[str, Fact],
                        dim: int) -> dict[str, np.ndarray]:
-        """Stored vectors of `facts`; a fact without one, or with one of another dimension
+        """Stored vectors of `facts`; a fact without one, or with one of another vector space
         (another embedder), is embedded now."""
         raw = await self.redis.hgetall(keys.fact_vectors)
         out: dict[str, np.ndarray] = {}
         missing = []
         for key in facts:
             try:
-                out[key] = decode_vector(raw[key], dim)
-            except (KeyError, ValueError):
+                out[key] = decode_vector(raw[key], dim, self._space())
+            except (KeyError, ForeignVector):
                 missing.append(key)
         if missing:
             rows = await self.embed([policy.fact_text(facts[k]) for k in missing])
@@ -189,8 +192,13 @@ class FactStore:
         if stale:
             matrix = await self.embed([policy.fact_text(f) for f in stale])
             await put_vectors(self.redis, keys.fact_vectors, keys.version,
-                              [f.key for f in stale], matrix)
+                              [f.key for f in stale], matrix, self._space())
         await delete_vectors(self.redis, keys.fact_vectors, keys.version, dropped)
+
+    def _space(self) -> str:
+        if self.space is None:
+            raise ValueError("this FactStore has no vector space: it cannot embed")
+        return self.space
 
     async def recall(self, tenant: str, user: str, query_vector: np.ndarray, k: int,
                      index: VectorIndex) -> list[Recollection]:

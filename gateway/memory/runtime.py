@@ -19,7 +19,7 @@ from gateway.core.compaction import CompactionPolicy
 from gateway.core.facts import FactPolicy
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.compactor import Compactor
-from gateway.memory.embedders import build_embedder
+from gateway.memory.embedders import embedder_from_config
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.extractor import LlmFactExtractor
 from gateway.memory.facts_store import FactStore
@@ -76,23 +76,24 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                  tenants: TenantDirectory, *, clock: Callable[[], float] = time.time,
                  tracing: Tracing | None = None) -> MemoryRuntime:
     keys = MemoryKeySpace()
-    embedder = build_embedder(config.memory.embedder.kind,
-                              **({"threads": config.memory.embedder.threads}
-                                 if config.memory.embedder.kind == "use" else {}))
+    e = config.memory.embedder
+    embedder = embedder_from_config(e.backend, e.model, e.threads)
     embedding = EmbeddingService(embedder)
-    vectors = FaissVectorIndex(redis, embedder.dim, keys)
+    vectors = FaissVectorIndex(redis, embedder.dim, keys, space=embedding.space)
     index = config.memory.index
     lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming)
-    chunks, profiles = ChunkStore(redis, keys), ProfileStore(redis, keys)
+    chunks = ChunkStore(redis, keys, space=embedding.space)
+    profiles = ProfileStore(redis, keys)
     settings = SettingsStore(redis, keys)
     enabled = {name: t for name, t in config.tenants.items() if t.memory.enabled}
     facts = {name: FactStore(redis, keys, embedding.embed,
                              related_threshold=embedder.related_threshold,
-                             policy=_fact_policy(t), clock=clock)
+                             policy=_fact_policy(t), clock=clock, space=embedding.space)
              for name, t in enabled.items()}
     indexer = TurnIndexer(redis, embedding, keys, context=index.context_vectors)
     user_index = UserRecallIndex(redis, keys)
-    compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock)
+    compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock,
+                                   embedder.topic_shift_threshold)
                   for name, t in enabled.items()}
     knowledge = {name: KnowledgeProcessor(facts[name], profiles,
                                           _extractor(name, t, upstream, tenants), clock)
@@ -148,7 +149,8 @@ def _fact_policy(tenant: TenantConfig) -> FactPolicy:
 
 def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                embedding: EmbeddingService, upstream: Upstream,
-               tenants: TenantDirectory, clock: Callable[[], float]) -> Compactor:
+               tenants: TenantDirectory, clock: Callable[[], float],
+               topic_shift_threshold: float) -> Compactor:
     c = tenant.memory.compaction
     llm = None
     if tenant.memory.summarizer_model is not None:
@@ -165,7 +167,9 @@ def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                                       max_chunks=c.max_chunks,
                                       chunk_max_tokens=c.chunk_max_tokens,
                                       topic_shift_min_rounds=c.topic_shift_min_rounds),
-                     related_threshold=c.topic_shift_similarity, clock=clock)
+                     related_threshold=c.topic_shift_similarity
+                     if c.topic_shift_similarity is not None else topic_shift_threshold,
+                     clock=clock)
 
 
 def _extractor(name: str, tenant: TenantConfig, upstream: Upstream,

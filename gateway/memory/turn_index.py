@@ -219,7 +219,7 @@ class TurnIndexer:
                 pipe.hset(k.turns, mapping={e.id: e.to_json() for e in batch})
                 if links:
                     pipe.hset(k.following, mapping=links)
-                pipe.hset(k.vectors, mapping={e.id: encode_vector(v)
+                pipe.hset(k.vectors, mapping={e.id: encode_vector(v, self.embedding.space)
                                               for e, v in zip(batch, matrix)})
                 pipe.incr(k.version)
                 await pipe.execute()
