@@ -73,10 +73,12 @@ class SentenceTransformerEmbedder:
 
                 torch.set_num_threads(self.threads)
                 model = SentenceTransformer(str(self.directory), device="cpu")
-                if model.get_sentence_embedding_dimension() != self.dim:
-                    raise ValueError(f"{self.directory}: the model embeds into "
-                                     f"{model.get_sentence_embedding_dimension()} dimensions, "
-                                     f"its config says {self.dim}")
+                # Renamed in sentence-transformers 6 (the old name warns).
+                dimension = getattr(model, "get_embedding_dimension", None) or \
+                    model.get_sentence_embedding_dimension
+                if dimension() != self.dim:
+                    raise ValueError(f"{self.directory}: the model embeds into {dimension()} "
+                                     f"dimensions, its config says {self.dim}")
                 self._model = model
             return self._model
 
