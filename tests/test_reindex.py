@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 import redis as sync_redis
 import yaml
 
@@ -21,7 +22,7 @@ from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.ports import Namespace
-from gateway.memory.reindex import Reindexer
+from gateway.memory.reindex import Reindexer, ReindexRunning, ReindexStatus
 from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.vector_store import encode_vector, space_of, vector_space
 from tests.support.gateway import running_gateway
@@ -177,3 +178,21 @@ async def test_reindex_never_overwrites_a_vector_written_meanwhile(redis_client)
     np.testing.assert_allclose(
         np.frombuffer(__import__("base64").b64decode(stored["chunk:a"].split(":", 1)[1]),
                       dtype=np.float32), NEW.embed(["apples"])[0])
+
+
+async def test_a_run_whose_process_died_reads_as_interrupted_and_a_second_run_waits(
+        redis_client):
+    embedding = EmbeddingService(NEW)
+    try:
+        reindexer = Reindexer(redis_client, embedding, KEYS)
+        await redis_client.set(reindexer.status_key("acme"), ReindexStatus(
+            "acme", NEW.name, space_of(NEW), namespaces_total=3, namespaces_done=1).to_json())
+        status = await reindexer.status("acme")
+        assert status is not None and status.state == "interrupted"
+        # While a run holds the tenant's lock, another one does not start.
+        await redis_client.set(reindexer.status_key("acme") + ":lock", "x")
+        assert (await reindexer.status("acme")).state == "running"
+        with pytest.raises(ReindexRunning):
+            await reindexer.run("acme")
+    finally:
+        embedding.close()

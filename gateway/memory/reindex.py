@@ -67,7 +67,8 @@ class ReindexStatus:
     """The embedder the run re-embeds with (name)."""
     space: str
     state: str = "running"
-    """running | done | failed (a failed or interrupted run is resumed by running again)."""
+    """running | done | failed | interrupted (a failed or interrupted run is resumed by
+    running again)."""
     namespaces_total: int = 0
     namespaces_done: int = 0
     reembedded: int = 0
@@ -130,7 +131,16 @@ class Reindexer:
         return f"{self.keys.store.prefix}:reindex:{_part(tenant)}"
 
     async def status(self, tenant: str) -> ReindexStatus | None:
-        return ReindexStatus.parse(await self.redis.get(self.status_key(tenant)))
+        """The tenant's last run as stored; a "running" run whose lock has expired (its
+        process died) reads as "interrupted" (run again to resume)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.status_key(tenant))
+            pipe.exists(self.status_key(tenant) + ":lock")
+            raw, locked = await pipe.execute()
+        status = ReindexStatus.parse(raw)
+        if status is not None and status.state == "running" and not locked:
+            status.state = "interrupted"
+        return status
 
     async def run(self, tenant: str,
                   progress: Callable[[ReindexStatus], object] | None = None) -> ReindexStatus:
