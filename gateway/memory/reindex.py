@@ -28,10 +28,10 @@ from typing import AsyncIterator, Callable, Iterable, Sequence
 import redis.asyncio as aioredis
 
 from gateway.core import facts as fact_policy
-from gateway.core.facts import Fact
 from gateway.core.ids import ConversationKey
-from gateway.memory.chunk_store import VECTOR_PREFIX, chunk_from_json
+from gateway.memory.chunk_store import VECTOR_PREFIX, ChunkStore, vector_id
 from gateway.memory.embedding import EmbeddingService
+from gateway.memory.facts_store import FactStore
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.turn_index import TurnIndexer, turn_entries
 from gateway.memory.user_index import split_id
@@ -125,7 +125,10 @@ class Reindexer:
         self.clock = clock
         self.space = embedding.space
         self._swap = redis.register_script(_SWAP)
+        # The stores' own readers (transcript, chunks, facts): they decode what they wrote.
         self._turns = TurnIndexer(redis, embedding, keys)
+        self._chunks = ChunkStore(redis, keys)
+        self._facts_store = FactStore(redis, keys, embedding.embed, space=self.space)
 
     def status_key(self, tenant: str) -> str:
         return f"{self.keys.store.prefix}:reindex:{_part(tenant)}"
@@ -226,9 +229,9 @@ class Reindexer:
                           for e in turn_entries(transcript, context=self.context)
                           if e.id in foreign})
         if any(i.startswith(VECTOR_PREFIX) for i in foreign):
-            for raw in await self.redis.lrange(k.chunks, 0, -1):
-                chunk = chunk_from_json(raw)
-                cid = VECTOR_PREFIX + chunk.id
+            # Through the chunk store: it reads chunks as stored (sealed ones included).
+            for chunk in await self._chunks.list(key):
+                cid = vector_id(chunk.id)
                 if cid in foreign and chunk.text.strip():
                     texts[cid] = chunk.text
         done = await self._replace(k.vectors, k.version, foreign, texts)
@@ -239,13 +242,10 @@ class Reindexer:
         foreign = self._foreign(await self.redis.hgetall(u.fact_vectors))
         if not foreign:
             return 0, 0
-        raws = await self.redis.hmget(u.facts, list(foreign))
-        texts = {}
-        for key, raw in zip(foreign, raws):
-            try:
-                texts[key] = fact_policy.fact_text(Fact.from_dict(json.loads(raw)))
-            except (TypeError, ValueError, KeyError):
-                continue  # gone or unreadable: left for the fact store's own clean-up
+        # Through the fact store: it reads facts as stored; a vector's field is its fact's key.
+        # A fact gone or unreadable keeps its vector: the fact store's own clean-up.
+        texts = {f.key: fact_policy.fact_text(f) for f in await self._facts_store.list(tenant, user)
+                 if f.key in foreign}
         done = await self._replace(u.fact_vectors, u.version, foreign, texts)
         return done, len(foreign) - done
 
