@@ -97,7 +97,7 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
         await indexer.sync(key, transcript)
         index_s = time.perf_counter() - started
 
-        vectors = FaissVectorIndex(redis, embedding.dim, keys)
+        vectors = FaissVectorIndex(redis, embedding.dim, keys, space=embedding.space)
         lexical = Bm25LexicalIndex(redis, keys)
         recaller = Recaller(embedding, vectors, lexical, redis, keys)
         questions = [sentence(rng) for _ in range(queries)]
@@ -113,7 +113,7 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
             assert recalled
         for q in questions[:50]:
             started = time.perf_counter()
-            await embedding.embed_one(q)
+            await embedding.embed_query_one(q)
             embed.append((time.perf_counter() - started) * 1e3)
 
         after = []

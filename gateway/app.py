@@ -142,6 +142,27 @@ def store_url(config: Config) -> tuple[str, EmbeddedRedis | None]:
     return embedded.url, embedded
 
 
+async def _note_embedder(redis: Any, memory: MemoryRuntime) -> None:
+    """Warn when the embedder changed since the last start: the store's vectors of the old one
+    are not searched (their items are recalled lexically) until `gateway reindex` runs."""
+    from redis.exceptions import RedisError
+
+    from gateway.memory.keys import MemoryKeySpace
+    from gateway.memory.reindex import note_embedder
+
+    try:
+        previous = await note_embedder(redis, MemoryKeySpace(), memory.embedding)
+    except (RedisError, OSError) as exc:  # the store's own failures are reported elsewhere
+        logger.warning(json.dumps({"event": "embedder_note_failed", "error": str(exc)}))
+        return
+    if previous is not None:
+        logger.warning(json.dumps({
+            "event": "embedder_changed", "previous": previous,
+            "current": memory.embedding.embedder.name,
+            "action": "run `gateway reindex`: until then the old embedder's vectors are not "
+                      "searched and their items are recalled by lexical search only"}))
+
+
 def routing_upstream(config: Config) -> RoutingUpstream:
     """The fake upstream in-process; the direct client's pool if a model speaks the OpenAI
     chat API; litellm (a ~3 s import) only if a model needs it, and then at start-up rather
@@ -202,6 +223,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
             memory = build_memory(config, redis, chat_upstream, tenants, tracing=tracing,
                                   jobs=jobs, encryption=encryption)
             await memory.embedding.warm_up()
+            await _note_embedder(redis, memory)
         buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                               retry_max_seconds=config.recorder.buffer_retry_max_seconds)
         limiter = RateLimiter(config, redis, store.keys, metrics)

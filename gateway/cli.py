@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, worker, check-config, rotate-key, fake-upstream."""
+"""The `gateway` command: serve, worker, reindex, check-config, rotate-key, fake-upstream."""
 
 from __future__ import annotations
 
@@ -40,6 +40,16 @@ def main(argv: list[str] | None = None) -> None:
                            "(encryption.key_env), opening old ones with previous_key_env")
     rotate.add_argument("--config", default="config.yaml", help="default: ./config.yaml")
     rotate.add_argument("--tenant", required=True)
+    reindex = commands.add_parser(
+        "reindex", help="re-embed stored memory with the configured embedder (after changing "
+                        "memory.embedder); safe while gateways run, resumable")
+    reindex.add_argument("--config", default="config.yaml", help="default: ./config.yaml")
+    reindex.add_argument("--tenant", action="append", dest="tenants", metavar="TENANT",
+                         help="only this tenant (repeatable; default: every tenant with "
+                              "memory enabled)")
+    reindex.add_argument("--status", action="store_true",
+                         help="print each tenant's re-index progress and exit")
+    reindex.add_argument("--log-level", default="warning")
 
     fake = commands.add_parser("fake-upstream",
                                help="run the fake OpenAI-compatible upstream on its own")
@@ -65,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "rotate-key":
         sys.exit(_rotate_key(args.config, args.tenant))
+    if args.command == "reindex":
+        sys.exit(_reindex(args))
     _serve(args)
 
 
@@ -252,6 +264,50 @@ def _worker(args: argparse.Namespace) -> None:
     try:
         serve_worker(config, url, routing_upstream(config))
     finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gateway.app import store_url
+    from gateway.memory.embedders import embedder_from_config
+    from gateway.memory.embedding import EmbeddingService
+    from gateway.memory.reindex import reindex_command
+    from gateway.store import connect
+    from gateway.store.keyring import load_encryption
+    from gateway.store.embedded import EmbeddedRedisError
+
+    config = _config_and_logging(args)
+    enabled = sorted(n for n, t in config.tenants.items() if t.memory.enabled)
+    tenants = args.tenants or enabled
+    if unknown := sorted(set(tenants) - set(enabled)):
+        print(f"gateway reindex: no tenant with memory enabled named {', '.join(unknown)}",
+              file=sys.stderr)
+        return 2
+    try:
+        url, embedded = store_url(config)  # shares a running gateway's embedded store
+    except EmbeddedRedisError as exc:
+        sys.exit(f"gateway: {exc}")
+    e = config.memory.embedder
+    embedding = EmbeddingService(embedder_from_config(e.backend, e.model, e.threads))
+
+    async def run() -> int:
+        redis = connect(url, max_connections=4)
+        try:
+            return await reindex_command(embedding, redis, tenants,
+                                         context=config.memory.index.context_vectors,
+                                         status_only=args.status,
+                                         write=lambda line: print(line, flush=True),
+                                         encryption=await load_encryption(config, redis))
+        finally:
+            await redis.aclose()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        embedding.close()
         if embedded is not None:
             embedded.stop()
 

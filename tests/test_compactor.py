@@ -16,6 +16,7 @@ from gateway.errors import UpstreamError
 from gateway.memory.chunk_store import ChunkStore, vector_id
 from gateway.memory.compactor import Compactor
 from gateway.memory.embedders.hashing import HashEmbedder
+from gateway.memory.vector_store import space_of
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.summarizer import LlmSummarizer, Summarizer
 from gateway.ports import UpstreamCall
@@ -24,6 +25,7 @@ from gateway.tokenizer import tokenizer_for_model
 KEY = ConversationKey("acme", "u1", "c1")
 TOKENIZER = tokenizer_for_model("gpt-4o-mini")
 EMBEDDER = HashEmbedder()
+SPACE = space_of(EMBEDDER)
 POLICY = CompactionPolicy(min_rounds=5, min_tokens=1200, recent_window_turns=4,
                           chunk_max_tokens=120)
 TOPICS = ["Berlin flat hunting", "the pottery class", "Anna's birthday party",
@@ -50,7 +52,7 @@ def conversation(rounds: int, start: int = 0) -> tuple[StoredMessage, ...]:
 
 def compactor(redis, *, summarizer: Summarizer | None = None, policy=POLICY,
               threshold: float = 0.1, **kwargs) -> Compactor:
-    return Compactor(ChunkStore(redis), summarizer or Summarizer(TOKENIZER), embed, TOKENIZER,
+    return Compactor(ChunkStore(redis, space=SPACE), summarizer or Summarizer(TOKENIZER), embed, TOKENIZER,
                      policy, related_threshold=threshold, clock=lambda: 1_800_000_000.0,
                      **kwargs)
 
@@ -75,7 +77,7 @@ async def test_a_40_round_conversation_is_covered_once_in_order_with_dates(redis
     worker = compactor(redis_client)
     for rounds in range(1, 41):  # the worker runs after every turn
         await worker.process(KEY, full[:2 * rounds])
-    chunks = await ChunkStore(redis_client).list(KEY)
+    chunks = await ChunkStore(redis_client, space=SPACE).list(KEY)
     assert len(chunks) == 7  # (40 - 4 window) rounds // 5
     assert_exact_cover(chunks, full)
     assert [c.start_date for c in chunks[:3]] == ["2023-05-01", "2023-05-01", "2023-05-02"]
@@ -93,7 +95,7 @@ async def test_a_backlog_becomes_the_same_chunks_in_one_run(redis_client):
     result = await compactor(redis_client).process(KEY, full)
     assert result.created == 7 and not result.pending
     assert_exact_cover(result.chunks, full)
-    assert result.chunks == await ChunkStore(redis_client).list(KEY)
+    assert result.chunks == await ChunkStore(redis_client, space=SPACE).list(KEY)
 
 
 async def test_a_run_makes_at_most_max_new_chunks_and_says_more_are_pending(redis_client):
@@ -114,7 +116,7 @@ async def test_running_twice_on_the_same_transcript_writes_nothing(redis_client)
     assert again.created == 0 and again.chunks == first.chunks
     assert await redis_client.get(version_key) == version
     # A chunk made meanwhile by someone else is refused by the store, not duplicated.
-    assert not await ChunkStore(redis_client).append(KEY, first.chunks[-1], None)
+    assert not await ChunkStore(redis_client, space=SPACE).append(KEY, first.chunks[-1], None)
 
 
 async def test_chunks_beyond_the_cap_merge_oldest_first(redis_client):
@@ -124,7 +126,7 @@ async def test_chunks_beyond_the_cap_merge_oldest_first(redis_client):
     worker = compactor(redis_client, policy=policy)
     for rounds in range(1, 41):
         await worker.process(KEY, full[:2 * rounds])
-    chunks = await ChunkStore(redis_client).list(KEY)
+    chunks = await ChunkStore(redis_client, space=SPACE).list(KEY)
     assert len(chunks) == 3
     assert_exact_cover(chunks, full, policy)
     assert chunks[0].method == "merged" and chunks[0].start_date == "2023-05-01"
@@ -233,7 +235,7 @@ async def test_a_topic_shift_summarises_two_waiting_rounds_early(redis_client, n
 
 async def test_a_deleted_chunk_stays_deleted(redis_client):
     full = conversation(12)
-    store = ChunkStore(redis_client)
+    store = ChunkStore(redis_client, space=SPACE)
     (chunk,) = (await compactor(redis_client).process(KEY, full)).chunks
     assert await store.delete(KEY, chunk.id)
     assert not await store.delete(KEY, "no-such-chunk")

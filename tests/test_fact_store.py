@@ -17,11 +17,12 @@ from gateway.memory.knowledge import KnowledgeProcessor
 from gateway.memory.facts_store import FactStore
 from gateway.memory.ports import Namespace
 from gateway.memory.profile_store import ProfileStore
-from gateway.memory.vector_store import decode_vector
+from gateway.memory.vector_store import decode_vector, space_of
 
 T0 = 1_700_000_000.0
 KEYS = MemoryKeySpace()
 EMBEDDER = HashEmbedder()
+SPACE = space_of(EMBEDDER)
 
 
 async def embed(texts):
@@ -46,7 +47,7 @@ class BruteForceIndex:
     async def search(self, namespace: Namespace, query: np.ndarray, k: int):
         self.namespaces.append(namespace)
         raw = await self.redis.hgetall(KEYS.user(namespace.tenant, namespace.user).fact_vectors)
-        scored = [(key, float(np.dot(decode_vector(v, EMBEDDER.dim), query)))
+        scored = [(key, float(np.dot(decode_vector(v, EMBEDDER.dim, SPACE), query)))
                   for key, v in raw.items()]
         return sorted(scored, key=lambda s: -s[1])[:k]
 
@@ -62,7 +63,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def store(redis_client, clock) -> FactStore:
-    return FactStore(redis_client, KEYS, embed, related_threshold=EMBEDDER.related_threshold,
+    return FactStore(redis_client, KEYS, embed, space=SPACE, related_threshold=EMBEDDER.related_threshold,
                      clock=clock)
 
 
@@ -107,7 +108,7 @@ async def test_vocabulary_keys_are_not_merged_however_alike(store):
 
 
 async def test_caps_and_decay_drop_facts_and_their_vectors(redis_client, clock):
-    store = FactStore(redis_client, KEYS, embed, clock=clock,
+    store = FactStore(redis_client, KEYS, embed, space=SPACE, clock=clock,
                       policy=FactPolicy(max_facts=2, max_preferences=1, half_life_days=30,
                                         drop_below=0.1))
     await store.upsert("acme", "bob", [fact("old", "x", importance=0.5)])
@@ -183,7 +184,7 @@ LEGAL = ["律师您好，我叫陈静，住在杭州。", "我的手机号是139
 
 async def test_knowledge_processor_learns_redacted_facts_and_profile_idempotently(
         redis_client, clock):
-    facts = FactStore(redis_client, KEYS, embed, clock=clock)
+    facts = FactStore(redis_client, KEYS, embed, space=SPACE, clock=clock)
     profiles = ProfileStore(redis_client, KEYS)
     processor = KnowledgeProcessor(facts, profiles, None, clock)
     key = ConversationKey("acme", "chen", "case-1")
@@ -209,7 +210,7 @@ async def test_knowledge_processor_learns_redacted_facts_and_profile_idempotentl
 
 
 async def test_knowledge_processor_learns_nothing_with_auto_extract_off(redis_client, clock):
-    facts = FactStore(redis_client, KEYS, embed, clock=clock)
+    facts = FactStore(redis_client, KEYS, embed, space=SPACE, clock=clock)
     processor = KnowledgeProcessor(facts, ProfileStore(redis_client, KEYS), None, clock)
     transcript = chain(None, [Message.of("user", "My name is Ann.")])
     key = ConversationKey("acme", "ann", "c")

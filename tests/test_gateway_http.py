@@ -458,6 +458,10 @@ async def test_the_question_is_embedded_once_while_the_store_is_read(redis_url):
                     seen.extend(texts)
                     return model.embed(texts)
 
+                def embed_query(self, texts):  # the question is embedded as a search query
+                    seen.extend(texts)
+                    return model.embed_query(texts)
+
             service.embedding.embedder = Counting()
             r = await client.post("/v1/chat/completions", headers=headers,
                                   json={"model": "echo", "messages": [user("what is my cat called?")]})

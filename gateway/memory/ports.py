@@ -49,14 +49,24 @@ UNREAD = Unread.UNREAD
 
 class Embedder(Protocol):
     name: str
+    """Names the vector space: two embedders with one name and dimension embed alike."""
     dim: int
     related_threshold: float
-    """Cosine similarity above which two texts are about the same thing, for this model
-    (used for fact deduplication and topic-shift detection). Thresholds are per model."""
+    """Cosine similarity at or above which two facts are duplicates, for this model.
+    Thresholds are per model."""
+    topic_shift_threshold: float
+    """A new message less similar than this to every recent one changes the topic (the
+    compactor's default; a tenant's `compaction.topic_shift_similarity` overrides it)."""
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """(len(texts), dim) float32, rows L2-normalised. Blocking and CPU-bound: call it
-        through `EmbeddingService`, never on the event loop."""
+        """(len(texts), dim) float32, rows L2-normalised: texts to store and compare (turns,
+        chunks, facts). Blocking and CPU-bound: call it through `EmbeddingService`, never on
+        the event loop."""
+        ...
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """As `embed`, for search queries (models trained with query/passage prefixes embed
+        the two differently; for the others it is `embed`)."""
         ...
 
 

@@ -128,7 +128,7 @@ class Recaller:
 
         async def dense() -> tuple[Hits, Hits]:
             vector = query_vector if query_vector is not None \
-                else await self.embedding.embed_one(query)
+                else await self.embedding.embed_query_one(query)
             own, others = await asyncio.gather(
                 self.vector_index.search(conversation, vector, depth,
                                          version=namespaces.conversation_version)

@@ -20,7 +20,7 @@ from gateway.core.facts import FactPolicy
 from gateway.job_metrics import JobMetrics
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.compactor import Compactor
-from gateway.memory.embedders import build_embedder
+from gateway.memory.embedders import embedder_from_config
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.extractor import LlmFactExtractor
 from gateway.memory.facts_store import FactStore
@@ -94,25 +94,27 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     store of text seals and opens with it (vectors stay clear)."""
     keys = MemoryKeySpace()
     sealed = {"encryption": encryption}
-    embedder = build_embedder(config.memory.embedder.kind,
-                              **({"threads": config.memory.embedder.threads}
-                                 if config.memory.embedder.kind == "use" else {}))
+    e = config.memory.embedder
+    embedder = embedder_from_config(e.backend, e.model, e.threads)
     embedding = EmbeddingService(embedder)
-    vectors = FaissVectorIndex(redis, embedder.dim, keys)
+    vectors = FaissVectorIndex(redis, embedder.dim, keys, space=embedding.space)
     index = config.memory.index
     lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming, **sealed)
-    chunks, profiles = ChunkStore(redis, keys, **sealed), ProfileStore(redis, keys, **sealed)
+    chunks = ChunkStore(redis, keys, space=embedding.space, **sealed)
+    profiles = ProfileStore(redis, keys, **sealed)
     settings = SettingsStore(redis, keys)
     enabled = {name: t for name, t in config.tenants.items() if t.memory.enabled}
     facts = {name: FactStore(redis, keys, embedding.embed,
                              related_threshold=embedder.related_threshold,
-                             policy=_fact_policy(t), clock=clock, **sealed)
+                             policy=_fact_policy(t), clock=clock, space=embedding.space,
+                             **sealed)
              for name, t in enabled.items()}
     indexer = TurnIndexer(redis, embedding, keys, context=index.context_vectors, **sealed)
     user_index = UserRecallIndex(redis, keys, **sealed)
     pins = PinStore(redis, keys, **sealed)
     pinner = ImportancePinner(pins)
-    compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock)
+    compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock,
+                                   embedder.topic_shift_threshold)
                   for name, t in enabled.items()}
     knowledge = {name: KnowledgeProcessor(facts[name], profiles,
                                           _extractor(name, t, upstream, tenants), clock)
@@ -172,7 +174,8 @@ def _fact_policy(tenant: TenantConfig) -> FactPolicy:
 
 def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                embedding: EmbeddingService, upstream: Upstream,
-               tenants: TenantDirectory, clock: Callable[[], float]) -> Compactor:
+               tenants: TenantDirectory, clock: Callable[[], float],
+               topic_shift_threshold: float) -> Compactor:
     c = tenant.memory.compaction
     llm = None
     if tenant.memory.summarizer_model is not None:
@@ -189,7 +192,9 @@ def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                                       max_chunks=c.max_chunks,
                                       chunk_max_tokens=c.chunk_max_tokens,
                                       topic_shift_min_rounds=c.topic_shift_min_rounds),
-                     related_threshold=c.topic_shift_similarity, clock=clock)
+                     related_threshold=c.topic_shift_similarity
+                     if c.topic_shift_similarity is not None else topic_shift_threshold,
+                     clock=clock)
 
 
 def _extractor(name: str, tenant: TenantConfig, upstream: Upstream,

@@ -111,7 +111,7 @@ class MemoryService:
         `context_for` or `discard`ed, which awaits or cancels that embedding."""
         embedding = None
         if query.strip() and recall.top_k > 0:
-            embedding = asyncio.ensure_future(self.embedding.embed_one(query))
+            embedding = asyncio.ensure_future(self.embedding.embed_query_one(query))
         try:
             async with self.recaller.redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self.settings.key(key.tenant, key.user))
@@ -171,7 +171,7 @@ class MemoryService:
         if snapshot.embedding is not None and snapshot.query == query:
             vector = await snapshot.embedding
         else:
-            vector = await self.embedding.embed_one(query)
+            vector = await self.embedding.embed_query_one(query)
         turns, known = await asyncio.gather(
             self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
                                  successors=recall.successors, rrf_k=recall.rrf_k,

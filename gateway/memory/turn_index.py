@@ -225,7 +225,7 @@ class TurnIndexer:
                                             for e in batch})
                 if links:
                     pipe.hset(k.following, mapping=links)
-                pipe.hset(k.vectors, mapping={e.id: encode_vector(v)
+                pipe.hset(k.vectors, mapping={e.id: encode_vector(v, self.embedding.space)
                                               for e, v in zip(batch, matrix)})
                 pipe.incr(k.version)
                 await pipe.execute()

@@ -20,8 +20,13 @@ through it (still exact).
 
 Invariants: a search reads only the keys of the namespace it names (namespace_keys); results
 are the k best ids of that namespace with their cosine similarity, best first; a stored vector
-of another dimension (written by another embedder) is skipped and logged, never returned; an
-excluded conversation's items are never returned.
+of another vector space (written by another embedder, of any dimension: see vector_store.py)
+is skipped and logged, never searched — the index never mixes spaces; an item whose vector is
+of another space is found by the lexical index only, until `gateway reindex` re-embeds it
+(gateway/memory/reindex.py); an excluded conversation's items are never returned.
+
+Such foreign vectors are read again at each refresh of their namespace (they may have been
+re-embedded meanwhile): a cost of the time between switching embedders and re-indexing.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import UNREAD, Namespace, Unread
 from gateway.memory.user_index import is_chunk, split_id
-from gateway.memory.vector_store import decode_vector
+from gateway.memory.vector_store import ForeignVector, decode_vector
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +142,11 @@ class FaissVectorIndex:
     """`VectorIndex` over the store's vectors. Call `close()` at shutdown."""
 
     def __init__(self, redis: aioredis.Redis, dim: int, keys: MemoryKeySpace = MemoryKeySpace(),
-                 *, max_namespaces: int = 256, max_vectors: int = 500_000):
+                 *, space: str, max_namespaces: int = 256, max_vectors: int = 500_000):
+        """`space`: the vector space searched (vector_store.space_of the embedder)."""
         self.redis = redis
         self.dim = dim
+        self.space = space
         self.keys = keys
         self._cache: NamespaceCache[_Dense] = NamespaceCache(max_namespaces, max_vectors)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="faiss",
@@ -249,17 +256,18 @@ class FaissVectorIndex:
             if mutable and dense.stored.get(item) == text:
                 continue
             try:
-                rows.append(decode_vector(text, self.dim))
-            except ValueError:
+                rows.append(decode_vector(text, self.dim, self.space))
+            except ForeignVector:
                 skipped += 1
                 dense.kill(item)
                 continue
             items.append(item)
             texts.append(text if mutable else None)
         if skipped:
-            log.warning("skipped %d stored vectors of another dimension than %d in a %s "
-                        "namespace (written by another embedder; re-index to use them)",
-                        skipped, self.dim, namespace.kind)
+            log.warning("skipped %d stored vectors of another embedder's vector space in a %s "
+                        "namespace of tenant %r: those items are recalled by lexical search "
+                        "only until `gateway reindex` re-embeds them",
+                        skipped, namespace.kind, namespace.tenant)
         if not items:
             return None
         dense.register(items, texts)

@@ -28,17 +28,25 @@ def _features(text: str) -> list[str]:
 
 
 class HashEmbedder:
-    name = "hash-test"
     related_threshold = 0.8
+    topic_shift_threshold = 0.3
 
-    def __init__(self, dim: int = 256):
+    def __init__(self, dim: int = 256, variant: str = ""):
+        """`variant`: another hashing of the same dimension — another vector space (tests of
+        switching embedders use it: same dimension, incompatible vectors)."""
         self.dim = dim
+        self.variant = variant
+        self.name = f"hash-test:{variant}" if variant else "hash-test"
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for feature in _features(text):
-                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+                key = f"{self.variant}\0{feature}" if self.variant else feature
+                digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
                 out[row, int.from_bytes(digest[:4], "little") % self.dim] += 1.0
             norm = np.linalg.norm(out[row])
             out[row] = out[row] / norm if norm else out[row]

@@ -46,6 +46,8 @@ class UseEmbedder:
     name = "use-multilingual-v3"
     dim = DIM
     related_threshold = 0.6
+    topic_shift_threshold = 0.3
+    """Unrelated sentences score up to ~0.43 (above), paraphrases ~0.85."""
 
     def __init__(self, threads: int = 1, denoise_numbers: bool = False):
         # denoise_numbers: replace number tokens by a placeholder before embedding, off by
@@ -63,6 +65,9 @@ class UseEmbedder:
                 model.encode(["warm-up"])  # loads the weights now, not inside a request
                 self._model = model
             return self._model
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)  # one encoder for questions and answers
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

