@@ -272,3 +272,12 @@ def test_erase_and_delete_need_the_id_typed_to_confirm(url, redis_url):
         # The user's requests left the tenant's request log too.
         assert store.xlen(KeySpace().request_log("acme")) == 0
         assert not list(store.scan_iter("gw:c:*"))
+
+
+def test_a_conversations_pins_are_shown_escaped(url):
+    chat(url, ERIN, "chat-1", [{"role": "user", "x_gateway_pin": True,
+                                "content": "Never quote <b>prices</b> in Quillon dollars."}])
+    page = signed_in(url).get(USER_PAGE + "/c/chat-1").text
+    pins = page[page.index("<h2>Pinned messages</h2>"):page.index("<h2>Summary chunks</h2>")]
+    assert "Never quote &lt;b&gt;prices&lt;/b&gt; in Quillon dollars." in pins
+    assert "pinned by client" in pins

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from gateway.core.facts import Fact, fact_text
 from gateway.core.ids import ConversationKey
 from gateway.memory.control import MemoryControl
+from gateway.memory.pin_store import pin_json
 from gateway.request_history import last_request, recent_requests
 from gateway.store.keys import KeySpace, _part
 
@@ -91,6 +92,7 @@ async def conversation_view(control: MemoryControl, redis: aioredis.Redis,
     if view is None:
         return None
     chunks = await control.chunks_with_sources(key) or []
+    pins = [pin_json(p) for p in await control.pin_store.list(key)]
     last = await last_request(redis, control.keys.store, key)
     facts = await control.facts.list(key.tenant, key.user)
     texts = _item_texts(view["messages"], chunks, facts)
@@ -99,10 +101,12 @@ async def conversation_view(control: MemoryControl, redis: aioredis.Redis,
     others = [i["id"] for i in (last or {}).get("recalled_items", []) if "/" in i.get("id", "")]
     if others:
         entries = await redis.hmget(control.keys.user(key.tenant, key.user).recall, others)
-        texts.update({i: _entry_text(e) for i, e in zip(others, entries) if e})
+        texts.update({i: _entry_text(control.store.encryption.open(key.tenant, e))
+                      for i, e in zip(others, entries) if e})
     recalled = [{**item, "text": texts.get(item.get("id", ""))}
                 for item in (last or {}).get("recalled_items", [])]
-    return {**view, "chunks": chunks, "last_request": last, "recalled": recalled}
+    return {**view, "chunks": chunks, "pins": pins, "last_request": last,
+            "recalled": recalled}
 
 
 async def request_log(redis: aioredis.Redis, keys: KeySpace, tenant: str,
