@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -35,11 +36,18 @@ logger = logging.getLogger("gateway.job_metrics")
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, math.inf)
 KINDS = ("record_apply", "embed", "summarise", "user_index", "extract", "pins")
 QUEUES = ("record", "memory")
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, math.inf)
+"""Texts per embedding model call (EmbeddingService batches up to its max_batch, 64)."""
 
 
 def latency_key(prefix: str, kind: str) -> str:
     """Hash: `le` of each bucket -> observations in it (not cumulative), `count`, `sum`."""
     return f"{prefix}:worker:job:{kind}"
+
+
+def batch_key(prefix: str) -> str:
+    """Hash, as `latency_key`'s: texts per embedding model call of the worker processes."""
+    return f"{prefix}:worker:embed_batch"
 
 
 def retries_key(prefix: str) -> str:
@@ -70,6 +78,21 @@ class JobMetrics:
         except Exception as exc:  # noqa: BLE001 — a metric never fails the job it measures
             logger.debug("job metric of %s not written: %r", kind, exc)
 
+    async def batches(self, sizes: Mapping[int, int]) -> None:
+        """Add embedding batch sizes (texts per model call -> calls) to the histogram."""
+        if not sizes:
+            return
+        key = batch_key(self._prefix)
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for size, calls in sizes.items():
+                    pipe.hincrby(key, _le(next(b for b in BATCH_BUCKETS if size <= b)), calls)
+                pipe.hincrby(key, "count", sum(sizes.values()))
+                pipe.hincrbyfloat(key, "sum", float(sum(s * n for s, n in sizes.items())))
+                await pipe.execute()
+        except Exception as exc:  # noqa: BLE001 — a metric never fails the job it measures
+            logger.debug("embedding batch sizes not written: %r", exc)
+
     async def retried(self, queue: str) -> None:
         try:
             await self._redis.hincrby(retries_key(self._prefix), queue, 1)
@@ -84,12 +107,14 @@ class StoredJobMetrics(Collector):
 
     latency: dict[str, dict[str, str]] = field(default_factory=dict)
     retries: dict[str, str] = field(default_factory=dict)
+    batch: dict[str, str] = field(default_factory=dict)
 
     def queue_reads(self, pipe: Any, prefix: str) -> None:
         """Add this collector's reads to a scrape's pipeline (in the order `read` expects)."""
         for kind in KINDS:
             pipe.hgetall(latency_key(prefix, kind))
         pipe.hgetall(retries_key(prefix))
+        pipe.hgetall(batch_key(prefix))
 
     def read(self, replies: list[Any]) -> None:
         """Take the replies of `queue_reads` (an error reply leaves that figure as it was)."""
@@ -98,6 +123,8 @@ class StoredJobMetrics(Collector):
                 self.latency[kind] = reply
         if len(replies) > len(KINDS) and isinstance(replies[len(KINDS)], dict):
             self.retries = replies[len(KINDS)]
+        if len(replies) > len(KINDS) + 1 and isinstance(replies[len(KINDS) + 1], dict):
+            self.batch = replies[len(KINDS) + 1]
 
     def collect(self) -> Iterator[Any]:
         histogram = HistogramMetricFamily(
@@ -112,6 +139,15 @@ class StoredJobMetrics(Collector):
                 buckets.append((_le(bound), cumulative))
             histogram.add_metric([kind], buckets, float(stored.get("sum", 0)))
         yield histogram
+        batch = HistogramMetricFamily(
+            "gateway_embedder_batch_size",
+            "Texts per embedding model call in the worker processes (read from the store).")
+        cumulative, buckets = 0, []
+        for bound in BATCH_BUCKETS:
+            cumulative += int(self.batch.get(_le(bound), 0))
+            buckets.append((_le(bound), cumulative))
+        batch.add_metric([], buckets, float(self.batch.get("sum", 0)))
+        yield batch
         retries = CounterMetricFamily(
             "gateway_worker_job_retries",
             "Failed worker attempts that were retried, by queue (read from the store).",

@@ -41,7 +41,8 @@ def test_worker_job_latency_and_retries_are_scraped_from_the_serving_process(tmp
                 counts = {kind: samples.get(
                     f'gateway_worker_job_seconds_count{{kind="{kind}"}}', 0) for kind in KINDS}
                 done = counts["record_apply"] >= 3 and samples.get(
-                    "gateway_record_dead_letters") == 1 and all(counts.values())
+                    "gateway_record_dead_letters") == 1 and all(counts.values()) \
+                    and samples.get("gateway_embedder_batch_size_count", 0) > 0
                 if done or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
@@ -52,3 +53,7 @@ def test_worker_job_latency_and_retries_are_scraped_from_the_serving_process(tmp
     assert samples['gateway_worker_job_seconds_sum{kind="record_apply"}'] > 0
     assert samples['gateway_worker_job_retries_total{queue="record"}'] == 2
     assert samples["gateway_record_dead_letters"] == 1
+    # The worker's embedding calls: each embedded at least one text, at most max_batch (64).
+    calls = samples["gateway_embedder_batch_size_count"]
+    assert calls >= 1 and samples['gateway_embedder_batch_size_bucket{le="64"}'] == calls
+    assert samples["gateway_embedder_batch_size_sum"] >= calls

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
@@ -42,6 +42,8 @@ class EmbeddingService:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="embedding")
         self._queue: deque[tuple[list[str], Future[np.ndarray], bool]] = deque()
         self._queue_lock = threading.Lock()
+        self._batch_sizes: Counter[int] = Counter()
+        """Texts per model call since the last `take_batch_sizes` (for metrics)."""
 
     @property
     def dim(self) -> int:
@@ -90,6 +92,12 @@ class EmbeddingService:
         for _, result, _ in pending:
             result.cancel()
 
+    def take_batch_sizes(self) -> Counter[int]:
+        """Texts per model call -> calls, since the last take (the worker's job metrics)."""
+        with self._queue_lock:
+            taken, self._batch_sizes = self._batch_sizes, Counter()
+        return taken
+
     def _take(self) -> tuple[list[tuple[list[str], Future[np.ndarray]]], bool]:
         """Queued calls, oldest first, all of the oldest one's kind (query or not)."""
         taken: list[tuple[list[str], Future[np.ndarray]]] = []
@@ -118,6 +126,9 @@ class EmbeddingService:
             # One call larger than max_batch is embedded in slices of max_batch.
             matrix = np.concatenate([model(flat[i:i + self.max_batch])
                                      for i in range(0, len(flat), self.max_batch)])
+            with self._queue_lock:
+                for i in range(0, len(flat), self.max_batch):
+                    self._batch_sizes[len(flat[i:i + self.max_batch])] += 1
         except BaseException as exc:  # noqa: BLE001 — not swallowed: each caller re-raises it
             for _, result in taken:
                 result.set_exception(exc)

@@ -68,11 +68,14 @@ class _ForTenants:
     its latency counted as job `kind` when `jobs` is given."""
 
     def __init__(self, name: str, by_tenant: Mapping[str, Callable[[MemoryUpdate], object]],
-                 kind: str, jobs: JobMetrics | None):
+                 kind: str, jobs: JobMetrics | None,
+                 embedding: EmbeddingService | None = None):
+        """`embedding`: its batch sizes are counted with this job's metrics."""
         self.name = name
         self._by_tenant = by_tenant
         self._kind = kind
         self._jobs = jobs
+        self._embedding = embedding
 
     async def process(self, update: MemoryUpdate) -> None:
         handler = self._by_tenant.get(update.key.tenant)
@@ -82,6 +85,8 @@ class _ForTenants:
         await handler(update)  # type: ignore[misc]
         if self._jobs is not None:
             await self._jobs.observe(self._kind, time.perf_counter() - started)
+            if self._embedding is not None:
+                await self._jobs.batches(self._embedding.take_batch_sizes())
 
 
 def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
@@ -121,7 +126,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                  for name, t in enabled.items()}
     processors = [
         _ForTenants("turn_index", {n: lambda u: indexer.sync(u.key, u.transcript)
-                                   for n in enabled}, "embed", jobs),
+                                   for n in enabled}, "embed", jobs, embedding),
         # Tenants that show no pins (pinned_share 0) make none either.
         _ForTenants("pins", {n: pinner.process for n, t in enabled.items()
                              if t.context.pinned_share > 0}, "pins", jobs),
