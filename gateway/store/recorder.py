@@ -30,7 +30,6 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable
 
@@ -42,13 +41,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.core.ids import ConversationKey
 from gateway.core.transcript import apply_turn
 from gateway.job_metrics import JobMetrics
-from gateway.store.codec import (CodecError, decode_record, encode_branch,
-                                 encode_key, encode_stored)
-from gateway.store.crypto import NO_ENCRYPTION, DecryptError, Encryption
+from gateway.store.codec import decode_record, encode_branch, encode_key, encode_stored
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import ConversationKeys, KeySpace
 from gateway.store.outage import OutageLog
+from gateway.store.record_jobs import (EntryState, Job, MalformedEntry, parse_entry,
+                                       predates_erase, stream_entries)
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
-from gateway.store.redis_store import entry_ms, erased_before, require_decoded
+from gateway.store.redis_store import require_decoded
 
 log = logging.getLogger("gateway.recorder")
 
@@ -78,57 +78,6 @@ class _Outcome(Enum):
     WAITING = "waiting"  # an earlier seq of the conversation is not applied yet
     RETRY = "retry"      # failed; retried after a backoff
     AGAIN = "again"      # state changed under us (a lost seq was skipped): try again now
-
-
-class MalformedEntry(ValueError):
-    """A stream entry without the fields every job has."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    entry_id: str
-    key: ConversationKey
-    seq: int
-    payload: str
-
-
-@dataclass(slots=True)
-class _EntryState:
-    """What this process knows about one entry in a consumer's pending list."""
-
-    attempts: int = 0
-    retry_at: float = 0.0        # monotonic time before which a failed job is not retried
-    gap_since: float | None = None
-
-
-def _parse(entry_id: str, fields: dict[str, str]) -> _Job:
-    try:
-        key = ConversationKey(fields["tenant"], fields["user"], fields["conversation"])
-        return _Job(entry_id, key, int(fields["seq"]), fields["payload"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise MalformedEntry(f"stream entry {entry_id} is malformed: {exc!r}") from exc
-
-
-def _predates_erase(tombstone: str | None, job: _Job, encryption: Encryption) -> bool:
-    """Enqueued (stream time) or created (the turn's own time) at or before its user's erase."""
-    if tombstone is None:
-        return False
-    if entry_ms(job.entry_id) <= int(tombstone):
-        return True
-    try:
-        return erased_before(tombstone, decode_record(
-            encryption.open(job.key.tenant, job.payload)).created_at)
-    except (CodecError, DecryptError):  # the job itself then fails, and is dead-lettered
-        return False
-
-
-def _entries(reply: Any) -> list[tuple[str, dict[str, str] | None]]:
-    """Entries of an XREADGROUP reply for our one stream (RESP2 list or RESP3 dict)."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return [e for batch in reply.values() for e in (batch[0] if batch else [])]
-    return [e for _stream, batch in reply for e in batch]
 
 
 class Recorder:
@@ -165,7 +114,7 @@ class Recorder:
         self.gap_timeout_ms = gap_timeout_ms if gap_timeout_ms is not None else 2 * claim_idle_ms
         self._clock = clock
         self._jobs = jobs
-        self._state: dict[str, dict[str, _EntryState]] = {c: {} for c in self.consumers}
+        self._state: dict[str, dict[str, EntryState]] = {c: {} for c in self.consumers}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._group_ready = False
@@ -338,7 +287,7 @@ class Recorder:
         while True:
             reply = await self._group_call(self._redis.xreadgroup, self.keys.group, consumer,
                                            {self.keys.records: cursor}, count=self.batch)
-            entries = _entries(reply)
+            entries = stream_entries(reply)
             if not entries:
                 break
             for entry_id, fields in entries:
@@ -373,7 +322,7 @@ class Recorder:
         reply = await self._group_call(self._redis.xreadgroup, self.keys.group, consumer,
                                        {self.keys.records: ">"}, count=self.batch,
                                        block=block_ms)
-        entries = _entries(reply)
+        entries = stream_entries(reply)
         finished = 0
         for entry_id, fields in entries:
             finished += await self._handle(consumer, entry_id, fields)
@@ -397,7 +346,7 @@ class Recorder:
     async def _handle(self, consumer: str, entry_id: str,
                       fields: dict[str, str] | None) -> int:
         """Process one entry; 1 if it is finished (acked), 0 if it stays pending."""
-        state = self._state[consumer].setdefault(entry_id, _EntryState())
+        state = self._state[consumer].setdefault(entry_id, EntryState())
         if not fields:
             # The entry was deleted from the stream while pending: nothing left to read here.
             # Its turn is still in the pending hash; the gap check enqueues it again.
@@ -409,7 +358,7 @@ class Recorder:
             return 0
         started = time.perf_counter()
         try:
-            job = _parse(entry_id, fields)
+            job = parse_entry(entry_id, fields)
             outcome = await self._apply(job, state)
             while outcome is _Outcome.AGAIN:
                 outcome = await self._apply(job, state)
@@ -425,7 +374,7 @@ class Recorder:
             return 1
         return 0
 
-    async def _apply(self, job: _Job, state: _EntryState) -> _Outcome:
+    async def _apply(self, job: Job, state: EntryState) -> _Outcome:
         ck = self.keys.conversation(job.key)
         async with self._redis.pipeline(transaction=True) as pipe:
             for _ in range(_WATCH_RETRIES):
@@ -440,7 +389,7 @@ class Recorder:
                     how, elements, applied_raw, erased = await pipe.eval(
                         _READ_LUA, 3, ck.transcript, ck.applied, erased_key,
                         *self.transcripts.args(cached))
-                    if _predates_erase(erased or None, job, self.encryption):
+                    if predates_erase(erased or None, job, self.encryption):
                         pipe.multi()  # the user erased their memory: drop it, write nothing
                         pipe.hdel(ck.pending, str(job.seq))
                         self._queue_ack(pipe, job.entry_id)
@@ -488,7 +437,7 @@ class Recorder:
                     continue  # another recorder changed the conversation: read again
         raise RuntimeError(f"conversation {job.key} stayed contended for {_WATCH_RETRIES} tries")
 
-    async def _gap(self, job: _Job, ck: ConversationKeys, state: _EntryState) -> _Outcome:
+    async def _gap(self, job: Job, ck: ConversationKeys, state: EntryState) -> _Outcome:
         """Job seq is ahead of applied+1: wait for the missing seq, or stop waiting for it."""
         async with self._redis.pipeline(transaction=True) as pipe:
             await pipe.watch(ck.applied, ck.pending)
@@ -542,7 +491,7 @@ class Recorder:
         log.warning("conversation %s: job seq %d had left the stream; enqueued again", key, seq)
         self.reenqueued += 1
 
-    async def _failed(self, entry_id: str, fields: dict[str, str], state: _EntryState,
+    async def _failed(self, entry_id: str, fields: dict[str, str], state: EntryState,
                       exc: Exception) -> _Outcome:
         state.attempts += 1
         if state.attempts >= self.max_attempts:
@@ -562,7 +511,7 @@ class Recorder:
                            exc: Exception) -> None:
         """Keep the job with its error, count it, and let the conversation move past it."""
         try:
-            job: _Job | None = _parse(entry_id, fields)
+            job: Job | None = parse_entry(entry_id, fields)
         except MalformedEntry:
             job = None
         dead = {**fields, "error": f"{type(exc).__name__}: {exc}", "attempts": attempts,
