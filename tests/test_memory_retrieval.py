@@ -527,3 +527,39 @@ async def test_a_large_conversation_keeps_its_faiss_index_while_a_refresh_runs(m
             break
         await asyncio.sleep(0.01)
     assert (await memory.vectors.search(ns, query, 1))[0][0] == grown[-1].id
+
+
+async def test_a_namespace_erased_and_written_again_never_serves_its_erased_turns(
+        redis_client, memory):
+    """Version counters start at random (gateway/store/versions.py): with counters restarting
+    at 1, the rewritten namespace reached the erased one's version, the cached index and the
+    cached decoded entries passed as current, and the erased canary came back."""
+    texts = filler(80)
+    texts[5] = "The vault code is 8841, keep it secret."
+    await memory.indexer.sync(KEY, conversation(texts))
+    recalled = await memory.recaller.recall(KEY, "What is the vault code?", k=5)
+    assert any("8841" in r.text for r in recalled)  # cached: index and decoded entries
+    erased_version = await redis_client.get(KEYS.conversation(KEY).version)
+    await redis_client.delete(*KEYS.conversation(KEY).all())  # what an erase deletes
+
+    again = filler(80, seed=8)  # written again the same way: as many version bumps
+    await memory.indexer.sync(KEY, conversation(again))
+    for r in await memory.recaller.recall(KEY, "What is the vault code?", k=20):
+        assert "8841" not in r.text and r.text in again
+    assert await redis_client.get(KEYS.conversation(KEY).version) != erased_version
+
+
+async def test_decoded_entries_are_read_again_after_the_namespace_changes(redis_client,
+                                                                          memory):
+    texts = filler(30)  # under the sizes where a stale index may serve while it refreshes
+    texts[7] = "My locker number is 4417."
+    transcript = conversation(texts)
+    await memory.indexer.sync(KEY, transcript)
+    first = await memory.recaller.recall(KEY, "locker number", k=3)
+    assert first[0].id == transcript[7].id
+    # The user edits turn 7: a fork archives it, and the new branch says something else.
+    forked = transcript[:7] + conversation(["My locker number is 5120."] + texts[8:],
+                                           parent=transcript[6].id, first_role="assistant")
+    await memory.indexer.sync(KEY, forked)
+    texts_now = [r.text for r in await memory.recaller.recall(KEY, "locker number", k=10)]
+    assert any("5120" in t for t in texts_now) and not any("4417" in t for t in texts_now)

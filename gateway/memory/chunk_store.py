@@ -24,6 +24,7 @@ from gateway.core.ids import ConversationKey
 from gateway.memory.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.vector_store import encode_vector
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.versions import bump_version
 
 VECTOR_PREFIX = "chunk:"
 
@@ -114,7 +115,7 @@ class ChunkStore:
                 pipe.rpush(keys.chunks, self._write(key, chunk))
                 if vector is not None:
                     pipe.hset(keys.vectors, vector_id(chunk.id), self._encode(vector))
-                pipe.incr(keys.version)
+                bump_version(pipe, keys.version)
                 await pipe.execute()
             except WatchError:
                 return False
@@ -145,7 +146,7 @@ class ChunkStore:
                 if vectors:
                     pipe.hset(keys.vectors, mapping={vector_id(i): self._encode(v)
                                                      for i, v in vectors.items()})
-                pipe.incr(keys.version)
+                bump_version(pipe, keys.version)
                 await pipe.execute()
             except WatchError:
                 return False

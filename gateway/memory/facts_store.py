@@ -35,6 +35,7 @@ from gateway.memory.ports import Namespace, VectorIndex
 from gateway.memory.vector_store import (ForeignVector, decode_vector, delete_vectors,
                                          put_vectors)
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.versions import bump_version
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class FactStore:
         keys = self._keys(tenant, user)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(keys.facts, keys.fact_vectors)
-            pipe.incr(keys.version)
+            bump_version(pipe, keys.version)
             await pipe.execute()
 
     async def forget_sources(self, tenant: str, user: str, gone: frozenset[str]) -> int:
@@ -168,7 +169,7 @@ class FactStore:
                         for f in changed})
                 if dropped:
                     pipe.hdel(keys.facts, *self._fields(tenant, dropped))
-                pipe.incr(keys.version)
+                bump_version(pipe, keys.version)
                 try:
                     await pipe.execute()
                 except WatchError:

@@ -44,6 +44,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.recall import Recollection
 from gateway.memory.chunk_store import chunk_from_json
 from gateway.memory.embedding import EmbeddingService
+from gateway.memory.entry_cache import Entries, EntryCache, Link
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import CHUNK_PREFIX, chunk_id
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
@@ -103,6 +104,7 @@ class Recaller:
         self.rrf_k = rrf_k
         self.recency_weight = recency_weight
         self.depth = depth
+        self.entries = EntryCache()
 
     async def recall(self, key: ConversationKey, query: str, *, k: int = 50,
                      exclude_ids: frozenset[str] = frozenset(),
@@ -146,8 +148,9 @@ class Recaller:
             self.lexical_index.search(user, query, depth, excluding=key.conversation,
                                       version=namespaces.user_version)
             if user else _no_hits())
+        own_version = namespaces.conversation_version
         own_items, user_items = await asyncio.gather(
-            self._items(key, _ids(own_dense, own_lexical)),
+            self._items(key, _ids(own_dense, own_lexical), version=own_version),
             self._user_items(key, _ids(user_dense, user_lexical)))
         # A dense hit also ranks the turn before it (its vector holds that turn too), and
         # each of the best k brings the turn after it: fuse first, then fetch (one more
@@ -168,7 +171,8 @@ class Recaller:
         wanted = [i for i in dict.fromkeys([i for i, _ in fused] + list(following.values()))
                   if i not in found]
         own_more, user_more = await asyncio.gather(
-            self._items(key, [i for i in wanted if not _qualified(i)], linked=False),
+            self._items(key, [i for i in wanted if not _qualified(i)], linked=False,
+                        version=own_version),
             self._user_items(key, [i for i in wanted if _qualified(i)], linked=False))
         items = _usable(_placed(own_items.items | own_more.items,
                                 user_items.placed + user_more.placed), exclude_ids)
@@ -224,57 +228,74 @@ class Recaller:
         return _Others(found, links)
 
     async def _items(self, key: ConversationKey, candidates: list[str], *,
-                     linked: bool = True) -> _Own:
+                     linked: bool = True, version: str | None = None) -> _Own:
         """The stored items of the conversation behind candidate ids (score 0), and (if
         `linked`) the ids of the turns before and after each turn. Ids whose entry is gone
-        (deleted since the index was built) or unreadable are left out."""
-        ck = self.keys.conversation(key)
-        turn_ids = [i for i in candidates if not i.startswith(CHUNK_PREFIX)]
-        wants_chunks = len(turn_ids) < len(candidates)
+        (deleted since the index was built) or unreadable are left out. `version`: the
+        namespace's version counter as the request read it — items known at that version
+        come from the in-process cache (gateway/memory/entry_cache.py), the rest are read."""
         if not candidates:
             return _Own({}, {})
+        namespace = Namespace.of_conversation(key)
+        known = self.entries.entries(namespace, version)
+        if known is None:
+            known = Entries("")  # no version to key by: read everything, keep nothing
+        turn_ids = [i for i in candidates if not i.startswith(CHUNK_PREFIX)
+                    and ((hit := known.turns.get(i)) is None or (linked and hit[1] is None))]
+        wants_chunks = known.chunks is None and any(i.startswith(CHUNK_PREFIX)
+                                                    for i in candidates)
+        if turn_ids or wants_chunks:
+            await self._read(key, known, turn_ids, linked=linked, chunks=wants_chunks)
+            if version is not None:
+                self.entries.grew(namespace, known)
+        items: dict[str, Recollection] = {}
+        links: dict[str, Link] = {}
+        for item_id in candidates:
+            if item_id.startswith(CHUNK_PREFIX):
+                if (chunk := (known.chunks or {}).get(item_id)) is not None:
+                    items[item_id] = chunk
+            elif (turn := known.turns.get(item_id)) is not None:
+                items[item_id] = turn[0]
+                if linked and turn[1] is not None:
+                    links[item_id] = turn[1]
+        return _Own(items, links)
+
+    async def _read(self, key: ConversationKey, known: Entries, turn_ids: list[str], *,
+                    linked: bool, chunks: bool) -> None:
+        """Read the entries of `turn_ids` (with their links if `linked`) and, if `chunks`,
+        every summary chunk, into `known`."""
+        ck = self.keys.conversation(key)
         async with self.redis.pipeline(transaction=False) as pipe:
             if turn_ids:
                 pipe.hmget(ck.turns, turn_ids)
                 if linked:
                     pipe.hmget(ck.following, turn_ids)
-            if wants_chunks:
+            if chunks:
                 pipe.lrange(ck.chunks, 0, -1)
             results = list(await pipe.execute())
         raw_turns = results.pop(0) if turn_ids else []
         raw_following = results.pop(0) if turn_ids and linked else [None] * len(turn_ids)
-        raw_chunks = results.pop(0) if wants_chunks else []
-        items: dict[str, Recollection] = {}
-        links: dict[str, Link] = {}
         for item_id, raw, after in zip(turn_ids, raw_turns, raw_following):
             entry = json_object(self.encryption.open_or_none(key.tenant, raw))
             if entry is not None and isinstance(entry.get("text"), str):
-                items[item_id] = Recollection("turn", item_id, entry["text"], (item_id,),
-                                              int(entry.get("position", -1)), 0.0)
                 before = entry.get("prev")
-                if linked:
-                    links[item_id] = Link(before if isinstance(before, str) else None, after)
-        if wants_chunks:
-            wanted = set(candidates)
-            for raw in raw_chunks:
+                known.turns[item_id] = (
+                    Recollection("turn", item_id, entry["text"], (item_id,),
+                                 int(entry.get("position", -1)), 0.0),
+                    Link(before if isinstance(before, str) else None, after) if linked
+                    else None)
+        if chunks:
+            known.chunks = {}
+            for raw in results.pop(0):
                 try:
                     chunk = chunk_from_json(self.encryption.open(key.tenant, raw))
                 except ValueError:
                     continue  # unreadable: left out, like a vanished turn
-                cid = chunk_id(chunk.id)
                 text = render_chunk(chunk)  # with its date span; "" once deleted by the user
-                if cid in wanted and text:
-                    items[cid] = Recollection("chunk", cid, text, chunk.source_ids,
-                                              chunk.first_position, 0.0)
-        return _Own(items, links)
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """A turn's neighbours in its conversation (ids as the namespace names them)."""
-
-    previous: str | None
-    following: str | None
+                if text:
+                    known.chunks[chunk_id(chunk.id)] = Recollection(
+                        "chunk", chunk_id(chunk.id), text, chunk.source_ids,
+                        chunk.first_position, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

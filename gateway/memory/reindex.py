@@ -52,6 +52,7 @@ for i = 1, #ARGV, 3 do
     changed = changed + 1
   end
 end
+-- a vector changed, so the counter exists (started at random by gateway/store/versions.py)
 if changed > 0 then redis.call('INCR', KEYS[2]) end
 return changed
 """

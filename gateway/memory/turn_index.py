@@ -41,6 +41,7 @@ from gateway.memory.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.vector_store import encode_vector
 from gateway.store.codec import decode_stored
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.versions import bump_version
 
 
 CONTEXT_CHARS = 600
@@ -207,7 +208,7 @@ class TurnIndexer:
             if stale:
                 pipe.hdel(k.turns, *stale)
                 pipe.hdel(k.vectors, *stale)
-                pipe.incr(k.version)
+                bump_version(pipe, k.version)
             await pipe.execute()
         missing = [e for e in wanted if e.id not in existing]
         await self._add(tenant, k, missing)
@@ -227,7 +228,7 @@ class TurnIndexer:
                     pipe.hset(k.following, mapping=links)
                 pipe.hset(k.vectors, mapping={e.id: encode_vector(v, self.embedding.space)
                                               for e, v in zip(batch, matrix)})
-                pipe.incr(k.version)
+                bump_version(pipe, k.version)
                 await pipe.execute()
 
     async def _set_watermark(self, k: ConversationMemoryKeys, value: int,

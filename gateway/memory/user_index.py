@@ -39,6 +39,7 @@ from gateway.memory.chunk_store import chunk_from_json
 from gateway.memory.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.store.codec import json_object
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.versions import bump_version
 
 SEPARATOR = "/"
 PAGE = 512
@@ -148,7 +149,7 @@ class UserRecallIndex:
             pipe.hset(uk.recall, mapping=entries)
             pipe.hset(uk.recall_vectors, mapping=copied)
             pipe.sadd(uk.recall_members(key.conversation), *entries)
-            pipe.incr(uk.recall_version)
+            bump_version(pipe, uk.recall_version)
             await pipe.execute()
         return len(entries)
 
@@ -157,7 +158,7 @@ class UserRecallIndex:
             pipe.hdel(uk.recall, *ids)
             pipe.hdel(uk.recall_vectors, *ids)
             pipe.srem(uk.recall_members(conversation), *ids)
-            pipe.incr(uk.recall_version)
+            bump_version(pipe, uk.recall_version)
             await pipe.execute()
 
     async def remove_conversation(self, key: ConversationKey) -> int:
@@ -170,7 +171,7 @@ class UserRecallIndex:
                 pipe.hdel(uk.recall_vectors, *members)
             pipe.delete(uk.recall_members(key.conversation))
             pipe.hdel(uk.recall_synced, key.conversation)
-            pipe.incr(uk.recall_version)
+            bump_version(pipe, uk.recall_version)
             await pipe.execute()
         return len(members)
 

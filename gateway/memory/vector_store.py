@@ -21,6 +21,8 @@ from typing import Protocol, Sequence
 import numpy as np
 import redis.asyncio as aioredis
 
+from gateway.store.versions import bump_version
+
 
 class _Named(Protocol):
     name: str
@@ -79,7 +81,7 @@ async def put_vectors(redis: aioredis.Redis, vectors_key: str, version_key: str,
         return
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hset(vectors_key, mapping={i: encode_vector(v, space) for i, v in zip(ids, matrix)})
-        pipe.incr(version_key)
+        bump_version(pipe, version_key)
         await pipe.execute()
 
 
@@ -89,5 +91,5 @@ async def delete_vectors(redis: aioredis.Redis, vectors_key: str, version_key: s
         return
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hdel(vectors_key, *ids)
-        pipe.incr(version_key)
+        bump_version(pipe, version_key)
         await pipe.execute()

@@ -31,6 +31,7 @@ from redis.exceptions import WatchError
 from gateway.store.crypto import DecryptError, Encryption, TenantCipher, sealed_key_id
 from gateway.store.keyring import open_record, record_key, seal_record
 from gateway.store.keys import KeySpace, _part
+from gateway.store.versions import bump_version
 
 SEALED_LISTS = frozenset({"transcript", "branches", "m:chunks"})
 SEALED_HASHES = frozenset({"pending", "m:turns", "m:pins", "facts", "profile", "recall"})
@@ -185,7 +186,7 @@ async def _rename_facts(redis: aioredis.Redis, cipher: TenantCipher, report: Rot
             if vector is not None:
                 pipe.hset(vectors, cipher.name(fact_key), vector)
                 pipe.hdel(vectors, field)
-            pipe.incr(version)
+            bump_version(pipe, version)
             try:
                 await pipe.execute()
             except WatchError:
