@@ -3,7 +3,7 @@
 `python -m bench tracing-overhead [--requests 1000] [--out bench/results/tracing-overhead.md]`
 
 Two apps in one event loop on one embedded store, identical but for `tracing.enabled`;
-requests alternate between them (so drift, GC and the machine's load hit both alike), each a
+requests alternate between them (bench/ab.py), each a
 stateless client's 20-message history plus a new question, with a conversation id and memory
 on (test embedder), `X-Gateway-Persist: false` so the store stays the same throughout. With
 tracing on, spans go through the real BatchSpanProcessor to an exporter that drops them: what
@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import httpx
-
-from bench.machine import machine
+from bench.ab import Times, alternate, embedded_stores, history, report, running
 from gateway.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.observability import RequestLog
-from gateway.store import EmbeddedRedis
 from gateway.tracing import start_tracing
 
 
@@ -50,45 +45,21 @@ def _dropping_exporter() -> Any:
     return Dropping()
 
 
-def _history(n: int) -> list[dict[str, str]]:
-    out = []
-    for i in range(n // 2):
-        out.append({"role": "user", "content": f"Question {i}: what about the harbour at dusk?"})
-        out.append({"role": "assistant", "content": f"Answer {i}: the lights come on one by one."})
-    return out
-
-
-async def _run(store: str, requests: int, warmup: int) -> dict[str, list[float]]:
+async def _run(store: str, requests: int, warmup: int) -> Times:
     apps = {"off": create_app(_config(store, False)),
             "on": create_app(_config(store, True), span_exporter=_dropping_exporter())}
-    times: dict[str, list[float]] = {name: [] for name in apps}
-    history = _history(20)
-    async with apps["off"].router.lifespan_context(apps["off"]), \
-            apps["on"].router.lifespan_context(apps["on"]):
+    earlier = history(20)
+
+    def request(i: int) -> tuple[dict[str, Any], dict[str, str]]:
+        return ({"model": "echo", "messages": [
+                    *earlier, {"role": "user", "content": f"And now question {i}?"}]},
+                {"Authorization": "Bearer k", "X-Conversation-Id": "bench", "X-User-Id": "u",
+                 "X-Gateway-Persist": "false",
+                 "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+
+    async with running(apps) as clients:
         _batch_tracing(apps["on"])
-        clients = {name: httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                           base_url="http://gateway")
-                   for name, app in apps.items()}
-        try:
-            for i in range(warmup + requests):
-                for name in (("off", "on") if i % 2 else ("on", "off")):
-                    body = {"model": "echo", "messages": [
-                        *history, {"role": "user", "content": f"And now question {i}?"}]}
-                    started = time.perf_counter()
-                    response = await clients[name].post(
-                        "/v1/chat/completions", json=body,
-                        headers={"Authorization": "Bearer k", "X-Conversation-Id": "bench",
-                                 "X-User-Id": "u", "X-Gateway-Persist": "false",
-                                 "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-"
-                                                "00f067aa0ba902b7-01"})
-                    elapsed = (time.perf_counter() - started) * 1000
-                    assert response.status_code == 200, response.text
-                    if i >= warmup:
-                        times[name].append(elapsed)
-        finally:
-            for client in clients.values():
-                await client.aclose()
-    return times
+        return await alternate(clients, requests, warmup, request)
 
 
 def _batch_tracing(app: Any) -> None:
@@ -116,38 +87,21 @@ def _span_cost(calls: int) -> float:
     return elapsed
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench tracing-overhead")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("bench/results/tracing-overhead.md"))
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="gw-trace-") as directory:
-        server = EmbeddedRedis(Path(directory))
-        server.start()
-        try:
-            times = asyncio.run(_run(server.url, args.requests, args.warmup))
-        finally:
-            server.stop()
+    with embedded_stores("shared", prefix="gw-trace-") as stores:
+        times = asyncio.run(_run(stores["shared"], args.requests, args.warmup))
     span_us = _span_cost(10_000)
-    m = machine()
-    rows = [f"| tracing {name} | {len(t)} | {statistics.median(t):.3f} | "
-            f"{_quantile(t, 0.9):.3f} | {_quantile(t, 0.99):.3f} |" for name, t in times.items()]
-    delta = statistics.median(times["on"]) - statistics.median(times["off"])
-    text = "\n".join([
-        "# Tracing overhead (in process)", "",
-        f"`python -m bench tracing-overhead --requests {args.requests}`: {m['cores']} cores, "
-        f"{m['cpu_model']}, Python {m['python']}.", "",
-        "Per request, ms, through the in-process app (httpx ASGI transport, fake upstream, "
-        "a 20-message history, memory on, persistence off), off and on alternating:", "",
-        "| | requests | p50 | p90 | p99 |", "|---|---:|---:|---:|---:|", *rows, "",
-        f"Median difference (on − off): {delta:+.3f} ms. `Tracing.request` alone (six spans "
-        f"from a finished log, batch processor): {span_us:.1f} µs per request.", ""])
+    text = report(
+        "Tracing overhead (in process)",
+        f"python -m bench tracing-overhead --requests {args.requests}", "tracing",
+        "a 20-message history, memory on, persistence off", times,
+        note=f"`Tracing.request` alone (six spans from a finished log, batch processor): "
+             f"{span_us:.1f} µs per request.")
     args.out.write_text(text, encoding="utf-8")
     print(text)
     return 0
