@@ -1,7 +1,8 @@
 """The decoded items of conversation namespaces, cached in process per version counter.
 
 A warm recall reads and decodes the stored entries behind ~100 candidate ids (HMGETs of the
-turns and their links, JSON, decryption) twice per request: at 10k turns about 2 ms of the
+turns and their links, JSON, decryption) twice per request, per namespace searched (the
+conversation's and, for an identified user, the user's): at 10k turns about 2 ms of the
 request path (bench/recall_latency.py). Those entries change only together with the
 namespace's version counter — every writer of turns, links and chunks bumps it in the same
 transaction — so a map id -> decoded item, started afresh whenever the version a request read
@@ -40,10 +41,12 @@ class Entries:
     """Turn id -> the turn and its link (None: the link was not read with it)."""
     chunks: dict[str, Recollection] | None = None
     """Chunk id -> chunk, every readable chunk of the namespace; None: not read yet."""
+    started: dict[str, float] = field(default_factory=dict)
+    """User namespaces: conversation id -> when it started (orders its items)."""
 
     @property
     def size(self) -> int:
-        return len(self.turns) + len(self.chunks or ())
+        return len(self.turns) + len(self.chunks or ()) + len(self.started)
 
 
 class EntryCache:

@@ -151,7 +151,8 @@ class Recaller:
         own_version = namespaces.conversation_version
         own_items, user_items = await asyncio.gather(
             self._items(key, _ids(own_dense, own_lexical), version=own_version),
-            self._user_items(key, _ids(user_dense, user_lexical)))
+            self._user_items(key, _ids(user_dense, user_lexical),
+                             version=namespaces.user_version))
         # A dense hit also ranks the turn before it (its vector holds that turn too), and
         # each of the best k brings the turn after it: fuse first, then fetch (one more
         # round trip) only the entries of those the best k need that are not read yet.
@@ -173,59 +174,90 @@ class Recaller:
         own_more, user_more = await asyncio.gather(
             self._items(key, [i for i in wanted if not _qualified(i)], linked=False,
                         version=own_version),
-            self._user_items(key, [i for i in wanted if _qualified(i)], linked=False))
+            self._user_items(key, [i for i in wanted if _qualified(i)], linked=False,
+                             version=namespaces.user_version))
         items = _usable(_placed(own_items.items | own_more.items,
                                 user_items.placed + user_more.placed), exclude_ids)
         return [_scored(items[i], score) for i, score in with_successors(fused, following)
                 if i in items]
 
     async def _user_items(self, key: ConversationKey, candidates: list[str], *,
-                          linked: bool = True) -> _Others:
+                          linked: bool = True, version: str | None = None) -> _Others:
         """The user-namespace items behind candidate ids, each with when its conversation
         started and its conversation (for ordering), and (if `linked`) the qualified ids of
         the turns before and after each turn. The current conversation's are left out (the
-        indexes already leave them out; this holds even for a stale cached index)."""
+        indexes already leave them out; this holds even for a stale cached index). `version`:
+        the user namespace's version counter as the request read it (entries known at it come
+        from the in-process cache)."""
         split = {i: split_id(i) for i in candidates}
         candidates = [i for i in candidates if split[i][0] != key.conversation]
         if not candidates:
             return _Others([], {})
+        namespace = Namespace.of_user(key.tenant, key.user)
+        known = self.entries.entries(namespace, version)
+        if known is None:
+            known = Entries("")  # no version to key by: read everything, keep nothing
+        needed = [i for i in candidates if (hit := known.turns.get(i)) is None
+                  or (linked and hit[0].kind == "turn" and hit[1] is None)]
+        if needed or any(split[i][0] not in known.started for i in candidates):
+            await self._read_user(key, known, needed, split, linked=linked)
+            if version is not None:
+                self.entries.grew(namespace, known)
+        found, links = [], {}
+        for item_id in candidates:
+            if (hit := known.turns.get(item_id)) is None:
+                continue
+            conversation = split[item_id][0]
+            found.append((known.started.get(conversation, 0.0), conversation, hit[0]))
+            if linked and hit[1] is not None:
+                links[item_id] = hit[1]
+        return _Others(found, links)
+
+    async def _read_user(self, key: ConversationKey, known: Entries, item_ids: list[str],
+                         split: dict[str, tuple[str, str]], *, linked: bool) -> None:
+        """Read into `known` the user-namespace entries of `item_ids` (turns with their links
+        if `linked`) and when each of their conversations started."""
         uk = self.keys.user(key.tenant, key.user)
         by_conversation: dict[str, list[str]] = {}
-        for i in candidates:
+        for i in item_ids:
             by_conversation.setdefault(split[i][0], []).append(i)
-        conversations = sorted(by_conversation)
+        conversations = sorted(set(by_conversation) | {
+            c for c, _ in split.values() if c != key.conversation and c not in known.started})
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(uk.recall, candidates)
-            pipe.hmget(uk.recall_synced, conversations)
+            if conversations:
+                pipe.hmget(uk.recall_synced, conversations)
+            if item_ids:
+                pipe.hmget(uk.recall, item_ids)
             if linked:  # the user's own conversations: same tenant, same user
-                for c in conversations:
+                for c in by_conversation:
                     pipe.hmget(self.keys.conversation(
                         ConversationKey(key.tenant, key.user, c)).following,
                         [split[i][1] for i in by_conversation[c]])
-            raw_items, raw_synced, *raw_following = await pipe.execute()
-        started = {c: synced.started_at if (synced := Synced.parse(raw)) else 0.0
-                   for c, raw in zip(conversations, raw_synced)}
+            results = list(await pipe.execute())
+        raw_synced = results.pop(0) if conversations else []
+        raw_items = results.pop(0) if item_ids else []
+        raw_following = results  # one reply per conversation of `by_conversation`, if linked
+        known.started.update({c: synced.started_at if (synced := Synced.parse(raw)) else 0.0
+                              for c, raw in zip(conversations, raw_synced)})
         following: dict[str, str] = {}
-        for c, raw_ids in zip(conversations, raw_following):
+        for c, raw_ids in zip(by_conversation, raw_following):
             following.update({i: qualified_id(c, f)
                               for i, f in zip(by_conversation[c], raw_ids) if f})
-        found, links = [], {}
-        for item_id, raw in zip(candidates, raw_items):
+        for item_id, raw in zip(item_ids, raw_items):
             entry = json_object(self.encryption.open_or_none(key.tenant, raw))
             if entry is None or not isinstance(entry.get("text"), str) or not entry["text"] \
                     or entry.get("kind") not in ("turn", "chunk"):
                 continue  # gone since the index was built, or unreadable: left out
             conversation = split[item_id][0]
-            found.append((started[conversation], conversation, Recollection(
-                entry["kind"], item_id, entry["text"],
-                tuple(str(s) for s in entry.get("source_ids") or ()),
-                int(entry.get("position", -1)), 0.0)))
+            link = None
             if linked and entry["kind"] == "turn":
                 before = entry.get("prev")
-                links[item_id] = Link(
-                    qualified_id(conversation, before) if isinstance(before, str) else None,
-                    following.get(item_id))
-        return _Others(found, links)
+                link = Link(qualified_id(conversation, before) if isinstance(before, str)
+                            else None, following.get(item_id))
+            known.turns[item_id] = (Recollection(
+                entry["kind"], item_id, entry["text"],
+                tuple(str(s) for s in entry.get("source_ids") or ()),
+                int(entry.get("position", -1)), 0.0), link)
 
     async def _items(self, key: ConversationKey, candidates: list[str], *,
                      linked: bool = True, version: str | None = None) -> _Own:
