@@ -149,9 +149,13 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     caps = {n: config.request_limits_for(n).max_stored_messages for n in enabled}
 
     async def archive(key: ConversationKey, branch: tuple[StoredMessage, ...]) -> int:
-        # Tenants without memory: nothing is indexed, so nothing moves (README, limits).
+        # Tenants without memory: nothing is indexed, so nothing moves (README, limits). A
+        # branch within the cap has a transcript within it too (it is the branch's tail):
+        # no store round trip until a conversation is that long.
         cap = caps.get(key.tenant)
-        return 0 if cap is None else await store.archive.trim(key, branch, cap)
+        if cap is None or len(branch) <= cap:
+            return 0
+        return await store.archive.trim(key, branch, cap)
 
     worker = MemoryWorker(redis, processors, keys=keys, settings=settings,
                           poll_seconds=worker_config.poll_seconds,
