@@ -132,8 +132,8 @@ def test_a_stateless_resend_after_archiving_stores_nothing_twice(url, redis_url)
     assert _contents(archive2 + live2) == [(m["role"], m["content"]) for m in history] + [
         ("user", "One more."), ("assistant", "One more.")]
     with redis.Redis.from_url(redis_url, decode_responses=True) as r:
-        assert r.llen(_keys("resend").branches) == 0  # a retry regenerates: 1 branch at most
-        # (the retried last turn with an equal reply is already stored: no branch at all)
+        # The retry regenerated the last reply, equal to the stored one: no branch either.
+        assert r.llen(_keys("resend").branches) == 0
 
 
 def test_a_stateful_client_keeps_working_after_its_start_is_archived(url, redis_url):
@@ -309,3 +309,21 @@ async def test_after_a_move_a_load_decodes_only_what_is_new(redis_client):
     assert await store.history(key) == await store.applied(key)
     # A branch that is not the stored one (a fork since memory read it) moves nothing.
     assert await store.archive.trim(key, chain(None, _messages(13)[::-1]), cap=1) == 0
+
+
+async def test_a_sealed_transcript_moves_sealed_and_reads_back_whole(redis_client):
+    from gateway.store.crypto import DataKey, Encryption, TenantCipher
+
+    encryption = Encryption({"acme": TenantCipher("acme", DataKey(bytes(range(32))))})
+    store = RedisStore(redis_client, encryption=encryption)
+    key = ConversationKey("acme", USER, "sealed")
+    ck = store.keys.conversation(key)
+    whole = chain(None, _messages(12))
+    await redis_client.rpush(ck.transcript, *(encryption.seal("acme", encode_stored(m))
+                                              for m in whole))
+    assert await store.archive.trim(key, whole, cap=5) == 6
+    archived = await redis_client.lrange(ck.archive, 0, -1)
+    assert len(archived) == 6 and not any("m0" in raw for raw in archived)  # still sealed
+    assert await store.applied(key) == whole and await store.history(key) == whole
+    # A reader with a fresh cache (another replica) sees the same.
+    assert await RedisStore(redis_client, encryption=encryption).applied(key) == whole
