@@ -106,10 +106,11 @@ async def _case(url: str, length: int, cap: int | None, runs: int) -> dict[str, 
 
 def _markdown(result: dict[str, Any]) -> str:
     lines = [f"# Stored-messages cap (cap {result['cap']:,}, median of {result['runs']} runs)",
-             "", f"`{result['command']}` on {result['machine']['cpu_model']} "
-             f"({result['machine']['cores']} cores, Python {result['machine']['python']}).", "",
-             "| messages | store | live | cold load ms | reconcile ms | load ms | worker ms "
-             "| full re-reads |",
+             "", (f"`{result['command']}` on {result['machine']['cpu_model']} "
+                  f"({result['machine']['cores']} cores, Python {result['machine']['python']})."),
+             "",
+             ("| messages | store | live | cold load ms | reconcile ms | load ms | worker ms "
+              "| full re-reads |"),
              "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         lines.append(f"| {r['length']:,} | {r['case']} | {r['live']:,} | {r['cold_load_ms']} "

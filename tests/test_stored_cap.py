@@ -122,7 +122,7 @@ def test_a_stateless_resend_after_archiving_stores_nothing_twice(url, redis_url)
     client, history = _client(url, "resend"), []
     for i in range(10):
         _say(client, history, f"Resend turn {i}.")
-    archive, live = _stored(redis_url, "resend")
+    archive, _live = _stored(redis_url, "resend")
     assert archive
     # The same whole history again (a retry of the last turn's request, say): nothing new.
     client.chat.completions.create(model="echo", messages=history[:-1])

@@ -31,11 +31,11 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.core.transcript import TurnRecord, apply_turn
+from gateway.store.archive import TranscriptArchive
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  decode_stored, encode_record)
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import KeySpace
-from gateway.store.archive import TranscriptArchive
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 
 log = logging.getLogger("gateway.store")
