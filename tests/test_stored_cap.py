@@ -8,6 +8,7 @@ reconciliation rules and the archive's store operations are also pinned directly
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -113,6 +114,14 @@ def test_a_conversation_past_its_cap_keeps_answering_and_archives_its_oldest_mes
     assert chunks[0]["first_position"] == 0
     assert chunks[0]["sources"][0]["content"] == "Turn 0 is about the colour number 0."
     assert len({c["id"] for c in chunks}) == len(chunks)
+    # The turn index, its watermark and the processed mark count from the start too: the
+    # newest message sits at its place in the whole history, not in the live transcript.
+    mk = MemoryKeySpace().conversation(ConversationKey("acme", USER, "long"))
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        assert int(r.get(mk.watermark)) == 24
+        assert r.get(mk.processed) == f"24:{live[-1].id}"
+        assert json.loads(r.hget(mk.turns, live[-1].id))["position"] == 23
+        assert json.loads(r.hget(mk.turns, archive[0].id))["position"] == 0
     export = _api(url, "GET", "/export").json()
     (exported,) = export["conversations"]
     assert len(exported["messages"]) == 24
