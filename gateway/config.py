@@ -83,6 +83,11 @@ class RequestLimitsConfig(Strict):
     """Characters of one message's text (its string content, or its text parts together).
     Characters, not tokens: counted by `len` before the request is validated, while a token
     count needs the model's tokenizer and costs ~0.3 s of CPU for a 4 MiB body."""
+    max_stored_messages: int = Field(10_000, ge=4, le=10_000_000)
+    """Messages of a conversation kept in its live transcript (what every request loads and
+    reconciles). Beyond it the oldest are not refused and never lost: once memory has indexed
+    and compacted them they move to the conversation's archive (still recalled, exported and
+    erased with it). A request whose new messages alone exceed it gets a 400 (`messages`)."""
 
 
 class ApiKey(Strict):

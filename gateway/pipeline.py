@@ -29,7 +29,7 @@ from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
-from gateway.errors import UpstreamError
+from gateway.errors import BadRequest, UpstreamError
 from gateway.memory.service import MemorySnapshot, RecallSettings
 from gateway.observability import Metrics, RequestLog
 from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
@@ -165,6 +165,16 @@ class Pipeline:
         same tuple when there is none: reconciled and recorded in that form, while the model
         sees the client's own."""
         reconciliation = reconcile(kept, stored)
+        cap = tenant.request_limits.max_stored_messages
+        if len(reconciliation.new) > cap:
+            # The one thing the stored-messages cap refuses: a turn it could never hold (older
+            # messages move to the archive; these would all be new at once).
+            if isinstance(snapshot, MemorySnapshot):
+                snapshot.discard()
+            raise BadRequest(f"Invalid 'messages': {len(reconciliation.new)} new messages for "
+                             f"this conversation, but it stores at most {cap} "
+                             "(request_limits.max_stored_messages).", param="messages",
+                             code="too_many_new_messages")
         conversation = reconciliation.conversation
         if kept is not incoming:
             conversation = restore(conversation, incoming)

@@ -7,6 +7,13 @@ incoming messages are new. `apply_turn` is what the recorder does with a recorde
 it, skip what is already stored (ids are chained hashes, so a retried job is a no-op), or —
 when the client changed an earlier turn — start a new branch where it diverged, keeping the old
 branch rather than overwriting it. Both are pure; the store performs the edit they describe.
+
+A long conversation's oldest messages may be archived (gateway/store/archive.py): the stored
+transcript then starts at a message whose parent is not None. A stateless client resending its
+whole history is aligned by the chained id of that first message (the archived part before it
+is the client's own resend, not new); a history that does not hold it differs inside the
+archived part, which is never rewritten: its version is what the model sees for this request,
+and only its current turn is recorded, appended to the active branch.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from gateway.core.messages import Message, StoredMessage, chain
+from gateway.core.messages import Message, StoredMessage, chain, chain_id
 
 Key = tuple[Any, ...]
 # How a request related to the stored transcript; logged, and used by tests.
@@ -77,13 +84,24 @@ def _suffix_overlap(stored: Sequence[Key], incoming: Sequence[Key]) -> int:
 
 def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> Reconciliation:
     """Relate the client's non-instruction messages to the stored transcript (active branch)."""
-    incoming = tuple(incoming)
+    return _reconcile(tuple(incoming), stored, align=True)
+
+
+def _reconcile(incoming: tuple[Message, ...], stored: Sequence[StoredMessage], *,
+               align: bool) -> Reconciliation:
+    """`reconcile`; `align`: look for the transcript's archived start in `incoming`."""
     sends_history = any(m.role == "assistant" for m in incoming)
     if not stored:
         # Only a client that sends history pins its messages to the start: concurrent first
         # messages of a stateful client must all land, not fork each other away.
         return Reconciliation("new", incoming, incoming, "after" if sends_history else "append",
                               None, _unknown(incoming))
+    archived = stored[0].parent_id is not None
+    if archived and sends_history and align:
+        start = _archived_prefix(incoming, stored[0].id)
+        if start is not None:
+            return _after_archive(incoming, start,
+                                  _reconcile(incoming[start:], stored, align=False))
     known = tuple(s.message for s in stored)
     ids = tuple(s.id for s in stored)
     # Messages are compared by what they say (`Message.key`), not by their encoding.
@@ -119,6 +137,11 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
                 n = _common_prefix(incoming_keys, known_keys[j:])
                 return Reconciliation("fork", known[:j] + incoming, incoming[n:], "after",
                                       stored[j + n - 1].id, ids[:j + n] + _unknown(incoming[n:]))
+        if archived:
+            # It differs inside the archived part (see the module docstring): no branch can
+            # start there; its current turn goes after the active branch.
+            current = _current_turn(incoming)
+            return Reconciliation("fork", incoming, current, "append", None, _unknown(incoming))
         return Reconciliation("fork", incoming, incoming, "after", None, _unknown(incoming))
 
     # Only new user/tool messages: a stateful client.
@@ -128,6 +151,33 @@ def reconcile(incoming: Sequence[Message], stored: Sequence[StoredMessage]) -> R
 
 def _unknown(messages: Sequence[Message]) -> tuple[None, ...]:
     return (None,) * len(messages)
+
+
+def _archived_prefix(incoming: Sequence[Message], first_id: str) -> int | None:
+    """The index in `incoming` of the message whose chained id (from the start) is
+    `first_id` — the stored transcript's first message, archived messages before it — if any."""
+    parent = None
+    for i, message in enumerate(incoming):
+        parent = chain_id(parent, message)
+        if parent == first_id:
+            return i
+    return None
+
+
+def _after_archive(incoming: tuple[Message, ...], start: int,
+                   rest: Reconciliation) -> Reconciliation:
+    """`rest` (the reconciliation of `incoming[start:]`) with the archived messages the client
+    resent before it put back in front: seen by the model, known by their chained ids."""
+    before = incoming[:start]
+    return Reconciliation(rest.kind, before + rest.conversation, rest.new, rest.mode,
+                          rest.parent_id,
+                          tuple(m.id for m in chain(None, before)) + rest.conversation_ids)
+
+
+def _current_turn(incoming: Sequence[Message]) -> tuple[Message, ...]:
+    """The messages after the last assistant message (the whole list if there is none)."""
+    last = max((i for i, m in enumerate(incoming) if m.role == "assistant"), default=-1)
+    return tuple(incoming[last + 1:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +198,11 @@ def apply_turn(stored: Sequence[StoredMessage], record: TurnRecord) -> Transcrip
     """The edit that records `record` on the transcript `stored` (its active branch)."""
     if record.mode == "append" or (
         record.parent_id is not None and all(s.id != record.parent_id for s in stored)
-    ):
-        # A parent no longer on the active branch (archived concurrently) is not a reason to
-        # lose the turn: it goes at the end, like a stateful client's.
+    ) or (record.parent_id is None and stored and stored[0].parent_id is not None):
+        # A parent no longer on the active branch (archived concurrently, as a branch or into
+        # the archive) is not a reason to lose the turn: it goes at the end, like a stateful
+        # client's. Nor is a turn from the very start once the start is archived: the archived
+        # part is never rewritten (a record reconciled before the move).
         parent = stored[-1].id if stored else None
         return TranscriptEdit(len(stored), _chained(parent, record))
 

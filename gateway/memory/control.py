@@ -137,11 +137,12 @@ class MemoryControl:
         return bool(await self.redis.exists(ck.meta, ck.transcript, ck.pending))
 
     async def conversation(self, key: ConversationKey) -> Json | None:
-        """Its active branch (pending turns included) and archived branches; None if absent."""
+        """Its active branch (pending turns included; its archived oldest messages first: the
+        whole history) and archived branches; None if absent."""
         if not await self.exists(key):
             return None
         meta, messages, branches = await asyncio.gather(
-            self.store.meta(key), self.store.load(key), self.store.branches(key))
+            self.store.meta(key), self.store.history(key), self.store.branches(key))
         return {**_conversation_json(key.conversation, meta),
                 "messages": [message_json(m) for m in messages],
                 "branches": [{"archived_at": b.archived_at,
@@ -276,8 +277,9 @@ class MemoryControl:
         return self.keys.store.conversation(ConversationKey(tenant, user, conversation))
 
     async def _messages_of(self, key: ConversationKey) -> list[StoredMessage]:
-        """The conversation's active branch and archived branches (a source may be in any)."""
-        messages, branches = await asyncio.gather(self.store.load(key),
+        """The conversation's active branch (archived messages included) and archived branches
+        (a source may be in any)."""
+        messages, branches = await asyncio.gather(self.store.history(key),
                                                   self.store.branches(key))
         return [*messages, *(m for b in branches for m in b.messages)]
 

@@ -17,6 +17,8 @@ import redis.asyncio as aioredis
 from gateway.config import Config, TenantConfig
 from gateway.core.compaction import CompactionPolicy
 from gateway.core.facts import FactPolicy
+from gateway.core.ids import ConversationKey
+from gateway.core.messages import StoredMessage
 from gateway.job_metrics import JobMetrics
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.compactor import Compactor
@@ -143,13 +145,25 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
             for n, k in knowledge.items()}, "extract", jobs),
     ]
     worker_config = config.memory.worker
+    store = RedisStore(redis, **sealed)
+    caps = {n: config.request_limits_for(n).max_stored_messages for n in enabled}
+
+    async def archive(key: ConversationKey, branch: tuple[StoredMessage, ...]) -> int:
+        # Tenants without memory: nothing is indexed, so nothing moves (README, limits). A
+        # branch within the cap has a transcript within it too (it is the branch's tail):
+        # no store round trip until a conversation is that long.
+        cap = caps.get(key.tenant)
+        if cap is None or len(branch) <= cap:
+            return 0
+        return await store.archive.trim(key, branch, cap)
+
     worker = MemoryWorker(redis, processors, keys=keys, settings=settings,
                           poll_seconds=worker_config.poll_seconds,
                           lock_ms=int(worker_config.lock_seconds * 1000),
                           max_attempts=worker_config.max_attempts,
                           backoff_seconds=worker_config.backoff_seconds,
-                          transcripts=RedisStore(redis, **sealed).applied, clock=clock,
-                          tracing=tracing, jobs=jobs)
+                          transcripts=store.applied, clock=clock,
+                          tracing=tracing, jobs=jobs, archive=archive)
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
                                                                    redis, keys, **sealed),
                             vector_index=vectors, chunks=chunks, profiles=profiles,

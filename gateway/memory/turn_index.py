@@ -143,9 +143,15 @@ class TurnIndexer:
         self.batch_size = batch_size
 
     async def load_transcript(self, key: ConversationKey) -> list[StoredMessage]:
-        """The active branch as the store keeps it (applied turns only)."""
-        raw = await self.redis.lrange(self.keys.store.conversation(key).transcript, 0, -1)
-        return [decode_stored(self.encryption.open(key.tenant, item)) for item in raw]
+        """The active branch as the store keeps it (applied turns only): its archived oldest
+        messages, then the transcript (one transaction: a move between them cannot be seen)."""
+        ck = self.keys.store.conversation(key)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.lrange(ck.archive, 0, -1)
+            pipe.lrange(ck.transcript, 0, -1)
+            archived, live = await pipe.execute()
+        return [decode_stored(self.encryption.open(key.tenant, item))
+                for item in [*archived, *live]]
 
     async def sync_from_store(self, key: ConversationKey) -> SyncResult:
         return await self.sync(key, await self.load_transcript(key))

@@ -13,6 +13,12 @@ into summary chunks, extract facts and profile). Invariants:
 - bounded: a conversation failing `max_attempts` times in a row is moved to a dead-letter
   hash with its error, counted and logged — never retried forever, never dropped silently.
 Processors must be idempotent: they may see the same transcript twice.
+
+Long conversations: the transcript a processor sees is the whole active branch, archived
+messages first (`RedisStore.applied`), so every position memory keeps (watermark, processed
+count, chunk spans, turn positions) counts from the conversation's start whatever has been
+archived. After a successful run, `archive` moves the oldest processed messages beyond the
+tenant's cap out of the live transcript (gateway/store/archive.py) — never one not processed.
 """
 
 from __future__ import annotations
@@ -81,11 +87,15 @@ class MemoryWorker:
                  transcripts: Callable[[ConversationKey],
                                        Awaitable[tuple[StoredMessage, ...]]] | None = None,
                  clock: Callable[[], float] = time.time, tracing: Tracing | None = None,
-                 jobs: JobMetrics | None = None):
+                 jobs: JobMetrics | None = None,
+                 archive: Callable[[ConversationKey, tuple[StoredMessage, ...]],
+                                   Awaitable[int]] | None = None):
         """`transcripts`: reads a conversation's applied transcript (RedisStore.applied: cached
         in process, only new messages decoded); default: read and decode it whole.
         `tracing`: a span per conversation processed and per processor (None: off). `jobs`:
-        where retries are counted for /metrics."""
+        where retries are counted for /metrics. `archive`: called with the branch just
+        processed, moves what is beyond the tenant's cap out of the live transcript (None:
+        nothing is ever moved)."""
         self._redis = redis
         self._processors = tuple(processors)
         self._keys = keys or MemoryKeySpace()
@@ -99,6 +109,7 @@ class MemoryWorker:
         self._transcripts = transcripts
         self._tracing = tracing
         self._jobs = jobs
+        self._archive = archive
         self._done = redis.register_script(_DONE_LUA)
         self._unlock = redis.register_script(_UNLOCK_LUA)
         self._failures = _Failures()
@@ -203,6 +214,9 @@ class MemoryWorker:
                     await processor.process(update)
         if transcript:
             await self._redis.set(mem_keys.processed, f"{len(transcript)}:{transcript[-1].id}")
+            if self._archive is not None:
+                # Only now: every message of `transcript` is indexed and compacted.
+                await self._archive(key, transcript)
 
     async def _transcript(self, key: ConversationKey, list_key: str
                           ) -> tuple[StoredMessage, ...]:

@@ -42,10 +42,15 @@ class ConversationKeys:
     last_enqueued: str
     """String: "<sha1 of the payload> <stream entry id>" of the turn enqueued last, so the retry
     of an enqueue whose reply was lost (the store failed mid-command) is not enqueued twice."""
+    archive: str
+    """List: the oldest messages of the active branch, moved out of `transcript` once the
+    conversation passed its cap (gateway/store/archive.py), one JSON StoredMessage per element,
+    oldest first: archive + transcript is the whole branch. Its length is the transcript's
+    offset (the conversation position of the transcript's first element)."""
 
     def all(self) -> tuple[str, ...]:
         return (self.transcript, self.branches, self.pending, self.seq, self.applied, self.meta,
-                self.last_enqueued)
+                self.last_enqueued, self.archive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,7 @@ class KeySpace:
             applied=f"{base}:applied",
             meta=f"{base}:meta",
             last_enqueued=f"{base}:last",
+            archive=f"{base}:archive",
         )
 
     @property

@@ -66,10 +66,12 @@ return 1
 """
 
 
-# KEYS: transcript, applied seq, the user's erase tombstone. ARGV: as TRANSCRIPT_LUA.
-# Returns {how, elements (TRANSCRIPT_LUA), applied ("" if none), the tombstone ("" if none)}.
+# KEYS: transcript, its archive, applied seq, the user's erase tombstone. ARGV: as
+# TRANSCRIPT_LUA. Returns {how, elements, offset (TRANSCRIPT_LUA), applied ("" if none), the
+# tombstone ("" if none)}.
 _READ_LUA = TRANSCRIPT_LUA + """
-return {how, elements, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}
+return {how, elements, offset, redis.call('GET', KEYS[3]) or '',
+        redis.call('GET', KEYS[4]) or ''}
 """
 
 
@@ -386,8 +388,8 @@ class Recorder:
                     # the transcript since this process last read it (TRANSCRIPT_LUA): the
                     # cost of a job does not grow with the conversation.
                     cached = self.transcripts.get(job.key)
-                    how, elements, applied_raw, erased = await pipe.eval(
-                        _READ_LUA, 3, ck.transcript, ck.applied, erased_key,
+                    how, elements, offset, applied_raw, erased = await pipe.eval(
+                        _READ_LUA, 4, ck.transcript, ck.archive, ck.applied, erased_key,
                         *self.transcripts.args(cached))
                     if predates_erase(erased or None, job, self.encryption):
                         pipe.multi()  # the user erased their memory: drop it, write nothing
@@ -407,7 +409,7 @@ class Recorder:
                         return await self._gap(job, ck, state)
                     crypto, tenant = self.encryption, job.key.tenant
                     record = decode_record(crypto.open(tenant, job.payload))
-                    stored = self.transcripts.resolve(job.key, cached, how, elements)
+                    stored = self.transcripts.resolve(job.key, cached, how, elements, offset)
                     edit = apply_turn(stored, record)
                     now = self._clock()
                     pipe.multi()
@@ -426,7 +428,8 @@ class Recorder:
                     pipe.hset(ck.meta, mapping={
                         "tenant": job.key.tenant, "user": job.key.user,
                         "conversation": job.key.conversation, "updated_at": repr(now),
-                        "message_count": edit.keep + len(edit.append)})
+                        # Archived messages count: they are the branch's oldest.
+                        "message_count": int(offset) + edit.keep + len(edit.append)})
                     pipe.hsetnx(ck.meta, "created_at", repr(now))
                     pipe.zadd(self.keys.memory_dirty, {encode_key(job.key): now})
                     self._queue_ack(pipe, job.entry_id)

@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.core.transcript import TurnRecord, apply_turn
+from gateway.store.archive import TranscriptArchive
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  decode_stored, encode_record)
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
@@ -64,13 +65,13 @@ redis.call('SET', KEYS[5], digest .. ' ' .. id)
 return id
 """
 
-# KEYS: seq counter, applied seq, transcript, branches, pending, meta, last enqueued.
+# KEYS: seq counter, applied seq, transcript, branches, pending, meta, last enqueued, archive.
 # Marks every enqueued turn as done (applied := seq) while deleting the content, so jobs still
 # in the stream are duplicates to the recorder and cannot bring the conversation back.
 _DELETE_LUA = """
 local seq = redis.call('GET', KEYS[1])
 if seq then redis.call('SET', KEYS[2], seq) end
-return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 """
 
 # KEYS: the user's erase tombstone. ARGV: its time to live (ms). Returns the erase time (ms).
@@ -82,13 +83,13 @@ redis.call('SET', KEYS[1], string.format('%d', ms), 'PX', ARGV[1])
 return ms
 """
 
-# KEYS: transcript, pending hash, applied seq, the user's erase tombstone.
-# ARGV: as TRANSCRIPT_LUA (what the caller has cached). Returns {how, elements (see
+# KEYS: transcript, its archive, pending hash, applied seq, the user's erase tombstone.
+# ARGV: as TRANSCRIPT_LUA (what the caller has cached). Returns {how, elements, offset (see
 # TRANSCRIPT_LUA), the pending hash (flat), applied ("" if none), the tombstone ("" if none)}:
 # one round trip, atomic like the MULTI it replaces.
 _LOAD_LUA = TRANSCRIPT_LUA + """
-return {how, elements, redis.call('HGETALL', KEYS[2]),
-        redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[4]) or ''}
+return {how, elements, offset, redis.call('HGETALL', KEYS[3]),
+        redis.call('GET', KEYS[4]) or '', redis.call('GET', KEYS[5]) or ''}
 """
 
 ERASED_TTL_MS = 30 * 86_400_000
@@ -125,6 +126,7 @@ class RedisStore:
         self.keys = keys or KeySpace()
         self.encryption = encryption
         self.cache = cache if cache is not None else TranscriptCache(encryption=encryption)
+        self.archive = TranscriptArchive(client, self.keys, encryption=encryption)
         self._load_script = client.register_script(_LOAD_LUA)
         self._record_script = client.register_script(_RECORD_LUA)
         self._delete_script = client.register_script(_DELETE_LUA)
@@ -142,7 +144,7 @@ class RedisStore:
         return "" if entry_id is None else str(entry_id)
 
     async def load(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
-        messages, flat_pending, applied, erased = await self._read(key)
+        messages, flat_pending, applied, erased, _offset = await self._read(key)
         pending = dict(zip(flat_pending[::2], flat_pending[1::2]))
         erased = erased or None
         done = int(applied or 0)
@@ -161,26 +163,40 @@ class RedisStore:
         return messages
 
     async def applied(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
-        """The transcript as the recorder has applied it (no pending turn), through the same
-        cache: what the memory worker derives memory from."""
-        return (await self._read(key))[0]
+        """The whole active branch as the recorder has applied it (no pending turn): its
+        archived messages, then the transcript, read through the caches (only what is new is
+        decoded) — what the memory worker derives memory from, so every position it keeps
+        counts from the conversation's start, whatever has been archived."""
+        live, _pending, _applied, _erased, offset = await self._read(key)
+        if not offset:
+            return live
+        return await self.archive.branch(key, live, offset)
+
+    async def history(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
+        """The whole active branch as `load` shows it (pending turns included), its archived
+        messages first: what the user sees of the conversation (the memory API)."""
+        live = await self.load(key)
+        return await self.archive.before(key, live) + live
 
     async def _read(self, key: ConversationKey) -> tuple[tuple[StoredMessage, ...], list[str],
-                                                         str, str]:
-        """(the applied transcript, the pending hash flat, applied seq, erase tombstone)."""
+                                                         str, str, int]:
+        """(the applied transcript, the pending hash flat, applied seq, erase tombstone, how
+        many messages are archived before the transcript)."""
         ck = self.keys.conversation(key)
         cached = self.cache.get(key)
-        how, elements, flat_pending, applied, erased = await self._load_script(
-            keys=[ck.transcript, ck.pending, ck.applied, self.keys.erased(key.tenant, key.user)],
+        how, elements, offset, flat_pending, applied, erased = await self._load_script(
+            keys=[ck.transcript, ck.archive, ck.pending, ck.applied,
+                  self.keys.erased(key.tenant, key.user)],
             args=self.cache.args(cached))
-        return self.cache.resolve(key, cached, how, elements), flat_pending, applied, erased
+        return (self.cache.resolve(key, cached, how, elements, offset), flat_pending, applied,
+                erased, int(offset))
 
     async def delete(self, key: ConversationKey) -> None:
-        """Forget the conversation: transcript, branches, pending turns and meta. Turns
+        """Forget the conversation: transcript, archive, branches, pending turns and meta. Turns
         enqueued before the delete are never applied afterwards (the seq counters stay)."""
         ck = self.keys.conversation(key)
         await self._delete_script(keys=[ck.seq, ck.applied, ck.transcript, ck.branches,
-                                        ck.pending, ck.meta, ck.last_enqueued])
+                                        ck.pending, ck.meta, ck.last_enqueued, ck.archive])
 
     @property
     def client(self) -> aioredis.Redis:

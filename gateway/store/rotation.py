@@ -14,7 +14,7 @@ place); they are applied within seconds, and `queued_under_old_keys` counts thos
 there — keep `previous_key_env` until it is 0.
 
 Which keys hold sealed texts, by their kind (the part of the key after the ids):
-conversations `transcript`, `branches`, `pending`, `m:turns`, `m:chunks`; users `facts`,
+conversations `transcript`, `archive`, `branches`, `pending`, `m:turns`, `m:chunks`; users `facts`,
 `profile`, `recall`. Every other key of a tenant holds ids, counters, settings or vectors.
 Facts stored in clear are also renamed: their fields (and their vectors' fields) become the
 tenant's keyed names of their fact keys (gateway/memory/facts_store.py).
@@ -33,7 +33,7 @@ from gateway.store.keyring import open_record, record_key, seal_record
 from gateway.store.keys import KeySpace, _part
 from gateway.store.versions import bump_version
 
-SEALED_LISTS = frozenset({"transcript", "branches", "m:chunks"})
+SEALED_LISTS = frozenset({"transcript", "archive", "branches", "m:chunks"})
 SEALED_HASHES = frozenset({"pending", "m:turns", "m:pins", "facts", "profile", "recall"})
 _PAGE = 500
 

@@ -7,6 +7,12 @@ it: the load script compares them with what this cache holds and sends nothing w
 match, only the elements after the cached ones when the cached last element is still in its
 place (the conversation grew), and the whole transcript otherwise. Replicas stay correct without invalidation messages — every load checks.
 
+The oldest messages of a long conversation may move to its archive list (gateway/store/
+archive.py): the live list is then trimmed from the left. Lengths are therefore counted from
+the conversation's start — archived messages included (`offset`: how many there are, the
+archive's length) — so a cached transcript stays usable after a trim: its first `offset`
+difference of messages is dropped, and only what was appended is decoded.
+
 Bounded: least recently used conversations are dropped beyond `max_conversations` or
 `max_messages` in total (the newest entry is always kept).
 """
@@ -24,15 +30,17 @@ from gateway.store.codec import decode_stored
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 # The first part of a script reading a transcript against a cached copy. KEYS[1]: the
-# transcript; ARGV[1], ARGV[2]: the cached length (-1: none) and the sha1 of the cached last
-# element. Leaves `how` (1: the cached transcript is the transcript, no elements; 2: it is a
-# prefix of it, elements: the ones after it; 0: otherwise, elements: the whole transcript) and
-# `elements` for the rest of the script to return. Messages are hash-chained, so an element
-# equal to the cached last one, at its place, means the elements before it are the cached
-# ones too.
-TRANSCRIPT_LUA = """
+# transcript (the live list); KEYS[2]: its archive (the messages trimmed from its left: their
+# count is the live list's offset). ARGV[1], ARGV[2]: the cached end counted from the
+# conversation's start (-1: none) and the sha1 of the cached last element. Leaves `how` (1:
+# the cached transcript is the transcript, no elements; 2: it is a prefix of it, elements: the
+# ones after it; 0: otherwise, elements: the whole live list), `elements` and `offset` for the
+# rest of the script to return. Messages are hash-chained, so an element equal to the cached
+# last one, at its place, means the elements before it are the cached ones too.
+_TRANSCRIPT_TEMPLATE = """
 local n = redis.call('LLEN', KEYS[1])
-local cached = tonumber(ARGV[1])
+local offset = OFFSET
+local cached = tonumber(ARGV[1]) - offset
 local how = 0
 local elements = {}
 if n > 0 and cached > 0 and n >= cached
@@ -45,14 +53,21 @@ elseif n > 0 then
   elements = redis.call('LRANGE', KEYS[1], 0, -1)
 end
 """
+TRANSCRIPT_LUA = _TRANSCRIPT_TEMPLATE.replace("OFFSET", "redis.call('LLEN', KEYS[2])")
+LIST_LUA = _TRANSCRIPT_TEMPLATE.replace("OFFSET", "0")
+"""The same against a list with no archive of its own (KEYS[1] only; `offset` is 0): an
+append-only list such as the archive itself."""
 
 
 @dataclass(frozen=True, slots=True)
 class CachedTranscript:
     length: int
+    """Elements of the live list (`messages`)."""
     last_sha1: str
     """sha1 (hex) of the last element as stored (the JSON text); "" when empty."""
     messages: tuple[StoredMessage, ...]
+    offset: int = 0
+    """Messages archived before the first of `messages` when it was read."""
 
 
 def last_sha1(raw: list[str]) -> str:
@@ -98,24 +113,32 @@ class TranscriptCache:
 
     def args(self, cached: CachedTranscript | None) -> list[object]:
         """ARGV[1], ARGV[2] of TRANSCRIPT_LUA for what is cached (or nothing)."""
-        return [cached.length if cached else -1, cached.last_sha1 if cached else ""]
+        return [cached.offset + cached.length if cached else -1,
+                cached.last_sha1 if cached else ""]
 
     def resolve(self, key: ConversationKey, cached: CachedTranscript | None, how: int,
-                elements: Sequence[str]) -> tuple[StoredMessage, ...]:
-        """The transcript TRANSCRIPT_LUA described (for `cached`, as passed to `args`);
-        caches it."""
-        if how == 1 and cached is not None:
-            self.hits += 1
-            return cached.messages
-        if how == 2 and cached is not None:  # appended to: decode only what is new
-            self.extended += 1
-            messages = cached.messages + self._decode(key, elements)
-            self.put(key, CachedTranscript(len(messages), last_sha1(list(elements)), messages))
+                elements: Sequence[str], offset: int = 0) -> tuple[StoredMessage, ...]:
+        """The live transcript TRANSCRIPT_LUA described (for `cached`, as passed to `args`;
+        `offset`: the script's), caches it."""
+        offset = int(offset)
+        if how in (1, 2) and cached is not None:
+            # Messages archived since it was cached leave its front (none: nothing to drop).
+            kept = cached.messages[offset - cached.offset:]
+            if how == 1:
+                self.hits += 1
+                if offset != cached.offset:
+                    self.put(key, CachedTranscript(len(kept), cached.last_sha1, kept, offset))
+                return kept
+            self.extended += 1  # appended to: decode only what is new
+            messages = kept + self._decode(key, elements)
+            self.put(key, CachedTranscript(len(messages), last_sha1(list(elements)), messages,
+                                           offset))
             return messages
         self.misses += 1
         messages = self._decode(key, elements)
         if messages:
-            self.put(key, CachedTranscript(len(elements), last_sha1(list(elements)), messages))
+            self.put(key, CachedTranscript(len(elements), last_sha1(list(elements)), messages,
+                                           offset))
         return messages
 
     def _decode(self, key: ConversationKey, elements: Sequence[str]
