@@ -165,6 +165,9 @@ class Pipeline:
         same tuple when there is none: reconciled and recorded in that form, while the model
         sees the client's own."""
         reconciliation = reconcile(kept, stored)
+        if isinstance(snapshot, MemorySnapshot) and snapshot.topic is not None:
+            log.topic = snapshot.topic.label or None
+            log.topic_segment = snapshot.topic.index
         conversation = reconciliation.conversation
         if kept is not incoming:
             conversation = restore(conversation, incoming)
