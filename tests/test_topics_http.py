@@ -221,3 +221,22 @@ def test_a_classifier_without_a_summariser_model_is_refused_naming_the_key(redis
         config(redis_url, {"classifier": True})
     with pytest.raises(Exception, match=r"boost"):
         config(redis_url, {"boost": 2})
+
+
+def test_an_edited_turn_drops_the_topics_after_the_fork(url):
+    """A stateless client resends the history; editing the turn that switched topics moves the
+    conversation to a new branch, walked again: the sourdough topic is gone."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS["acme"], max_retries=0,
+                           default_headers={"X-Conversation-Id": "edited", "X-User-Id": ALICE})
+    history: list[dict[str, Any]] = []
+    for text in [*MARATHON, *SOURDOUGH[:2]]:
+        history.append({"role": "user", "content": text})
+        reply = client.chat.completions.create(model="echo", messages=history)
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    assert len(topics(url, "edited").json()["data"]) == 2
+    edited = [*history[:8], {"role": "user", "content": "And how long should marathon long "
+                                                        "runs be?"}]
+    client.chat.completions.create(model="echo", messages=edited)
+    body = topics(url, "edited").json()
+    assert len(body["data"]) == 1 and "marathon" in body["current"]["label"]
+    assert body["current"]["turns"] == len(MARATHON) + 1

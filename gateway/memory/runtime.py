@@ -25,8 +25,8 @@ from gateway.memory.embedders import embedder_from_config
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.extractor import LlmFactExtractor
 from gateway.memory.facts_store import FactStore
-from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.importance_pins import ImportancePinner
+from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.knowledge import KnowledgeProcessor
 from gateway.memory.lexical_index import Bm25LexicalIndex
 from gateway.memory.pin_store import PinStore

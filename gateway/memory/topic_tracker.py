@@ -129,10 +129,11 @@ class TopicTracker:
 
     def _labelled(self, segments: tuple[TopicSegment, ...], texts: _Redacted,
                   walked_from: int) -> tuple[TopicSegment, ...]:
-        """Segments that gained messages in this walk labelled again from their messages."""
+        """Segments that gained messages in this walk labelled again from their messages (a
+        topic that ended before it keeps the label it ended with)."""
         for i, segment in enumerate(segments):
             end = len(texts) - 1 if segment.end is None else segment.end
-            if end < walked_from and segment.label:
+            if end < walked_from:
                 continue
             inside = [p for p in range(segment.start, end + 1) if texts.has(p)][-LABEL_MESSAGES:]
             # Background words only weigh rarity and never become a label: not redacted.
