@@ -70,9 +70,9 @@ def test_segments_round_trip_through_json_and_bad_json_is_a_value_error():
 @pytest.mark.parametrize("texts, background, expected", [
     (["I am training for the Berlin marathon.", "Marathon training: long runs on Sunday.",
       "Which shoes for marathon runs?"], ["yeah really cool", "really, training is hard"],
-     "marathon runs training"),
+     "marathon runs berlin"),
     (["我想去北京看看天气", "北京天气冷吗", "北京的天气下雪了"], [], "北京、天气、想去"),
-    (["ok", "42 42"], [], "ok"),
+    (["ok, thanks!", "42 42"], [], ""),  # chat filler and numbers are no topic
     ([], [], ""),
 ])
 def test_a_label_is_the_topics_salient_words_in_any_script(texts, background, expected):
@@ -80,9 +80,10 @@ def test_a_label_is_the_topics_salient_words_in_any_script(texts, background, ex
 
 
 def test_a_label_weighs_words_by_their_rarity_in_the_rest_of_the_conversation():
-    texts = ["Really, the sourdough is great", "really the sourdough starter", "really?"]
-    assert topic_label(texts, 1) == "really"  # on its own, the most used word
-    assert topic_label(texts, 1, background=["really"] * 20) == "sourdough"
+    texts = ["Caroline: the sourdough is great", "Caroline: sourdough starter", "Caroline: yes"]
+    assert topic_label(texts, 1) == "caroline"  # on its own, the most used word
+    # A name said all along is not what this topic is about.
+    assert topic_label(texts, 1, background=["Caroline: hi"] * 20) == "sourdough"
 
 
 def test_the_boost_lifts_only_the_current_topics_items_and_zero_changes_nothing():

@@ -159,13 +159,14 @@ def topic_label(texts: Iterable[str], words: int = 3, *,
     """A label of a few salient words for a topic's (redacted) messages, in any script.
 
     Words are the lexical tokeniser's (gateway/core/lexical.py: function words dropped, CJK
-    as characters and bigrams). A word scores by how many of the topic's messages use it,
-    weighted by its rarity (idf) over those and the `background` messages (the rest of the
-    conversation: "yeah" and "really" are everywhere, "marathon" is the topic); ties go to the
-    more frequent word, then to the word seen first. Digits-only and one-letter words are no
-    topic; a single CJK character is used only when no bigram is left; a CJK bigram
-    overlapping one already chosen ("京天" beside "北京" in "北京天气") is skipped. Words are
-    joined with spaces, CJK ones with "、"."""
+    as characters and bigrams), less chat filler ("thanks", "really", "好的"). A word scores
+    by how many of the topic's messages use it, weighted by how rare it is among the
+    `background` messages (the rest of the conversation: a name or a word said all along is
+    not what this topic is about); without a background, by use alone. Ties go to the more
+    frequent word, then to the word seen first. Digits-only and one-letter words are no topic;
+    a single CJK character is used only when no bigram is left; a CJK bigram overlapping one
+    already chosen ("京天" beside "北京" in "北京天气") is skipped. Words are joined with
+    spaces, CJK ones with "、"."""
     messages = [tokens(t) for t in texts if t.strip()]
     others = [set(tokens(t)) for t in background if t.strip()]
     spread: Counter[str] = Counter()
@@ -176,12 +177,12 @@ def topic_label(texts: Iterable[str], words: int = 3, *,
         often.update(m)
         for token in m:
             first.setdefault(token, len(first))
-    seen_in = spread + Counter(t for m in others for t in m if t in spread)
-    documents = len(messages) + len(others)
+    elsewhere = Counter(t for m in others for t in m if t in spread)
 
     def score(token: str) -> tuple[float, int, int]:
-        idf = math.log((1 + documents) / (1 + seen_in[token])) + 1.0
-        return (-spread[token] * idf, -often[token], first[token])
+        # log(1) = 0 for a word in every background message; the floor keeps use counting.
+        rarity = math.log((1 + len(others)) / (1 + elsewhere[token])) + 0.1
+        return (-spread[token] * rarity, -often[token], first[token])
 
     candidates = [t for t in first if _worth_labelling(t)]
     if any(_cjk(t) and len(t) == 2 for t in candidates):  # characters are vague beside bigrams
@@ -219,8 +220,18 @@ def boost_same_topic(ranked: Sequence[tuple[str, float]], same: frozenset[str],
     return sorted(boosted, key=lambda pair: -pair[1])
 
 
+CHAT_FILLER = frozenset(
+    "about also am anything back bit can could day did doing done don even feel get getting glad "
+    "go going good got great guess haha hello hey hi hope just know let like lol lot love "
+    "made make maybe much need next nice no not now oh ok okay one out pretty re really right "
+    "say see should so something sounds still sure thank thanks thing things think time too "
+    "up very want way well what wow yeah yes yet ll ve".split()
+    + "谢谢 好的 真的 非常 一下 现在 还是 因为 所以 但是 如果 已经 应该 可能 比较 感觉 今天 然后".split())
+"""Words of talk, not of a topic (beside lexical.py's function words): never a label."""
+
+
 def _worth_labelling(token: str) -> bool:
-    if token.isdigit():
+    if token.isdigit() or token in CHAT_FILLER:
         return False
     if _cjk(token):  # "我想" or "的天" is grammar, not a topic
         return not any(c in CHINESE_FUNCTION_CHARS for c in token)

@@ -129,11 +129,13 @@ class TopicTracker:
 
     def _labelled(self, segments: tuple[TopicSegment, ...], texts: _Redacted,
                   walked_from: int) -> tuple[TopicSegment, ...]:
-        """Segments that gained messages in this walk labelled again from their messages (a
-        topic that ended before it keeps the label it ended with)."""
+        """Segments that gained messages in this walk, and the one before the current one,
+        labelled again from their messages. The finished topic's label is refined while the
+        next one grows (what its words are rare against is the rest of the conversation,
+        little of which existed when it ended); older topics keep theirs."""
         for i, segment in enumerate(segments):
             end = len(texts) - 1 if segment.end is None else segment.end
-            if end < walked_from:
+            if end < walked_from and i != len(segments) - 2:
                 continue
             inside = [p for p in range(segment.start, end + 1) if texts.has(p)][-LABEL_MESSAGES:]
             # Background words only weigh rarity and never become a label: not redacted.
