@@ -165,7 +165,7 @@ class Pipeline:
         same tuple when there is none: reconciled and recorded in that form, while the model
         sees the client's own."""
         reconciliation = reconcile(kept, stored)
-        if isinstance(snapshot, MemorySnapshot) and snapshot.topic is not None:
+        if isinstance(snapshot, MemorySnapshot) and snapshot.memory and snapshot.topic:
             log.topic = snapshot.topic.label or None
             log.topic_segment = snapshot.topic.index
         conversation = reconciliation.conversation

@@ -240,3 +240,14 @@ def test_an_edited_turn_drops_the_topics_after_the_fork(url):
     body = topics(url, "edited").json()
     assert len(body["data"]) == 1 and "marathon" in body["current"]["label"]
     assert body["current"]["turns"] == len(MARATHON) + 1
+
+
+def test_a_user_who_switched_memory_off_gets_no_topic_header(url):
+    client = sdk(url, "switched-off")
+    for text in MARATHON[:2]:
+        response = say(client, text)
+    assert header_label(response)
+    off = httpx.patch(url + "/v1/memory/settings", json={"memory": False}, timeout=30,
+                      headers={"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ALICE})
+    assert off.status_code == 200
+    assert "x-gateway-topic" not in say(client, MARATHON[2]).headers
