@@ -22,6 +22,7 @@ BENCHMARKS = {
     "encryption-overhead": "bench.encryption_overhead",
     "console-overhead": "bench.console_overhead",
     "stored-cap": "bench.stored_cap",
+    "topics-overhead": "bench.topics_overhead",
 }
 
 

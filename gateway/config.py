@@ -250,6 +250,30 @@ class CompactionConfig(Strict):
     scores unrelated sentences in its own band, see gateway/memory/embedders/)."""
 
 
+class TopicsConfig(Strict):
+    """Topic state per conversation (README, "Topics")."""
+
+    enabled: bool = True
+    """Track each conversation's topics: the `x-gateway-topic` header, the request log's
+    `topic`, the memory API's topics, compaction of a finished topic, the same-topic boost.
+    Off: none of it, and the request path reads nothing more."""
+    window_turns: int = Field(3, ge=1, le=20)
+    """A new user message is compared with this many of the topic's latest messages."""
+    min_turns: int = Field(2, ge=1, le=100)
+    """A topic holds at least this many user turns before a new message can end it."""
+    label_words: int = Field(3, ge=1, le=8)
+    """Salient words in a topic's label."""
+    similarity: float | None = Field(None, ge=-1, le=1)
+    """A user message less similar than this to every message of the window opens a new topic.
+    Unset: `compaction.topic_shift_similarity`, else the embedder's own threshold."""
+    boost: float = Field(0.0, ge=0, le=1)
+    """Recall scores of the current topic's turns and chunks are multiplied by 1 + boost.
+    0 (the default, measured: README "Topics"): no boost."""
+    classifier: bool = False
+    """Ask the tenant's `summarizer_model` whether each new user message starts a new topic
+    (one short LLM call per message); on any failure, embedding drift decides."""
+
+
 class TenantMemoryConfig(Strict):
     enabled: bool = True
     """Off: only the transcript's recent turns are used (no recall, summaries, facts, profile)."""
@@ -272,6 +296,7 @@ class TenantMemoryConfig(Strict):
     """Domain words that make a sentence worth keeping in an extractive summary."""
     compaction: CompactionConfig = CompactionConfig()
     facts: FactsConfig = FactsConfig()
+    topics: TopicsConfig = TopicsConfig()
 
 
 class EncryptionConfig(Strict):
@@ -323,6 +348,9 @@ class TenantConfig(Strict):
             alias = getattr(self.memory, field)
             if alias is not None and alias not in self.models:
                 raise ValueError(f"memory.{field}: {alias!r} is not one of this tenant's models")
+        if self.memory.topics.classifier and self.memory.summarizer_model is None:
+            raise ValueError("memory.topics.classifier: the classifier is the tenant's "
+                             "summariser; set memory.summarizer_model too")
         return self
 
 

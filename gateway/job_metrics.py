@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("gateway.job_metrics")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, math.inf)
-KINDS = ("record_apply", "embed", "summarise", "user_index", "extract", "pins")
+KINDS = ("record_apply", "embed", "summarise", "user_index", "extract", "pins", "topics")
 QUEUES = ("record", "memory")
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, math.inf)
 """Texts per embedding model call (EmbeddingService batches up to its max_batch, 64)."""

@@ -252,6 +252,15 @@ async def delete_pin(request: Request) -> Response:
     return _deleted("pin", message_id)
 
 
+async def list_topics(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    topics = await _control(gateway).topics(key)
+    if topics is None:
+        raise _no_conversation(key)
+    return JSONResponse(topics)
+
+
 def _no_conversation(key: ConversationKey) -> NotFound:
     return NotFound(f"No conversation `{key.conversation}` is stored for this user.",
                     param="conversation_id")
@@ -273,6 +282,7 @@ memory_routes = [
     Route(_CONVERSATION + "/chunks/{chunk_id}", delete_chunk, methods=["DELETE"]),
     Route("/v1/memory/export", export, methods=["GET"]),
     Route("/v1/memory", erase, methods=["DELETE"]),
+    Route(_CONVERSATION + "/topics", list_topics, methods=["GET"]),
     Route(_CONVERSATION + "/pins", list_pins, methods=["GET"]),
     Route(_CONVERSATION + "/pins/{message_id}", put_pin, methods=["PUT"]),
     Route(_CONVERSATION + "/pins/{message_id}", delete_pin, methods=["DELETE"]),

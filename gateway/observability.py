@@ -54,6 +54,10 @@ class RequestLog:
     """Pinned messages forwarded in the pinned block (set when the conversation has pins)."""
     pins_marked: int | None = None
     """Messages this request pinned with the client's marker (stored)."""
+    topic: str | None = None
+    """The conversation's current topic label (topics tracked, and a label known)."""
+    topic_segment: int | None = None
+    """Its index: 0 for the conversation's first topic, 1 after the first switch..."""
     one_shot_messages: int | None = None
     """Messages forwarded in this request and stored only as placeholders (one-shot)."""
     passthrough: str | None = None
@@ -105,6 +109,8 @@ class RequestLog:
             out["x-gateway-memory-recalled"] = str(self.recalled)
         if self.pinned is not None:
             out["x-gateway-memory-pinned"] = str(self.pinned)
+        if self.topic:
+            out["x-gateway-topic"] = header_text(self.topic)
         if self.passthrough:
             out["x-gateway-passthrough"] = self.passthrough
         if self.memory_error:
@@ -122,6 +128,22 @@ class RequestLog:
         record["overhead_ms"] = self.overhead_ms
         level = logging.WARNING if self.status >= 500 else logging.INFO
         request_logger.log(level, JsonMessage(record))
+
+
+_TOKEN_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                        "!#$&+-.^_`|~")
+"""RFC 8187's attr-char: what an ext-value leaves unescaped."""
+
+
+def header_text(text: str) -> str:
+    """`text` as a header value, which must be ASCII: printable ASCII as it is; anything else
+    as an RFC 8187 ext-value, `UTF-8''` and the UTF-8 bytes percent-encoded except attr-chars
+    ("北京 天气" -> `UTF-8''%E5%8C%97%E4%BA%AC%20%E5%A4%A9%E6%B0%94`; Python reads it back
+    with `urllib.parse.unquote(value.removeprefix("UTF-8''"))`)."""
+    if text.isascii() and text.isprintable() and not text.startswith("UTF-8''"):
+        return text
+    return "UTF-8''" + "".join(chr(b) if chr(b) in _TOKEN_SAFE else f"%{b:02X}"
+                               for b in text.encode("utf-8"))
 
 
 _NOT_LOGGED = frozenset({"started", "steps", "traceparent", "usage", "memory_blocks",

@@ -160,6 +160,9 @@ def openapi() -> Json:
                     _CONVERSATION, {"name": "chunk_id", "in": "path", "required": True,
                                     "schema": {"type": "string", "minLength": 1,
                                                "maxLength": 256}}))},
+            conversation + "/topics": {"get": _memory(
+                "The conversation's current topic and its topics so far, oldest first",
+                path=(_CONVERSATION,), not_found=True, anonymous=True)},
             conversation + "/pins": {"get": _memory(
                 "The conversation's pinned messages, oldest first", path=(_CONVERSATION,),
                 not_found=True)},

@@ -175,6 +175,9 @@ class Pipeline:
                              f"this conversation, but it stores at most {cap} "
                              "(request_limits.max_stored_messages).", param="messages",
                              code="too_many_new_messages")
+        if isinstance(snapshot, MemorySnapshot) and snapshot.memory and snapshot.topic:
+            log.topic = snapshot.topic.label or None
+            log.topic_segment = snapshot.topic.index
         conversation = reconciliation.conversation
         if kept is not incoming:
             conversation = restore(conversation, incoming)

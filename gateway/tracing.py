@@ -37,7 +37,8 @@ PACKAGES = {"opentelemetry.sdk": "opentelemetry-sdk",
             "opentelemetry.exporter.otlp.proto.http": "opentelemetry-exporter-otlp-proto-http"}
 
 JOB_SPANS = {"turn_index": "memory.embed", "compaction": "memory.summarise",
-             "user_index": "memory.user_index", "knowledge": "memory.extract"}
+             "topics": "memory.topics", "user_index": "memory.user_index",
+             "knowledge": "memory.extract"}
 """The span name of each memory processor (gateway/memory/runtime.py)."""
 
 

@@ -114,7 +114,7 @@ def recent_window_start(roles: Sequence[str], recent_window_turns: int) -> int:
 
 def plan_compaction(roles: Sequence[str], tokens: Sequence[int],
                     chunks: Sequence[SummaryChunk], policy: CompactionPolicy, *,
-                    topic_shift: bool = False) -> Span | None:
+                    topic_shift: bool = False, topic_start: int | None = None) -> Span | None:
     """The next span to summarise now, or None.
 
     `roles` and `tokens` describe the active branch's transcript message by message. The
@@ -124,6 +124,10 @@ def plan_compaction(roles: Sequence[str], tokens: Sequence[int],
     `topic_shift`, if they hold at least `topic_shift_min_rounds` rounds. Calling again after
     the span's chunk was added plans the next span, so a backlog becomes several chunks of
     similar size, and a finished plan (None) stays None until new turns arrive.
+
+    `topic_start`: where the current topic starts (a user message; the topic tracker knows
+    it). On a `topic_shift`, the early span then ends before it — the finished topic becomes
+    its own chunk, never mixed with the new one's turns.
     """
     if len(roles) != len(tokens):
         raise ValueError("one token count per message")
@@ -142,7 +146,13 @@ def plan_compaction(roles: Sequence[str], tokens: Sequence[int],
             return Span(start, position, rounds, total, "rounds")
         if total >= policy.min_tokens:
             return Span(start, position, rounds, total, "tokens")
-    if topic_shift and rounds >= policy.topic_shift_min_rounds:
+    if not topic_shift:
+        return None
+    if topic_start is not None and start < topic_start < end:
+        end = topic_start
+        rounds = sum(role == "user" for role in roles[start:end])
+        total = sum(tokens[start:end])
+    if rounds >= policy.topic_shift_min_rounds:
         return Span(start, end - 1, rounds, total, "topic_shift")
     return None
 

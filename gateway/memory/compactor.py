@@ -28,8 +28,9 @@ from typing import Awaitable, Callable, Sequence
 import numpy as np
 
 from gateway.core.compaction import (
-    CompactionPolicy, Span, SummaryChunk, chunk_id, chunks_on_branch, is_topic_shift,
-    merged_chunk, message_dates, plan_compaction, plan_merge, recent_window_start, span_dates)
+    CompactionPolicy, Span, SummaryChunk, chunk_id, chunks_on_branch, covered_until,
+    is_topic_shift, merged_chunk, message_dates, plan_compaction, plan_merge,
+    recent_window_start, span_dates)
 from gateway.core.extractive import Utterance, utterances_from_summary
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
@@ -81,8 +82,13 @@ class Compactor:
         self.redact = redact
         self.max_new_chunks = max_new_chunks
 
-    async def process(self, key: ConversationKey,
-                      transcript: Sequence[StoredMessage]) -> CompactionResult:
+    async def process(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
+                      topic_start: int | None = None) -> CompactionResult:
+        """`topic_start`: where the conversation's current topic starts, when the topic
+        tracker (gateway/memory/topic_tracker.py) knows it. Then a topic shift is a finished
+        topic not yet summarised (it starts before `topic_start` and chunks do not cover it),
+        compacted into a chunk of its own; else the newest message is compared with the
+        recent window here (`_topic_shift`)."""
         transcript = tuple(transcript)
         stored = await self.store.list(key)
         chunks = chunks_on_branch(stored, [m.id for m in transcript])
@@ -98,7 +104,11 @@ class Compactor:
         created, shift, pending = 0, None, False
         while True:
             span = plan_compaction(roles, tokens, chunks, self.policy)
-            if span is None and shift is None:
+            if span is None and shift is None and topic_start is not None:
+                shift = covered_until(chunks) < topic_start
+                span = plan_compaction(roles, tokens, chunks, self.policy, topic_shift=shift,
+                                       topic_start=topic_start)
+            elif span is None and shift is None:
                 early = plan_compaction(roles, tokens, chunks, self.policy, topic_shift=True)
                 if early is not None:
                     shift = await self._topic_shift(transcript)

@@ -33,6 +33,7 @@ from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.pin_store import PinStore, pin_json
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.settings_store import SettingsStore, UserSettings
+from gateway.memory.topic_store import TopicStore, topic_json
 from gateway.memory.user_index import UserRecallIndex
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
@@ -95,6 +96,7 @@ class MemoryControl:
         self.chunks = ChunkStore(redis, self.keys, **sealed)
         self.user_index = UserRecallIndex(redis, self.keys, **sealed)
         self.pin_store = PinStore(redis, self.keys, **sealed)
+        self.topic_store = TopicStore(redis, self.keys, **sealed)
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
@@ -219,6 +221,15 @@ class MemoryControl:
     async def unpin(self, key: ConversationKey, message_id: str) -> bool:
         return await self.pin_store.unpin(key, message_id)
 
+    async def topics(self, key: ConversationKey) -> Json | None:
+        """The current topic and every topic kept, oldest first; None without the
+        conversation."""
+        if not await self.exists(key):
+            return None
+        state = await self.topic_store.load(key)
+        return {"object": "memory.topics", "current": topic_json(state.current)
+                if state.current else None, "data": [topic_json(s) for s in state.segments]}
+
     # -- export and erase --------------------------------------------------------------------
 
     async def export(self, tenant: str, user: str) -> Json:
@@ -231,6 +242,8 @@ class MemoryControl:
             if view is not None:
                 view["chunks"] = await self.chunks_with_sources(key) or []
                 view["pins"] = await self.pins(key) or []
+                view["topics"] = [topic_json(t) for t in
+                                  (await self.topic_store.load(key)).segments]
                 conversations.append(view)
         return {"object": "memory.export", "user": user, "exported_at": self.clock(),
                 "settings": {"memory": settings.memory, "auto_extract": settings.auto_extract},

@@ -36,10 +36,13 @@ class ConversationMemoryKeys:
     pins: str
     """Hash: pinned message id -> JSON pin (the message, source, pinned_at); see
     gateway/memory/pin_store.py."""
+    topics: str
+    """Hash: "current" -> the current topic segment, "history" -> every segment, "through"
+    -> transcript messages walked (JSON, sealed); see gateway/memory/topic_store.py."""
 
     def all(self) -> tuple[str, ...]:
         return (self.turns, self.watermark, self.vectors, self.version, self.chunks, self.lock,
-                self.processed, self.following, self.pins)
+                self.processed, self.following, self.pins, self.topics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,8 @@ class MemoryKeySpace:
             turns=f"{base}:m:turns", watermark=f"{base}:m:watermark",
             vectors=f"{base}:m:vectors", version=f"{base}:m:version",
             chunks=f"{base}:m:chunks", lock=f"{base}:m:lock", processed=f"{base}:m:processed",
-            following=f"{base}:m:next", pins=f"{base}:m:pins")
+            following=f"{base}:m:next", pins=f"{base}:m:pins",
+            topics=f"{base}:m:topics")
 
     def user(self, tenant: str, user: str) -> UserMemoryKeys:
         base = f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}"

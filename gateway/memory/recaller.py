@@ -42,6 +42,7 @@ from gateway.core.compaction import render_chunk
 from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, fuse, with_context, with_successors
 from gateway.core.ids import ConversationKey
 from gateway.core.recall import Recollection
+from gateway.core.topics import boost_same_topic, same_topic
 from gateway.memory.chunk_store import chunk_from_json
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.entry_cache import Entries, EntryCache, Link
@@ -109,13 +110,16 @@ class Recaller:
     async def recall(self, key: ConversationKey, query: str, *, k: int = 50,
                      exclude_ids: frozenset[str] = frozenset(),
                      query_vector: np.ndarray | None = None, successors: bool = True,
-                     rrf_k: int | None = None,
-                     namespaces: Namespaces | None = None) -> list[Recollection]:
+                     rrf_k: int | None = None, namespaces: Namespaces | None = None,
+                     topic_start: int | None = None,
+                     topic_boost: float = 0.0) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
         turn after it; `rrf_k`: the fusion's k (default: the recaller's); `namespaces`: what
-        to search, when the caller read it with its other reads (`queue_namespaces`)."""
+        to search, when the caller read it with its other reads (`queue_namespaces`);
+        `topic_start`, `topic_boost`: the conversation's items from `topic_start` on (its
+        current topic) score 1 + `topic_boost` times higher (`core.topics`)."""
         if k <= 0:
             return []
         if namespaces is None:
@@ -166,7 +170,8 @@ class Recaller:
                       [i for i, _ in own_lexical if i in first],
                       [i for i, _ in user_lexical if i in first]],
                      {i: item.position for i, item in first.items()},
-                     k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)[:k]
+                     k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)
+        fused = _same_topic_first(fused, own_items.items, topic_start, topic_boost)[:k]
         following = {i: links[i].following for i, _ in fused
                      if successors and i in links and links[i].following is not None}
         wanted = [i for i in dict.fromkeys([i for i, _ in fused] + list(following.values()))
@@ -341,6 +346,16 @@ class _Others:
     placed: list[tuple[float, str, Recollection]]
     """(when its conversation started, the conversation, the item)."""
     links: dict[str, Link]
+
+
+def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollection],
+                      topic_start: int | None, boost: float) -> list[tuple[str, float]]:
+    """The fused ranking with the current topic's items boosted (by their place in this
+    conversation: `own` holds the places before `_placed` moves them)."""
+    if topic_start is None or boost == 0:
+        return fused
+    same = same_topic({i: r.position for i, r in own.items()}, topic_start)
+    return boost_same_topic(fused, same, boost)
 
 
 def _qualified(item_id: str) -> bool:

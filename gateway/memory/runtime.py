@@ -19,6 +19,7 @@ from gateway.core.compaction import CompactionPolicy
 from gateway.core.facts import FactPolicy
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
+from gateway.core.topics import TopicPolicy
 from gateway.job_metrics import JobMetrics
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.compactor import Compactor
@@ -26,8 +27,8 @@ from gateway.memory.embedders import embedder_from_config
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.extractor import LlmFactExtractor
 from gateway.memory.facts_store import FactStore
-from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.importance_pins import ImportancePinner
+from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.knowledge import KnowledgeProcessor
 from gateway.memory.lexical_index import Bm25LexicalIndex
 from gateway.memory.pin_store import PinStore
@@ -36,6 +37,9 @@ from gateway.memory.recaller import Recaller
 from gateway.memory.service import MemoryService, RecallSettings
 from gateway.memory.settings_store import SettingsStore
 from gateway.memory.summarizer import LlmSummarizer, Summarizer
+from gateway.memory.topic_classifier import LlmTopicClassifier
+from gateway.memory.topic_store import TopicStore
+from gateway.memory.topic_tracker import TopicTracker
 from gateway.memory.turn_index import TurnIndexer
 from gateway.memory.user_index import UserRecallIndex
 from gateway.memory.vector_index import FaissVectorIndex
@@ -123,6 +127,10 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock,
                                    embedder.topic_shift_threshold)
                   for name, t in enabled.items()}
+    topic_store = TopicStore(redis, keys, **sealed)
+    trackers = {name: _tracker(name, t, topic_store, embedding, upstream, tenants,
+                               embedder.topic_shift_threshold)
+                for name, t in enabled.items() if t.memory.topics.enabled}
     knowledge = {name: KnowledgeProcessor(facts[name], profiles,
                                           _extractor(name, t, upstream, tenants), clock)
                  for name, t in enabled.items()}
@@ -132,8 +140,12 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
         # Tenants that show no pins (pinned_share 0) make none either.
         _ForTenants("pins", {n: pinner.process for n, t in enabled.items()
                              if t.context.pinned_share > 0}, "pins", jobs),
-        _ForTenants("compaction", {n: (lambda c: lambda u: _compact(c, u, redis, keys))(c)
-                                   for n, c in compactors.items()}, "summarise", jobs),
+        # Before compaction: a finished topic is what compaction summarises early.
+        _ForTenants("topics", {n: (lambda t: lambda u: t.process(u.key, u.transcript))(t)
+                               for n, t in trackers.items()}, "topics", jobs, embedding),
+        _ForTenants("compaction", {n: (lambda c, t: lambda u: _compact(
+            c, u, redis, keys, topic_store if t else None))(c, n in trackers)
+            for n, c in compactors.items()}, "summarise", jobs),
         # After both: the user-level recall index copies the conversation's turns and chunks
         # (identified users only: `sync` skips the anonymous user).
         _ForTenants("user_index", {n: lambda u: user_index.sync(u.key, u.transcript)
@@ -167,19 +179,27 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
                                                                    redis, keys, **sealed),
                             vector_index=vectors, chunks=chunks, profiles=profiles,
-                            settings=settings, facts=facts, pins=pins)
+                            settings=settings, facts=facts, pins=pins, topics=topic_store)
     recall = {name: RecallSettings(top_k=t.memory.recall_top_k, facts_k=t.memory.facts_k,
                                    successors=t.memory.recall_successors,
                                    rrf_k=t.memory.recall_rrf_k,
                                    summaries=t.context.summary_share > 0,
-                                   pins=t.context.pinned_share > 0)
+                                   pins=t.context.pinned_share > 0,
+                                   topics=t.memory.topics.enabled,
+                                   topic_boost=t.memory.topics.boost)
               for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
 
 
 async def _compact(compactor: Compactor, update: MemoryUpdate, redis: aioredis.Redis,
-                   keys: MemoryKeySpace) -> None:
-    result = await compactor.process(update.key, update.transcript)
+                   keys: MemoryKeySpace, topics: TopicStore | None) -> None:
+    """`topics`: where the topic tracker (run just before) keeps the current topic; None
+    when the tenant tracks no topics (compaction then judges topic shifts itself)."""
+    topic_start = None
+    if topics is not None:
+        current = await topics.current(update.key)
+        topic_start = current.start if current is not None else 0
+    result = await compactor.process(update.key, update.transcript, topic_start=topic_start)
     if result.pending:
         # One run makes a bounded number of chunks; mark the conversation again for the rest.
         await redis.zadd(keys.store.memory_dirty, {encode_key(update.key): time.time()})
@@ -214,6 +234,24 @@ def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                      related_threshold=c.topic_shift_similarity
                      if c.topic_shift_similarity is not None else topic_shift_threshold,
                      clock=clock)
+
+
+def _tracker(name: str, tenant: TenantConfig, store: TopicStore, embedding: EmbeddingService,
+             upstream: Upstream, tenants: TenantDirectory,
+             topic_shift_threshold: float) -> TopicTracker:
+    t, c = tenant.memory.topics, tenant.memory.compaction
+    classifier = None
+    if t.classifier and tenant.memory.summarizer_model is not None:
+        route = tenants.tenant(name).route(tenant.memory.summarizer_model)
+        classifier = LlmTopicClassifier(upstream, route.model, api_base=route.api_base,
+                                        api_key=route.api_key, timeout=min(route.timeout, 10.0),
+                                        extra=route.litellm_params)
+    threshold = next(v for v in (t.similarity, c.topic_shift_similarity, topic_shift_threshold)
+                     if v is not None)
+    return TopicTracker(store, embedding, TopicPolicy(window_turns=t.window_turns,
+                                                      min_turns=t.min_turns,
+                                                      label_words=t.label_words),
+                        threshold=threshold, classifier=classifier)
 
 
 def _extractor(name: str, tenant: TenantConfig, upstream: Upstream,

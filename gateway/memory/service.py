@@ -1,7 +1,7 @@
 """Memory on the request path: what the memory layers offer for one request.
 
-Only reads: the user's switches, the conversation's summary chunks and pinned messages, the
-user's profile, and a search (one query embedding, shared) over the conversation's older turns
+Only reads: the user's switches, the conversation's summary chunks, pinned messages and
+current topic, the user's profile, and a search (one query embedding, shared) over the conversation's older turns
 and chunks and over the user's long-term facts. Everything is written by the memory worker,
 off the request path — except the pins a client marks, written once its turn is enqueued
 (`pin`).
@@ -23,6 +23,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext, PinnedMessage
 from gateway.core.profile import Profile, render_profile
 from gateway.core.recall import Recollection
+from gateway.core.topics import TopicSegment
 from gateway.memory.chunk_store import ChunkStore
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.facts_store import FactStore
@@ -31,6 +32,7 @@ from gateway.memory.ports import VectorIndex
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.recaller import Namespaces, Recaller, queue_namespaces, read_namespaces
 from gateway.memory.settings_store import SettingsStore
+from gateway.memory.topic_store import TopicStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,10 @@ class RecallSettings:
     pins: bool = True
     """Read the conversation's pinned messages (false when the tenant's `pinned_share` is 0:
     the block could never be shown)."""
+    topics: bool = False
+    """Read the conversation's current topic (the tenant tracks topics)."""
+    topic_boost: float = 0.0
+    """Recall scores of the current topic's items are multiplied by 1 + this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,8 @@ class MemorySnapshot:
     namespaces: Namespaces
     pinned: tuple[PinnedMessage, ...] = ()
     """Empty when the tenant shows no pins (not read)."""
+    topic: TopicSegment | None = None
+    """The conversation's current topic (None: not tracked, or none yet)."""
     query: str = ""
     """The question whose embedding `embedding` computes."""
     embedding: asyncio.Future[np.ndarray] | None = None
@@ -86,7 +94,7 @@ class MemoryService:
     def __init__(self, *, embedding: EmbeddingService, recaller: Recaller,
                  vector_index: VectorIndex, chunks: ChunkStore, profiles: ProfileStore,
                  settings: SettingsStore, facts: Mapping[str, FactStore],
-                 pins: PinStore | None = None):
+                 pins: PinStore | None = None, topics: TopicStore | None = None):
         self.embedding = embedding
         self.recaller = recaller
         self.vector_index = vector_index
@@ -96,6 +104,7 @@ class MemoryService:
         self.facts = facts
         """One fact store per tenant: caps and decay are the tenant's policy."""
         self.pins = pins or PinStore(recaller.redis, recaller.keys)
+        self.topics = topics or TopicStore(recaller.redis, recaller.keys)
 
     async def snapshot(self, key: ConversationKey, recall: RecallSettings,
                        query: str = "") -> MemorySnapshot:
@@ -121,6 +130,8 @@ class MemoryService:
                     pipe.lrange(self.chunks.key(key), 0, -1)
                 if recall.pins:
                     pipe.hgetall(self.pins.key(key))
+                if recall.topics:  # one small field, in the same round trip
+                    self.topics.queue_current(pipe, key)
                 queue_namespaces(pipe, self.recaller.keys, key)
                 replies = list(await pipe.execute())
         except BaseException:
@@ -132,8 +143,9 @@ class MemoryService:
             if key.identified else None
         chunks = self.chunks.parse(replies.pop(0), key) if recall.summaries else ()
         pinned = self.pins.parse(replies.pop(0), key) if recall.pins else ()
+        topic = self.topics.parse_current(key.tenant, replies.pop(0)) if recall.topics else None
         return MemorySnapshot(settings.memory, profile, chunks, read_namespaces(key, replies),
-                              pinned, query, embedding)
+                              pinned, topic, query, embedding)
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
                           snapshot: MemorySnapshot | None = None) -> MemoryContext:
@@ -175,7 +187,9 @@ class MemoryService:
         turns, known = await asyncio.gather(
             self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
                                  successors=recall.successors, rrf_k=recall.rrf_k,
-                                 namespaces=namespaces),
+                                 namespaces=namespaces,
+                                 topic_start=snapshot.topic.start if snapshot.topic else None,
+                                 topic_boost=recall.topic_boost),
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.

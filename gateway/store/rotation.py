@@ -14,7 +14,8 @@ place); they are applied within seconds, and `queued_under_old_keys` counts thos
 there — keep `previous_key_env` until it is 0.
 
 Which keys hold sealed texts, by their kind (the part of the key after the ids):
-conversations `transcript`, `archive`, `branches`, `pending`, `m:turns`, `m:chunks`; users `facts`,
+conversations `transcript`, `archive`, `branches`, `pending`, `m:turns`, `m:chunks`, `m:pins`,
+`m:topics`; users `facts`,
 `profile`, `recall`. Every other key of a tenant holds ids, counters, settings or vectors.
 Facts stored in clear are also renamed: their fields (and their vectors' fields) become the
 tenant's keyed names of their fact keys (gateway/memory/facts_store.py).
@@ -34,7 +35,8 @@ from gateway.store.keys import KeySpace, _part
 from gateway.store.versions import bump_version
 
 SEALED_LISTS = frozenset({"transcript", "archive", "branches", "m:chunks"})
-SEALED_HASHES = frozenset({"pending", "m:turns", "m:pins", "facts", "profile", "recall"})
+SEALED_HASHES = frozenset({"pending", "m:turns", "m:pins", "m:topics", "facts", "profile",
+                           "recall"})
 _PAGE = 500
 
 # KEYS[1]: a list or hash. ARGV: "list" | "hash", index or field, the text read, its new text.
