@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import redis.asyncio as aioredis
+from redis.exceptions import RedisClusterException
 
 from gateway.core.compaction import SummaryChunk
 from gateway.core.facts import Fact
@@ -34,6 +35,7 @@ from gateway.memory.pin_store import PinStore, pin_json
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.memory.user_index import UserRecallIndex
+from gateway.store.cluster import primary_targets
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
 from gateway.store.redis_store import RedisStore
@@ -259,16 +261,22 @@ class MemoryControl:
         "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
         the keys are deleted either way. RDB snapshots an operator configured keep their
         copies until the next snapshot (README, "Erasure")."""
+        # Every primary of a cluster holds a part of the user's keys: each rewrites its own.
+        requested = failed = None
         try:
-            persistence = await self.redis.info("persistence")
-            if not int(persistence.get("aof_enabled", 0)):
-                return "not_needed"
-            await self.redis.bgrewriteaof()
-        except aioredis.ResponseError as exc:
-            if "already in progress" in str(exc):  # older servers: it will include ours
-                return "rewrite_requested"
-            return f"failed: {exc}"
-        return "rewrite_requested"
+            for target in await primary_targets(self.redis):
+                persistence = await self.redis.execute_command("INFO", "persistence", **target)
+                if not int(persistence.get("aof_enabled", 0)):
+                    continue
+                try:
+                    await self.redis.execute_command("BGREWRITEAOF", **target)
+                except aioredis.ResponseError as exc:
+                    if "already in progress" not in str(exc):  # older servers: it includes ours
+                        raise
+                requested = "rewrite_requested"
+        except (aioredis.ResponseError, RedisClusterException) as exc:
+            failed = f"failed: {exc}"
+        return failed or requested or "not_needed"
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -323,8 +331,10 @@ class MemoryControl:
         `streams`) its queued and dead-lettered record jobs and its requests in the tenant's
         request log (gateway/request_history.py)."""
         owned = _owned_by(tenant, user)
-        dirty = self.keys.store.memory_dirty
-        memory_dead = f"{self.keys.store.prefix}:memory:dead"
+        keys = self.keys.store
+        shard = keys.shard_of(tenant, user)  # the user's entries are all on its shard's queues
+        dirty = keys.memory_dirty_at(shard)
+        memory_dead = keys.memory_dead_at(shard)
         removed = 0
         members = [m async for m, _ in self.redis.zscan_iter(dirty, count=_PAGE) if owned(m)]
         if members:
@@ -334,8 +344,8 @@ class MemoryControl:
         if fields:
             removed += int(await self.redis.hdel(memory_dead, *fields))
         if streams:
-            for stream in (self.keys.store.records, self.keys.store.dead,
-                           self.keys.store.request_log(tenant)):
+            for stream in (keys.records_at(shard), keys.dead_at(shard),
+                           keys.request_log(tenant)):
                 removed += await self._delete_stream_entries(stream, tenant, user)
         return removed
 

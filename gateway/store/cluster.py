@@ -1,0 +1,67 @@
+"""Redis Cluster as the store: the client, the key space, and commands every primary must run.
+
+A cluster client (`redis.asyncio.cluster.RedisCluster`) routes each keyed command to the node
+holding its slot; a multi-key command, script or MULTI/EXEC must stay in one slot, which the
+key space's hash tags guarantee (gateway/store/keys.py). Commands about a node rather than a
+key (INFO, BGREWRITEAOF, FLUSHDB) go to one node by default: `primary_targets` sends them
+to every primary. SCAN (`scan_iter`) already visits every primary in redis-py's cluster client.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from gateway.store.keys import KeySpace
+
+if TYPE_CHECKING:
+    from gateway.config import Config
+
+
+def key_space(config: Config) -> KeySpace:
+    """The key space of the configured store: sharded with hash tags for a cluster only."""
+    cluster = config.store_cluster
+    return KeySpace(shards=cluster.shards if cluster.enabled else 0)
+
+
+def connect_cluster(url: str, *, max_connections: int, **options: Any) -> RedisCluster:
+    """A cluster client from the URL of any node; the others are discovered from it.
+
+    `max_connections` is per node. Unlike the one-Redis pool (gateway/store/pool.py), a node
+    whose connections are all in use fails the call at once (`MaxConnectionsError`, counted as
+    the store being unavailable): size it for the peak of concurrent requests."""
+    options.setdefault("decode_responses", True)
+    client = RedisCluster.from_url(url, max_connections=max_connections, **options)
+    _drop_routing_keys(client.response_callbacks)
+    return client
+
+
+def _drop_routing_keys(callbacks: dict[Any, Any]) -> None:
+    """redis-py 8.1's cluster MULTI/EXEC hands the `keys` option (used only to route the
+    command) on to each reply callback, and most take no such argument: every transaction
+    with HKEYS, SMEMBERS... fails with a TypeError. Its non-transaction path drops the option
+    before calling back; make every callback drop it too."""
+    for name, callback in list(callbacks.items()):
+        callbacks[name] = functools.partial(_without_keys, callback)
+
+
+def _without_keys(callback: Any, response: Any, **options: Any) -> Any:
+    options.pop("keys", None)
+    return callback(response, **options)
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+async def primary_targets(client: Any) -> list[dict[str, Any]]:
+    """Options that send a node-wide command to each primary in turn: `[{}]` for one server,
+    one `{"target_nodes": node}` per primary for a cluster."""
+    if not isinstance(client, RedisCluster):
+        return [{}]
+    await client.initialize()  # the nodes are discovered on first use; a no-op after
+    return [{"target_nodes": node} for node in client.get_primaries()]
+

@@ -1,0 +1,159 @@
+"""Redis Cluster as the store (`store_cluster.enabled`): the real gateway over HTTP, the real
+openai SDK, a real 3-master Valkey cluster (tests/support/cluster.py).
+
+Pinned here: every key of one user is in one slot, and the record stream and memory queue its
+turns go through are in that slot too (so every script and MULTI/EXEC stays in one slot — the
+cluster would refuse it otherwise with CROSSSLOT); users spread over every node; a
+conversation's turns and a user's memory across conversations are recalled; erasing a user
+removes every one of its keys on every node and nothing of another user's; without a cluster
+the key names are byte-identical to those before clustering existed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterator
+
+import httpx
+import openai
+import pytest
+from redis.crc import key_slot
+
+from gateway.errors import ConfigError
+from gateway.core.ids import ConversationKey
+from gateway.memory.keys import MemoryKeySpace
+from gateway.store.keys import KeySpace
+from tests.support.cluster import ValkeyCluster
+from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
+
+SHARDS = 8
+CANARY = {("acme", "ursula"): "Quixote", ("acme", "bruno"): "Rocinante",
+          ("globex", "ursula"): "Dulcinea"}
+
+
+def cluster_config(url: str, **top):
+    return gateway_config(url, store_cluster={"enabled": True, "shards": SHARDS}, **top)
+
+
+@pytest.fixture
+def gateway_url(cluster_url: str) -> Iterator[str]:
+    with running_gateway(cluster_config(cluster_url)) as url:
+        yield url
+
+
+def say(url: str, text: str, conversation: str, user: str, tenant: str = "acme") -> str:
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS[tenant], max_retries=0)
+    reply = client.chat.completions.create(
+        model="echo", messages=[{"role": "user", "content": text}],
+        extra_headers={"X-Conversation-Id": conversation, "X-User-Id": user})
+    return reply.choices[0].message.content or ""
+
+
+def seen(url: str, question: str, conversation: str, user: str, tenant: str = "acme") -> str:
+    """What the upstream received for `question` (the reply is not stored)."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS[tenant], max_retries=0)
+    reply = client.chat.completions.create(
+        model="messages", messages=[{"role": "user", "content": question}],
+        extra_headers={"X-Conversation-Id": conversation, "X-User-Id": user,
+                       "X-Gateway-Persist": "false"})
+    return "\n".join(str(m.get("content"))
+                     for m in forwarded(reply.choices[0].message.content or "[]"))
+
+
+# -- key names ------------------------------------------------------------------------------
+
+
+def test_without_a_cluster_key_names_are_those_of_every_earlier_release():
+    keys, key = KeySpace(), ConversationKey("acme", "u1", "c1")
+    assert keys.conversation(key).transcript == "gw:c:4:acme:2:u1:2:c1:transcript"
+    assert keys.records == keys.records_at(0) == "gw:records"
+    assert keys.dead_count == "gw:records:dead:count"
+    assert keys.memory_dirty == "gw:memory:dirty"
+    assert keys.memory_dead_at(0) == "gw:memory:dead"
+    assert keys.erased("acme", "u1").startswith("gw:erased:")
+    assert MemoryKeySpace(keys).user("acme", "u1").facts == "gw:u:4:acme:2:u1:facts"
+    assert keys.rate_limit("acme", "tenant", "requests") == "gw:rl:4:acme:tenant:requests"
+    assert list(keys.shard_ids()) == [0]
+
+
+def test_every_key_of_a_user_and_its_queues_share_one_slot():
+    keys = KeySpace(shards=SHARDS)
+    memory = MemoryKeySpace(keys)
+    for user in ("u1", "ursula", "{evil}", "a:b"):
+        key = ConversationKey("acme", user, "c:1")
+        shard = keys.shard_of("acme", user)
+        names = [*keys.conversation(key).all(), *memory.conversation(key).all(),
+                 *memory.user("acme", user).all(), memory.user("acme", user).recall_members("c"),
+                 keys.erased("acme", user), keys.last_request(key), keys.records_at(shard),
+                 keys.dead_at(shard), keys.dead_count_at(shard), keys.memory_dirty_of(key),
+                 keys.memory_dead_at(shard)]
+        assert len({key_slot(n.encode()) for n in names}) == 1, names
+
+
+def test_shards_spread_evenly_over_the_slot_ranges_of_three_masters():
+    keys = KeySpace(shards=SHARDS)
+    third = 16384 // 3
+    per_master = Counter(min(2, key_slot(keys.records_at(s).encode()) // third)
+                         for s in keys.shard_ids())
+    assert sorted(per_master.values()) == [2, 3, 3]
+
+
+def test_a_cluster_key_space_asks_for_the_shard_of_per_shard_keys():
+    with pytest.raises(RuntimeError, match="records_at"):
+        KeySpace(shards=4).records  # noqa: B018
+
+
+def test_the_cluster_needs_a_server_url():
+    with pytest.raises(ConfigError, match="store_cluster.enabled needs"):
+        gateway_config("embedded", store_cluster={"enabled": True})
+    with pytest.raises(ConfigError, match="store_cluster.shards"):
+        gateway_config("redis://127.0.0.1:1", store_cluster={"enabled": True, "shards": 0})
+
+
+# -- through the gateway --------------------------------------------------------------------
+
+
+def test_a_conversation_and_a_users_memory_across_conversations(gateway_url, valkey_cluster):
+    for (tenant, user), name in CANARY.items():
+        say(gateway_url, f"my horse is named {name}", "first", user, tenant)
+        say(gateway_url, "I live in Lisbon", "first", user, tenant)
+
+    # The conversation's own turns come back (stateful client: only the new message sent).
+    same = seen(gateway_url, "What did I tell you?", "first", "ursula")
+    assert "my horse is named Quixote" in same and "Lisbon" in same
+    # Another conversation of the same user recalls them (the user-level memory).
+    other = seen(gateway_url, "What is my horse called?", "second", "ursula")
+    assert "Quixote" in other
+    # Isolation: never another user's or tenant's canary.
+    assert "Rocinante" not in other and "Dulcinea" not in other
+    globex = seen(gateway_url, "What is my horse called?", "second", "ursula", "globex")
+    assert "Dulcinea" in globex and "Quixote" not in globex
+
+    stored = valkey_cluster.keys()
+    # Three users on 8 shards: the data is on more than one node.
+    assert sum(1 for names in stored.values() if names) >= 2, stored
+
+
+def test_erase_removes_every_key_of_the_user_on_every_node(gateway_url, valkey_cluster):
+    for (tenant, user), name in CANARY.items():
+        say(gateway_url, f"my horse is named {name}", "first", user, tenant)
+        say(gateway_url, f"my horse is named {name}", "second", user, tenant)
+    before = valkey_cluster.keys()
+    response = httpx.delete(gateway_url + "/v1/memory", timeout=30,
+                            headers={"Authorization": f"Bearer {KEYS['acme']}",
+                                     "X-User-Id": "ursula"})
+    assert response.status_code == 200, response.text
+    after = valkey_cluster.keys()
+
+    ursula = (":4:acme:6:ursula:", "4:acme:6:ursula")
+    left = [n for names in after.values() for n in names if any(p in n for p in ursula)]
+    assert left == []
+    # Each primary (append-only, as the fixture starts them) is asked to rewrite its file.
+    assert response.json()["disk"] == "rewrite_requested"
+    # Nothing of the others went.
+    for tenant, user in (("acme", "bruno"), ("globex", "ursula")):
+        marker = f":{len(tenant)}:{tenant}:{len(user)}:{user}:"
+        had = {n for names in before.values() for n in names if marker in n}
+        has = {n for names in after.values() for n in names if marker in n}
+        assert had and had == has
+    # And the erased user starts afresh, still working through the cluster.
+    assert "Quixote" not in seen(gateway_url, "What is my horse called?", "third", "ursula")
