@@ -38,10 +38,10 @@ from gateway.job_metrics import JobMetrics
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ports import Upstream
 from gateway.store import connect
-from gateway.store.embedded import die_with_parent
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
-from gateway.store.keyring import load_encryption
 from gateway.store.cluster import key_space
+from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.embedded import die_with_parent
+from gateway.store.keyring import load_encryption
 from gateway.store.recorder import Recorder
 from gateway.store.sharded_recorder import ShardedRecorder
 from gateway.tenants import TenantDirectory
@@ -63,9 +63,11 @@ def build_recorder(config: Config, client: aioredis.Redis,
                    encryption: Encryption = NO_ENCRYPTION) -> Recorder | ShardedRecorder:
     """One Redis: a `Recorder` of the one record stream; a cluster: one per shard's stream."""
     r = config.recorder
-    options: dict[str, Any] = dict(
-        workers=r.workers, max_attempts=r.max_attempts, backoff_seconds=r.backoff_seconds,
-        claim_idle_ms=int(r.claim_idle_seconds * 1000), jobs=jobs, encryption=encryption)
+    options: dict[str, Any] = {
+        "workers": r.workers, "max_attempts": r.max_attempts,
+        "backoff_seconds": r.backoff_seconds,
+        "claim_idle_ms": int(r.claim_idle_seconds * 1000), "jobs": jobs,
+        "encryption": encryption}
     keys = key_space(config)
     if keys.cluster:
         return ShardedRecorder(client, keys, **options)

@@ -18,11 +18,10 @@ import openai
 import pytest
 from redis.crc import key_slot
 
-from gateway.errors import ConfigError
 from gateway.core.ids import ConversationKey
+from gateway.errors import ConfigError
 from gateway.memory.keys import MemoryKeySpace
 from gateway.store.keys import KeySpace
-from tests.support.cluster import ValkeyCluster
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
 
 SHARDS = 8

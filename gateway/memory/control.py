@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import redis.asyncio as aioredis
-from redis.exceptions import RedisClusterException
 
 from gateway.core.compaction import SummaryChunk
 from gateway.core.facts import Fact
@@ -35,7 +34,7 @@ from gateway.memory.pin_store import PinStore, pin_json
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.memory.user_index import UserRecallIndex
-from gateway.store.cluster import primary_targets
+from gateway.store.cluster import rewrite_append_only_files
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
 from gateway.store.redis_store import RedisStore
@@ -261,22 +260,7 @@ class MemoryControl:
         "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
         the keys are deleted either way. RDB snapshots an operator configured keep their
         copies until the next snapshot (README, "Erasure")."""
-        # Every primary of a cluster holds a part of the user's keys: each rewrites its own.
-        requested = failed = None
-        try:
-            for target in await primary_targets(self.redis):
-                persistence = await self.redis.execute_command("INFO", "persistence", **target)
-                if not int(persistence.get("aof_enabled", 0)):
-                    continue
-                try:
-                    await self.redis.execute_command("BGREWRITEAOF", **target)
-                except aioredis.ResponseError as exc:
-                    if "already in progress" not in str(exc):  # older servers: it includes ours
-                        raise
-                requested = "rewrite_requested"
-        except (aioredis.ResponseError, RedisClusterException) as exc:
-            failed = f"failed: {exc}"
-        return failed or requested or "not_needed"
+        return await rewrite_append_only_files(self.redis)
 
     # -- helpers -----------------------------------------------------------------------------
 

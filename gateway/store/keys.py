@@ -117,6 +117,24 @@ class KeySpace:
     def user_head(self, tenant: str, user: str) -> str:
         return self.head(self.shard_of(tenant, user))
 
+    def scan_head(self) -> str:
+        """The head of every shard as a SCAN pattern (a cluster's tag matched by a wildcard),
+        for patterns over many users (`<scan_head>:c:<tenant>:*`). The wildcard may match
+        more than a tag: callers check each name found (`untagged`, then parse it)."""
+        return f"{self.prefix}:{{*}}" if self.shards else self.prefix
+
+    def untagged(self, name: str) -> str:
+        """`name` without a cluster's shard tag (as the key would be named without a cluster),
+        so one parser reads names of both; unchanged without a cluster, or if it has no tag
+        of this key space."""
+        if not self.shards:
+            return name
+        head = f"{self.prefix}:{{"
+        tag, sep, rest = name.removeprefix(head).partition("}:")
+        if not name.startswith(head) or not sep or tag not in self._tags:
+            return name
+        return f"{self.prefix}:{rest}"
+
     # -- per-shard queues (one of each without a cluster, under the names they always had) --
 
     def records_at(self, shard: int) -> str:

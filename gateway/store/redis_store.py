@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.core.transcript import TurnRecord, apply_turn
+from gateway.store.cluster import primary_targets
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  decode_stored, encode_record)
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
@@ -195,7 +196,9 @@ class RedisStore:
                                                   args=[ERASED_TTL_MS]))
 
     async def ping(self) -> None:
-        await self._redis.ping()
+        """Every primary answers (a cluster missing one cannot serve that node's users)."""
+        for target in await primary_targets(self._redis):
+            await self._redis.execute_command("PING", **target)
 
     async def branches(self, key: ConversationKey) -> tuple[ArchivedBranch, ...]:
         """Archived branches of the conversation, oldest first."""
