@@ -10,19 +10,27 @@ the key names are byte-identical to those before clustering existed."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections import Counter
 from typing import Iterator
 
 import httpx
 import openai
 import pytest
+import redis
 from redis.crc import key_slot
 
+from gateway.console.views import find_conversation, users_page
 from gateway.core.ids import ConversationKey
 from gateway.errors import ConfigError
 from gateway.memory.keys import MemoryKeySpace
+from gateway.store import connect
+from gateway.store.keyring import load_encryption
 from gateway.store.keys import KeySpace
+from gateway.store.rotation import rotate_tenant
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
+from tests.test_encryption import KEY_A
 
 SHARDS = 8
 CANARY = {("acme", "ursula"): "Quixote", ("acme", "bruno"): "Rocinante",
@@ -156,3 +164,54 @@ def test_erase_removes_every_key_of_the_user_on_every_node(gateway_url, valkey_c
         assert had and had == has
     # And the erased user starts afresh, still working through the cluster.
     assert "Quixote" not in seen(gateway_url, "What is my horse called?", "third", "ursula")
+
+
+def test_the_console_lists_and_finds_users_on_every_node(gateway_url, cluster_url):
+    users = [f"user-{n}" for n in range(12)]
+    for user in users:
+        say(gateway_url, "hello", "shared-id", user)
+
+    async def listed() -> tuple[list[str], list[str]]:
+        client = connect(cluster_url, cluster=True)
+        keys = KeySpace(shards=SHARDS)
+        try:
+            page = await users_page(client, keys, "acme", 0)
+            assert page.next_cursor == 0  # one page holds them all
+            return page.users, await find_conversation(client, keys, "acme", "shared-id")
+        finally:
+            await client.aclose()
+
+    page, found = asyncio.run(listed())
+    assert page == found == sorted(users)
+    assert {KeySpace(shards=SHARDS).shard_of("acme", u) for u in users} != {0}
+
+
+def test_key_rotation_seals_every_text_on_every_node(cluster_url, monkeypatch):
+    monkeypatch.setenv("GW_TEST_KEY_A", KEY_A)
+    clear = cluster_config(cluster_url)
+    with running_gateway(clear) as url:
+        for user in ("erin-7Q", "bob-5K", "ann-3Z"):
+            say(url, "I live in Zephquorville", "c-one", user)
+            say(url, "My garden is in Zephquorville too", "c-two", user)
+    sealed = cluster_config(cluster_url, encryption={"key_env": "GW_TEST_KEY_A"})
+
+    async def rotate() -> dict[str, object]:
+        client = connect(cluster_url, cluster=True)
+        try:
+            encryption = await load_encryption(sealed, client)
+            return (await rotate_tenant(client, encryption, "acme",
+                                        KeySpace(shards=SHARDS))).to_json()
+        finally:
+            await client.aclose()
+
+    report = asyncio.run(rotate())
+    assert report["resealed"] >= 12 and report["remaining"] == 0, report
+    assert report["disk"] == "rewrite_requested"
+    with redis.RedisCluster.from_url(cluster_url, decode_responses=True) as client:
+        found = [n for n in client.scan_iter(count=1000, target_nodes=client.ALL_NODES)
+                 if client.type(n) in ("list", "hash")
+                 and "Zephquor" in json.dumps(client.lrange(n, 0, -1) if client.type(n) == "list"
+                                              else client.hgetall(n))]
+    assert found == []
+    with running_gateway(sealed) as url:
+        assert "Zephquorville" in seen(url, "Where do I live?", "c-one", "erin-7Q")
