@@ -21,6 +21,7 @@ BENCHMARKS = {
     "ratelimit": "bench.ratelimit",
     "encryption-overhead": "bench.encryption_overhead",
     "console-overhead": "bench.console_overhead",
+    "cluster": "bench.cluster",
 }
 
 

@@ -34,9 +34,33 @@ def connect_cluster(url: str, *, max_connections: int, **options: Any) -> RedisC
     whose connections are all in use fails the call at once (`MaxConnectionsError`, counted as
     the store being unavailable): size it for the peak of concurrent requests."""
     options.setdefault("decode_responses", True)
-    client = RedisCluster.from_url(url, max_connections=max_connections, **options)
+    client = StoreCluster.from_url(url, max_connections=max_connections, **options)
     _drop_routing_keys(client.response_callbacks)
     return client
+
+
+class StoreCluster(RedisCluster):
+    """`RedisCluster` that finds the slot of a stream read without asking the server.
+
+    redis-py asks a node (COMMAND GETKEYS, a round trip) for the keys of every command whose
+    keys move (XREADGROUP among them): that doubled the commands a recorder sends. The keys of
+    XREADGROUP/XREAD are the first half of what follows STREAMS; every other command is
+    routed as redis-py does it."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if _text(command).upper() in ("XREADGROUP", "XREAD"):
+            upper = [_text(a).upper() for a in args]  # redis-py sends STREAMS as bytes
+            if "STREAMS" in upper:
+                after = args[upper.index("STREAMS") + 1:]
+                keys = after[:len(after) // 2]
+                slots = {self.keyslot(key) for key in keys}
+                if len(slots) == 1:
+                    return slots.pop()
+        return await super()._determine_slot(command, *args)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _drop_routing_keys(callbacks: dict[Any, Any]) -> None:
