@@ -138,6 +138,29 @@ def test_a_conversation_and_a_users_memory_across_conversations(gateway_url, val
     stored = valkey_cluster.keys()
     # Three users on 8 shards: the data is on more than one node.
     assert sum(1 for names in stored.values() if names) >= 2, stored
+    # Readiness pings every primary; the queue gauges sum every shard's queues (all applied).
+    ready = httpx.get(gateway_url + "/readyz", timeout=10)
+    assert ready.status_code == 200 and ready.json()["store"] == "ok"
+    metrics = httpx.get(gateway_url + "/metrics", timeout=10).text
+    assert "gateway_record_queue_length 0.0" in metrics
+    assert "gateway_record_dead_letters 0.0" in metrics
+    assert 'gateway_recorder_applied' in metrics and "queue metrics unavailable" not in metrics
+
+
+def test_readiness_fails_when_a_primary_is_gone(cluster_url, tmp_path):
+    """A cluster missing a primary cannot serve that node's users: not ready (503)."""
+    from gateway.store.local_cluster import ValkeyCluster
+
+    small = ValkeyCluster(tmp_path / "c", 3)
+    small.start()
+    try:
+        with running_gateway(cluster_config(small.url)) as url:
+            assert httpx.get(url + "/readyz", timeout=10).status_code == 200
+            small.processes[2].kill()
+            small.processes[2].wait()
+            assert httpx.get(url + "/readyz", timeout=10).status_code == 503
+    finally:
+        small.stop()
 
 
 def test_erase_removes_every_key_of_the_user_on_every_node(gateway_url, valkey_cluster):

@@ -1,7 +1,8 @@
 """The memory worker: turns applied transcripts into memory, off the request path.
 
-The recorder marks a conversation dirty (sorted set `KeySpace.memory_dirty`, score = time of
-the change) in the same transaction that applies a turn. This worker takes dirty conversations
+The recorder marks a conversation dirty (sorted set `KeySpace.memory_dirty_at(shard)`, one
+per shard of a cluster, one without; score = time of the change) in the same transaction that
+applies a turn. This worker takes dirty conversations
 oldest first and runs the memory processors on the applied transcript (index turns, compact
 into summary chunks, extract facts and profile). Invariants:
 - durable: a conversation leaves the dirty set only after every processor succeeded, and only

@@ -6,8 +6,8 @@ Invariants:
 - a conversation's keys are derived from tenant, user *and* conversation id together, each part
   length-prefixed, so no two different (tenant, user, conversation) triples can share a key —
   whatever characters the ids hold (":" is legal in ids, so plain joining could collide);
-- the record stream, its group and the dead-letter place are global to the key space: any
-  worker of any replica may apply any conversation's job.
+- the record stream, its group and the dead-letter place are global to the key space (one
+  of each per shard in a cluster): any worker of any replica may apply any conversation's job.
 
 Redis Cluster (`shards` >= 1; README, "Redis Cluster"): every key of one user of one tenant
 (its conversations' keys, its memory keys, its erase tombstone) carries the hash tag of the

@@ -1,4 +1,6 @@
 """The recorder: applies enqueued turns (stream `gw:records`, group `recorders`) to transcripts.
+In a Redis Cluster each shard has its stream, consumed by a recorder of its own
+(gateway/store/sharded_recorder.py); everything below holds per stream.
 
 Background work is tracked, bounded, drained and durable (STYLE.md habit 5):
 - tracked: worker tasks are held by the Recorder and ended by `stop()`/`drain()`;
