@@ -238,3 +238,38 @@ def test_key_rotation_seals_every_text_on_every_node(cluster_url, monkeypatch):
     assert found == []
     with running_gateway(sealed) as url:
         assert "Zephquorville" in seen(url, "Where do I live?", "c-one", "erin-7Q")
+
+
+def test_the_memory_api_lists_exports_and_deletes_on_the_cluster(gateway_url, valkey_cluster):
+    """The user-control API over a cluster: list a user's and the tenant's anonymous
+    conversations, export, delete one conversation (its keys leave every node)."""
+    say(gateway_url, "my horse is named Quixote", "keep", "ursula")
+    say(gateway_url, "my horse is named Quixote", "drop", "ursula")
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=KEYS["acme"], max_retries=0)
+    client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "hi"}],
+                                   extra_headers={"X-Conversation-Id": "anon"})
+    auth = {"Authorization": f"Bearer {KEYS['acme']}"}
+    user = {**auth, "X-User-Id": "ursula"}
+
+    def ids(headers: dict[str, str]) -> list[str]:
+        response = httpx.get(gateway_url + "/v1/memory/conversations", headers=headers,
+                             timeout=30)
+        assert response.status_code == 200, response.text
+        return sorted(c["id"] for c in response.json()["data"])
+
+    assert ids(user) == ["drop", "keep"]
+    assert ids(auth) == ["anon"]  # the tenant's conversations sent without a user id
+    export = httpx.get(gateway_url + "/v1/memory/export", headers=user, timeout=30)
+    assert export.status_code == 200 and len(export.json()["conversations"]) == 2
+    gone = httpx.delete(gateway_url + "/v1/memory/conversations/drop", headers=user,
+                        timeout=30)
+    assert gone.status_code == 200, gone.text
+    assert ids(user) == ["keep"]
+    marker = ":6:ursula:4:drop:"
+    left = {n.rpartition(":")[2] for names in valkey_cluster.keys().values() for n in names
+            if marker in n}
+    # Only the seq counters stay (RedisStore.delete: a turn enqueued before the delete must
+    # never apply afterwards), as on one Redis.
+    assert left <= {"seq", "applied"}, left
+    assert any(":6:ursula:4:keep:transcript" in n for names in valkey_cluster.keys().values()
+               for n in names)

@@ -163,7 +163,7 @@ class MemoryControl:
         await self._settle([memory.lock])
         await self.redis.delete(*memory.all(), self.keys.store.last_request(key))
         await self.user_index.remove_conversation(key)
-        await self.redis.zrem(self.keys.store.memory_dirty, encode_key(key))
+        await self.redis.zrem(self.keys.store.memory_dirty_of(key), encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.
         await self.facts.forget_sources(key.tenant, key.user, said)
         await self.rewrite_disk_copies()
