@@ -23,6 +23,7 @@ BENCHMARKS = {
     "console-overhead": "bench.console_overhead",
     "stored-cap": "bench.stored_cap",
     "topics-overhead": "bench.topics_overhead",
+    "cluster": "bench.cluster",
 }
 
 

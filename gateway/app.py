@@ -29,11 +29,13 @@ from gateway.record_journal import RecordJournal
 from gateway.request_history import RequestHistory
 from gateway.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.store import connect
+from gateway.store.cluster import key_space
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.keyring import load_encryption
 from gateway.store.pool import StorePool
 from gateway.store.recorder import Recorder
 from gateway.store.redis_store import RedisStore
+from gateway.store.sharded_recorder import ShardedRecorder
 from gateway.tasks import TaskTracker
 from gateway.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
@@ -64,7 +66,7 @@ class Gateway:
     limiter: RateLimiter
     pipeline: Pipeline
     store: RedisStore
-    recorder: Recorder | None
+    recorder: Recorder | ShardedRecorder | None
     """The recorder of this process; None when a worker process applies the turns."""
     metrics: Metrics
     memory: MemoryRuntime | None = None
@@ -77,32 +79,43 @@ class Gateway:
         """The shared queues' gauges, from the store (one round trip; left as they were, and
         logged, if it cannot be read)."""
         keys = self.store.keys
+        shards = keys.shard_ids()  # one without a cluster; every shard's queues are summed
         try:
             async with self.store.client.pipeline(transaction=False) as pipe:
-                pipe.xlen(keys.records)
-                pipe.xinfo_groups(keys.records)
-                pipe.get(keys.dead_count)
-                pipe.zcard(keys.memory_dirty)
-                pipe.get(f"{keys.prefix}:memory:dead:count")
+                for shard in shards:
+                    pipe.xlen(keys.records_at(shard))
+                    pipe.xinfo_groups(keys.records_at(shard))
+                    pipe.get(keys.dead_count_at(shard))
+                    pipe.zcard(keys.memory_dirty_at(shard))
+                    pipe.get(f"{keys.memory_dead_at(shard)}:count")
                 self.metrics.jobs.queue_reads(pipe, keys.prefix)
                 replies = await pipe.execute(raise_on_error=False)
-                length, groups, dead, dirty, memory_dead = replies[:5]
-                self.metrics.jobs.read(replies[5:])
+                per_shard = 5 * len(shards)
+                self.metrics.jobs.read(replies[per_shard:])
         except Exception as exc:  # noqa: BLE001 — a scrape must answer; the log says why
             logger.warning("queue metrics unavailable: %r", exc)
             return
-        group = next((g for g in groups if g.get("name") == keys.group), None) \
-            if isinstance(groups, list) else None
+        length = pending = lag = dead = dirty = memory_dead = 0
+        for n in range(0, per_shard, 5):
+            s_length, groups, s_dead, s_dirty, s_memory_dead = replies[n:n + 5]
+            group = next((g for g in groups if g.get("name") == keys.group), None) \
+                if isinstance(groups, list) else None
+            s_length = s_length if isinstance(s_length, int) else 0
+            length += s_length
+            pending += int(group.get("pending") or 0) if group else 0
+            # No group yet: no recorder ever ran, and every entry waits for one.
+            lag += int(group.get("lag") or 0) if group else s_length
+            dead += int(s_dead or 0) if not isinstance(s_dead, Exception) else 0
+            dirty += s_dirty if isinstance(s_dirty, int) else 0
+            memory_dead += int(s_memory_dead or 0) \
+                if not isinstance(s_memory_dead, Exception) else 0
         m = self.metrics
-        length = length if isinstance(length, int) else 0
         m.record_queue_length.set(length)
-        # No group yet: no recorder ever ran, and every entry waits for one.
-        m.record_queue_pending.set(int(group.get("pending") or 0) if group else 0)
-        m.record_queue_lag.set(int(group.get("lag") or 0) if group else length)
-        m.record_dead_letters.set(int(dead or 0) if not isinstance(dead, Exception) else 0)
-        m.memory_queue.set(dirty if isinstance(dirty, int) else 0)
-        m.memory_dead_letters.set(int(memory_dead or 0)
-                                  if not isinstance(memory_dead, Exception) else 0)
+        m.record_queue_pending.set(pending)
+        m.record_queue_lag.set(lag)
+        m.record_dead_letters.set(dead)
+        m.memory_queue.set(dirty)
+        m.memory_dead_letters.set(memory_dead)
 
     def refresh_metrics(self) -> None:
         if self.store_pool is not None:
@@ -120,7 +133,7 @@ class Gateway:
 class InlineProcessing:
     """`recorder.mode: inline` (tests): apply the turn and derive its memory before answering."""
 
-    def __init__(self, recorder: Recorder, memory: MemoryRuntime | None):
+    def __init__(self, recorder: Recorder | ShardedRecorder, memory: MemoryRuntime | None):
         self.recorder = recorder
         self.memory = memory
 
@@ -195,8 +208,9 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         # Request-path calls give up quickly on a hung store (the request then goes through
         # without memory); the recorder's blocking reads get a connection of their own.
         timeout = config.server.store_timeout_seconds
+        cluster = config.store_cluster.enabled
         redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                        max_connections=config.server.store_pool_size)
+                        max_connections=config.server.store_pool_size, cluster=cluster)
         try:  # a wrong or missing key ends the start-up here, naming the config key
             encryption = await load_encryption(config, redis)
         except BaseException:
@@ -204,9 +218,9 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
             raise
-        store = RedisStore(redis, encryption=encryption)
+        store = RedisStore(redis, key_space(config), encryption=encryption)
         mode = recorder_mode(config)
-        worker_redis = connect(url, socket_connect_timeout=timeout) if mode in (
+        worker_redis = connect(url, socket_connect_timeout=timeout, cluster=cluster) if mode in (
             "inline", "background") else None
         # Turns applied and memory derived in this process (not a worker process): their job
         # metrics are written from here.
@@ -240,7 +254,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
                             tracing=tracing, limiter=limiter, history=history)
         app.state.gateway = Gateway(config, tenants, AdminKeys(config), limiter, pipeline,
                                     store, recorder, metrics, memory, buffer,
-                                    store_pool=redis.connection_pool, history=history)
+                                    store_pool=getattr(redis, "connection_pool", None),
+                                    history=history)
         if history is not None:
             await history.start()
         # Turns a previous process could not hand to the store go first, then new ones.

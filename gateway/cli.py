@@ -112,6 +112,7 @@ def _rotate_key(path: str, tenant: str) -> int:
 
     from gateway.app import store_url
     from gateway.store import connect
+    from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError
     from gateway.store.keyring import load_encryption
     from gateway.store.rotation import rotate_tenant
@@ -126,10 +127,11 @@ def _rotate_key(path: str, tenant: str) -> int:
         return 2
 
     async def run() -> dict[str, object]:
-        redis = connect(url)
+        redis = connect(url, cluster=config.store_cluster.enabled)
         try:
             encryption = await load_encryption(config, redis)
-            return (await rotate_tenant(redis, encryption, tenant)).to_json()
+            return (await rotate_tenant(redis, encryption, tenant,
+                                        key_space(config))).to_json()
         finally:
             await redis.aclose()
 
@@ -242,7 +244,8 @@ def _check_keys(config: Config, url: str) -> None:
 
     async def check() -> None:
         timeout = config.server.store_timeout_seconds
-        redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                        cluster=config.store_cluster.enabled)
         try:
             await load_encryption(config, redis)
         finally:
@@ -274,10 +277,12 @@ def _reindex(args: argparse.Namespace) -> int:
     from gateway.app import store_url
     from gateway.memory.embedders import embedder_from_config
     from gateway.memory.embedding import EmbeddingService
+    from gateway.memory.keys import MemoryKeySpace
     from gateway.memory.reindex import reindex_command
     from gateway.store import connect
-    from gateway.store.keyring import load_encryption
+    from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError
+    from gateway.store.keyring import load_encryption
 
     config = _config_and_logging(args)
     enabled = sorted(n for n, t in config.tenants.items() if t.memory.enabled)
@@ -294,13 +299,14 @@ def _reindex(args: argparse.Namespace) -> int:
     embedding = EmbeddingService(embedder_from_config(e.backend, e.model, e.threads))
 
     async def run() -> int:
-        redis = connect(url, max_connections=4)
+        redis = connect(url, max_connections=4, cluster=config.store_cluster.enabled)
         try:
             return await reindex_command(embedding, redis, tenants,
                                          context=config.memory.index.context_vectors,
                                          status_only=args.status,
                                          write=lambda line: print(line, flush=True),
-                                         encryption=await load_encryption(config, redis))
+                                         encryption=await load_encryption(config, redis),
+                                         keys=MemoryKeySpace(key_space(config)))
         finally:
             await redis.aclose()
 

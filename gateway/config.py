@@ -476,10 +476,23 @@ class TracingConfig(Strict):
         return value
 
 
+class StoreClusterConfig(Strict):
+    """The store is a Redis Cluster (README, "Redis Cluster"); `store` is the URL of any of
+    its nodes, the others are discovered."""
+
+    enabled: bool = False
+    """false: one Redis (or the embedded one), key names as they always were."""
+    shards: int = Field(16, ge=1, le=256)
+    """How many shards users are hashed into: every key of a user, and the record stream and
+    memory queue its turns go through, are in its shard's slot. Fixed for the life of the
+    store: changing it renames every key (no migration is provided)."""
+
+
 class Config(Strict):
     server: ServerConfig = ServerConfig()
     store: str = "embedded"
     """`embedded` (a bundled server in server.data_dir) or a redis://, rediss:// or unix:// URL."""
+    store_cluster: StoreClusterConfig = StoreClusterConfig()
     recorder: RecorderConfig = RecorderConfig()
     memory: MemoryConfig = MemoryConfig()
     request_limits: RequestLimitsConfig = RequestLimitsConfig()
@@ -496,6 +509,13 @@ class Config(Strict):
         if self.console.enabled and not self.admin.keys:
             raise ValueError("console.enabled needs admin.keys: the console is signed in to "
                              "with an admin key")
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_needs_a_server(self) -> Config:
+        if self.store_cluster.enabled and not self.store.startswith(("redis://", "rediss://")):
+            raise ValueError("store_cluster.enabled needs `store` to be the redis:// or "
+                             "rediss:// URL of a node of the cluster")
         return self
 
     @field_validator("store")

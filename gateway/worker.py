@@ -38,10 +38,12 @@ from gateway.job_metrics import JobMetrics
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ports import Upstream
 from gateway.store import connect
-from gateway.store.embedded import die_with_parent
+from gateway.store.cluster import key_space
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.embedded import die_with_parent
 from gateway.store.keyring import load_encryption
 from gateway.store.recorder import Recorder
+from gateway.store.sharded_recorder import ShardedRecorder
 from gateway.tenants import TenantDirectory
 from gateway.tracing import start_tracing
 
@@ -58,19 +60,25 @@ PARENT_ENV = "GATEWAY_WORKER_PARENT"
 
 def build_recorder(config: Config, client: aioredis.Redis,
                    jobs: JobMetrics | None = None, *,
-                   encryption: Encryption = NO_ENCRYPTION) -> Recorder:
+                   encryption: Encryption = NO_ENCRYPTION) -> Recorder | ShardedRecorder:
+    """One Redis: a `Recorder` of the one record stream; a cluster: one per shard's stream."""
     r = config.recorder
-    return Recorder(client, workers=r.workers, max_attempts=r.max_attempts,
-                    backoff_seconds=r.backoff_seconds,
-                    claim_idle_ms=int(r.claim_idle_seconds * 1000), jobs=jobs,
-                    encryption=encryption)
+    options: dict[str, Any] = {
+        "workers": r.workers, "max_attempts": r.max_attempts,
+        "backoff_seconds": r.backoff_seconds,
+        "claim_idle_ms": int(r.claim_idle_seconds * 1000), "jobs": jobs,
+        "encryption": encryption}
+    keys = key_space(config)
+    if keys.cluster:
+        return ShardedRecorder(client, keys, **options)
+    return Recorder(client, keys, **options)
 
 
 @dataclass
 class Background:
     """The recorder and the memory worker of one process, started and drained together."""
 
-    recorder: Recorder
+    recorder: Recorder | ShardedRecorder
     memory: MemoryRuntime | None
 
     async def start(self) -> None:
@@ -103,9 +111,11 @@ async def run_worker(config: Config, url: str, upstream: Upstream,
     """Apply turns and derive memory until `stop` is set, then drain. This process sets up
     its own tracing (`span_exporter` replaces OTLP: tests)."""
     timeout = config.server.store_timeout_seconds
-    memory_redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    cluster = config.store_cluster.enabled
+    memory_redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                           cluster=cluster)
     # The recorder's blocking stream reads outlast any socket timeout: a connection of its own.
-    recorder_redis = connect(url, socket_connect_timeout=timeout)
+    recorder_redis = connect(url, socket_connect_timeout=timeout, cluster=cluster)
     jobs = JobMetrics(memory_redis)  # job latency and retries, for every replica's /metrics
     memory = None
     encryption = await load_encryption(config, memory_redis)

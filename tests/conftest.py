@@ -7,7 +7,7 @@ os.environ.setdefault("DISABLE_AIOHTTP_TRANSPORT", "True")
 
 import gateway  # noqa: E402,F401  (sets the offline environment before litellm is imported)
 
-pytest_plugins = ["tests.support.redis"]
+pytest_plugins = ["tests.support.redis", "tests.support.cluster"]
 
 
 def pytest_terminal_summary(terminalreporter):

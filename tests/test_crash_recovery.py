@@ -17,9 +17,11 @@ import signal
 import time
 
 import httpx
+import pytest
 
-from tests.support.processes import (Ledger, Processes, gateway_config_file, pending_for,
-                                     report, send_turn, transcripts, wait_all_applied)
+from tests.support.processes import (STORES, Ledger, Processes, gateway_config_file,
+                                     pending_for, report, send_turn, shared_store, transcripts,
+                                     wait_all_applied)
 
 CLIENTS = 6
 TURNS = 14
@@ -27,10 +29,11 @@ KILL_AFTER = 25  # completed turns before the kill
 MODELS = [("echo", False), ("slow", False), ("stream-slow", True), ("echo", True)]
 
 
-async def _run_clients(urls: list[str], ledger: Ledger, dead: set[str]) -> None:
+async def _run_clients(urls: list[str], ledger: Ledger, dead: set[str], users: bool) -> None:
     async with httpx.AsyncClient(timeout=20) as client:
         async def one(c: int) -> None:
-            name = f"crash-{c}"
+            # `users`: a user each, so conversations spread over a cluster's shards.
+            name = f"crash-{c}@u{c}" if users else f"crash-{c}"
             for n in range(TURNS):
                 model, stream = MODELS[(c + n) % len(MODELS)]
                 for attempt in range(len(urls) + 1):
@@ -50,7 +53,7 @@ async def _run_clients(urls: list[str], ledger: Ledger, dead: set[str]) -> None:
 
 
 def _kill_while_holding_jobs(redis_url: str, victim, ledger: Ledger,
-                             deadline: float) -> int:
+                             deadline: float, shards: int) -> int:
     """Wait for KILL_AFTER completed turns, then pause the victim until the group shows it
     holding unacknowledged jobs (bounded tries) and SIGKILL it. Returns the jobs it held."""
     while sum(map(len, ledger.completed.values())) < KILL_AFTER:
@@ -60,7 +63,7 @@ def _kill_while_holding_jobs(redis_url: str, victim, ledger: Ledger,
     held = 0
     for _ in range(200):
         victim.signal(signal.SIGSTOP)
-        held = pending_for(redis_url, f"{prefix}{victim.pid}-")
+        held = pending_for(redis_url, f"{prefix}{victim.pid}-", shards=shards)
         if held:
             break
         victim.signal(signal.SIGCONT)
@@ -69,30 +72,32 @@ def _kill_while_holding_jobs(redis_url: str, victim, ledger: Ledger,
     return held
 
 
-def test_kill_9_of_a_replica_under_load_loses_no_completed_turn(tmp_path):
+@pytest.mark.parametrize("store", STORES)
+def test_kill_9_of_a_replica_under_load_loses_no_completed_turn(tmp_path, store, request):
     with Processes(tmp_path) as procs:
-        redis = procs.redis()
+        url, shards = shared_store(procs, store, request)
         # Recorders on the serving loops (`background`), so the killed process holds record
         # jobs; a killed worker process is tests/test_worker_process.py.
-        config = gateway_config_file(tmp_path / "config.yaml", redis.url,
+        config = gateway_config_file(tmp_path / "config.yaml", url, shards=shards,
                                      recorder={"mode": "background"})
         a, b = procs.gateway(config), procs.gateway(config)
         ledger, dead = Ledger(), set()
         started = time.monotonic()
 
         async def scenario() -> int:
-            clients = asyncio.create_task(_run_clients([a.url, b.url], ledger, dead))
-            held = await asyncio.to_thread(_kill_while_holding_jobs, redis.url, a, ledger,
-                                           time.monotonic() + 30)
+            clients = asyncio.create_task(_run_clients([a.url, b.url], ledger, dead,
+                                                       users=bool(shards)))
+            held = await asyncio.to_thread(_kill_while_holding_jobs, url, a, ledger,
+                                           time.monotonic() + 30, shards)
             dead.add(a.url)
             await asyncio.wait_for(clients, 60)
             return held
 
         held = asyncio.run(scenario())
-        recovery_s = wait_all_applied(redis.url, ledger.names, timeout=30)
-        counts = ledger.check(transcripts(redis.url, ledger.names))
+        recovery_s = wait_all_applied(url, ledger.names, timeout=30, shards=shards)
+        counts = ledger.check(transcripts(url, ledger.names, shards=shards))
         reclaimed = b.log_text().count("reclaimed job")
-        report("crash (kill -9 of 1 of 2 replicas)", turns_sent=CLIENTS * TURNS,
+        report(f"crash (kill -9 of 1 of 2 replicas, {store})", turns_sent=CLIENTS * TURNS,
                jobs_held_by_killed_replica=held, reclaimed_by_survivor=reclaimed,
                recovery_s=f"{recovery_s:.1f}", elapsed_s=f"{time.monotonic() - started:.1f}",
                **counts)

@@ -24,13 +24,14 @@ KEYS = {"acme": "acme-key", "globex": "globex-key", "acme-batch": "acme-batch-ke
 
 
 def limited_config(store: str, *, acme: dict[str, Any] | None = None,
-                   batch_key: dict[str, Any] | None = None):
+                   batch_key: dict[str, Any] | None = None, shards: int = 0):
     """acme (two keys: `acme-key`, and `acme-batch-key` with `batch_key` limits) with the
-    tenant limits `acme`; globex without limits."""
+    tenant limits `acme`; globex without limits. `shards`: `store` is a cluster's node."""
     tenant = {"models": MODELS,
               "context": {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
     return parse_config({
         "store": store, "recorder": {"mode": "inline"},
+        **({"store_cluster": {"enabled": True, "shards": shards}} if shards else {}),
         "memory": {"embedder": {"kind": "hash"}},
         "tenants": {
             "acme": {**tenant, "rate_limits": acme or {},
@@ -99,9 +100,14 @@ def test_the_request_over_the_limit_gets_429_with_retry_after_and_is_not_recorde
         assert 'gateway_rate_limited_total{kind="requests",tenant="acme"} 2.0' in metrics
 
 
-def test_a_key_limit_applies_to_that_key_alone_and_the_tenant_limit_to_all(redis_url):
-    config = limited_config(redis_url, acme={"requests_per_minute": 4},
-                            batch_key={"requests_per_minute": 2})
+@pytest.mark.parametrize("store", ["valkey", "valkey-cluster"])
+def test_a_key_limit_applies_to_that_key_alone_and_the_tenant_limit_to_all(store, request):
+    # On a cluster the key's and the tenant's counters are checked in one script: they
+    # share the tenant's hash tag.
+    cluster = store == "valkey-cluster"
+    url = request.getfixturevalue("cluster_url" if cluster else "redis_url")
+    config = limited_config(url, acme={"requests_per_minute": 4},
+                            batch_key={"requests_per_minute": 2}, shards=4 if cluster else 0)
     with running_gateway(config) as url:
         batch, main = client(url, "acme-batch"), client(url, "acme")
         ask(batch, "b0"), ask(batch, "b1")

@@ -1,7 +1,7 @@
-"""Several stateless replicas (and several uvicorn workers each) on one real redis-server serve
-the same conversations: what one records, another sees; record jobs spread over every worker
-of every replica; order per conversation holds; each replica's in-process vector caches notice
-vectors another replica indexed, without restarts.
+"""Several stateless replicas (and several uvicorn workers each) on one real redis-server — and
+on a 3-master Valkey cluster — serve the same conversations: what one records, another sees;
+record jobs spread over every worker of every replica; order per conversation holds; each
+replica's in-process vector caches notice vectors another replica indexed, without restarts.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import json
 import time
 
 import httpx
+import pytest
 
-from tests.support.processes import (AUTH, Ledger, Processes, chat_body, consumers,
-                                     gateway_config_file, report, send_turn, transcripts,
-                                     turn_text, wait_all_applied)
+from tests.support.processes import (AUTH, STORES, Ledger, Processes, chat_body, consumers,
+                                     gateway_config_file, report, send_turn, shared_store,
+                                     transcripts, turn_text, wait_all_applied)
 
 CLIENTS = 8
 TURNS = 10
@@ -25,12 +26,14 @@ def _forwarded(response: httpx.Response) -> list[dict]:
     return json.loads(response.json()["choices"][0]["message"]["content"])
 
 
-def test_two_replicas_serve_the_same_conversations_in_order_without_loss(tmp_path):
+@pytest.mark.parametrize("store", STORES)
+def test_two_replicas_serve_the_same_conversations_in_order_without_loss(tmp_path, store,
+                                                                          request):
     with Processes(tmp_path) as procs:
-        redis = procs.redis()
+        url, shards = shared_store(procs, store, request)
         # Recorders on the serving loops (`background`): every serving process is a consumer
         # of the record group, the most contended arrangement.
-        config = gateway_config_file(tmp_path / "config.yaml", redis.url,
+        config = gateway_config_file(tmp_path / "config.yaml", url, shards=shards,
                                      recorder={"mode": "background"})
         a, b = procs.gateway(config, workers=2), procs.gateway(config)
 
@@ -52,7 +55,8 @@ def test_two_replicas_serve_the_same_conversations_in_order_without_loss(tmp_pat
         async def chat() -> None:
             async with httpx.AsyncClient(timeout=20) as http:
                 async def one(c: int) -> None:
-                    name = f"replica-{c}"
+                    # On a cluster, a user each: conversations spread over the shards.
+                    name = f"replica-{c}@u{c}" if shards else f"replica-{c}"
                     for n in range(TURNS):
                         url = (a.url, b.url)[(c + n) % 2]
                         ok, error = await send_turn(http, url, name, n, stream=n % 3 == 1)
@@ -60,11 +64,11 @@ def test_two_replicas_serve_the_same_conversations_in_order_without_loss(tmp_pat
                 await asyncio.gather(*(one(c) for c in range(CLIENTS)))
 
         asyncio.run(chat())
-        wait_all_applied(redis.url, ledger.names + ["shared"], timeout=20)
-        counts = ledger.check(transcripts(redis.url, ledger.names))
-        pids = {name.rsplit("-", 2)[-2] for name in consumers(redis.url)}
+        wait_all_applied(url, ledger.names + ["shared"], timeout=20, shards=shards)
+        counts = ledger.check(transcripts(url, ledger.names, shards=shards))
+        pids = {name.rsplit("-", 2)[-2] for name in consumers(url, shards=shards)}
         applied_b = _metric(b.url, "gateway_recorder_applied")
-        report("replicas (2 gateways, 3 worker processes, 1 redis)",
+        report(f"replicas (2 gateways, 3 worker processes, {store})",
                turns_sent=CLIENTS * TURNS, consumer_processes=len(pids),
                applied_by_replica_b=int(applied_b),
                elapsed_s=f"{time.monotonic() - started:.1f}", **counts)

@@ -16,19 +16,20 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import redis
 
 from gateway.store.keys import KeySpace
-from tests.support.processes import (Child, Ledger, Processes, alive, consumers,
-                                     gateway_config_file, report, send_turn, transcripts,
-                                     wait_all_applied)
+from tests.support.processes import (STORES, Child, Ledger, Processes, alive, consumers,
+                                     gateway_config_file, report, send_turn, shared_store,
+                                     transcripts, wait_all_applied)
 
 
 
-def _consumer_pids(url: str) -> set[int]:
-    """Pids of the processes whose recorder consumers are in the record group
+def _consumer_pids(url: str, shards: int = 0) -> set[int]:
+    """Pids of the processes whose recorder consumers are in the record groups
     (consumer names are `<host>-<pid>-<n>`)."""
-    return {int(name.rsplit("-", 2)[-2]) for name in consumers(url)}
+    return {int(name.rsplit("-", 2)[-2]) for name in consumers(url, shards=shards)}
 
 
 def _wait(condition, timeout: float, what: str):
@@ -52,15 +53,20 @@ def _send(url: str, ledger: Ledger, names: list[str], turns: range) -> None:
     asyncio.run(run())
 
 
-def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_path):
+@pytest.mark.parametrize("store", STORES)
+def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_path, store,
+                                                                           request):
     with Processes(tmp_path) as procs:
-        store = procs.redis()
-        gateway = procs.gateway(gateway_config_file(tmp_path / "config.yaml", store.url))
-        ledger, names = Ledger(), ["w-0", "w-1", "w-2"]
+        url, shards = shared_store(procs, store, request)
+        gateway = procs.gateway(gateway_config_file(tmp_path / "config.yaml", url,
+                                                    shards=shards))
+        # On a cluster, a user each: the worker's recorders serve several shards' streams.
+        ledger = Ledger()
+        names = [f"w-{n}@u{n}" if shards else f"w-{n}" for n in range(3)]
         _send(gateway.url, ledger, names, range(6))
-        wait_all_applied(store.url, names)
-        counts = ledger.check(transcripts(store.url, names))
-        workers = _consumer_pids(store.url)
+        wait_all_applied(url, names, shards=shards)
+        counts = ledger.check(transcripts(url, names, shards=shards))
+        workers = _consumer_pids(url, shards)
         assert counts["stored"] == counts["completed"] == 18, counts
         assert counts["lost"] == counts["duplicated"] == counts["out_of_order"] == 0, counts
         # The turns were applied by another process than the one serving requests: its child.
@@ -74,12 +80,13 @@ def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_pat
                  for task in Path(f"/proc/{worker}/task").iterdir()]
         assert nices and min(nices) >= 10, nices
         code = gateway.terminate(30)
-        report("worker child", turns_applied=counts["stored"], worker_pid_differs=True,
+        report(f"worker child ({store})", turns_applied=counts["stored"],
+               worker_pid_differs=True,
                exit_code=code, worker_stopped=not alive(worker))
         assert code == -signal.SIGTERM
         assert not alive(worker)
         assert '"event": "worker_stopped"' in gateway.log_text()
-        assert consumers(store.url) == []  # the worker left the group tidy
+        assert consumers(url, shards=shards) == []  # the worker left every group tidy
         assert "Traceback" not in gateway.log_text()
 
 

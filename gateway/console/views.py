@@ -48,7 +48,13 @@ class UserPage:
 
 async def users_page(redis: aioredis.Redis, keys: KeySpace, tenant: str,
                      cursor: int) -> UserPage:
-    """One page of the tenant's users that have a conversation, from SCAN `cursor`."""
+    """One page of the tenant's users that have a conversation, from SCAN `cursor` (in a
+    cluster, SCAN has a cursor per node: `cursor` is then an offset in the sorted users)."""
+    if keys.cluster:
+        users = sorted({user async for user in _users(redis, keys, tenant)})
+        page = users[cursor:cursor + USERS_PER_PAGE]
+        following = cursor + USERS_PER_PAGE
+        return UserPage(page, following if following < len(users) else 0)
     base = f"{keys.prefix}:c:{_part(tenant)}:"
     found: set[str] = set()
     for _ in range(_MAX_SCAN_ROUNDS):
@@ -62,13 +68,28 @@ async def users_page(redis: aioredis.Redis, keys: KeySpace, tenant: str,
     return UserPage(sorted(found), cursor)
 
 
+async def _users(redis: aioredis.Redis, keys: KeySpace, tenant: str) -> Any:
+    """Every user of `tenant` with a conversation, over every node (duplicates possible)."""
+    base = f"{keys.prefix}:c:{_part(tenant)}:"
+    async for name in redis.scan_iter(match=f"{keys.scan_head()}:c:{_part(tenant)}:*:meta",
+                                      count=_SCAN_COUNT):
+        untagged = keys.untagged(name)
+        parsed = parts(untagged.removeprefix(base), 2) if untagged.startswith(base) else None
+        if parsed is not None and parsed[1] == "meta":
+            yield parsed[0][0]
+
+
 async def find_conversation(redis: aioredis.Redis, keys: KeySpace, tenant: str,
                             conversation: str) -> list[str]:
     """The users of `tenant` that have a conversation of this id."""
     base = f"{keys.prefix}:c:{_part(tenant)}:"
     users = set()
-    async for name in redis.scan_iter(match=f"{base}*:{_part(conversation)}:meta",
-                                      count=_SCAN_COUNT):
+    async for name in redis.scan_iter(
+            match=f"{keys.scan_head()}:c:{_part(tenant)}:*:{_part(conversation)}:meta",
+            count=_SCAN_COUNT):
+        name = keys.untagged(name)
+        if not name.startswith(base):
+            continue
         parsed = parts(name.removeprefix(base), 2)
         if parsed is not None and parsed[0][1] == conversation and parsed[1] == "meta":
             users.add(parsed[0][0])

@@ -35,6 +35,7 @@ from gateway.memory.profile_store import ProfileStore
 from gateway.memory.settings_store import SettingsStore, UserSettings
 from gateway.memory.topic_store import TopicStore, topic_json
 from gateway.memory.user_index import UserRecallIndex
+from gateway.store.cluster import rewrite_append_only_files
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
 from gateway.store.redis_store import RedisStore
@@ -165,7 +166,7 @@ class MemoryControl:
         await self._settle([memory.lock])
         await self.redis.delete(*memory.all(), self.keys.store.last_request(key))
         await self.user_index.remove_conversation(key)
-        await self.redis.zrem(self.keys.store.memory_dirty, encode_key(key))
+        await self.redis.zrem(self.keys.store.memory_dirty_of(key), encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.
         await self.facts.forget_sources(key.tenant, key.user, said)
         await self.rewrite_disk_copies()
@@ -273,16 +274,7 @@ class MemoryControl:
         "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
         the keys are deleted either way. RDB snapshots an operator configured keep their
         copies until the next snapshot (README, "Erasure")."""
-        try:
-            persistence = await self.redis.info("persistence")
-            if not int(persistence.get("aof_enabled", 0)):
-                return "not_needed"
-            await self.redis.bgrewriteaof()
-        except aioredis.ResponseError as exc:
-            if "already in progress" in str(exc):  # older servers: it will include ours
-                return "rewrite_requested"
-            return f"failed: {exc}"
-        return "rewrite_requested"
+        return await rewrite_append_only_files(self.redis)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -338,8 +330,10 @@ class MemoryControl:
         `streams`) its queued and dead-lettered record jobs and its requests in the tenant's
         request log (gateway/request_history.py)."""
         owned = _owned_by(tenant, user)
-        dirty = self.keys.store.memory_dirty
-        memory_dead = f"{self.keys.store.prefix}:memory:dead"
+        keys = self.keys.store
+        shard = keys.shard_of(tenant, user)  # the user's entries are all on its shard's queues
+        dirty = keys.memory_dirty_at(shard)
+        memory_dead = keys.memory_dead_at(shard)
         removed = 0
         members = [m async for m, _ in self.redis.zscan_iter(dirty, count=_PAGE) if owned(m)]
         if members:
@@ -349,8 +343,8 @@ class MemoryControl:
         if fields:
             removed += int(await self.redis.hdel(memory_dead, *fields))
         if streams:
-            for stream in (self.keys.store.records, self.keys.store.dead,
-                           self.keys.store.request_log(tenant)):
+            for stream in (keys.records_at(shard), keys.dead_at(shard),
+                           keys.request_log(tenant)):
                 removed += await self._delete_stream_entries(stream, tenant, user)
         return removed
 

@@ -2,7 +2,8 @@
 
 Per conversation (one user of one tenant): keys extend the conversation's own key base, so
 erasing a user's conversations (SCAN `KeySpace.conversations_of`) removes them too.
-Per user: keys under `<prefix>:u:<tenant>:<user>:`, parts length-prefixed like the store's —
+Per user: keys under `<prefix>:u:<tenant>:<user>:` (in a cluster `<prefix>:{<shard tag>}:u:...`,
+the same tag as the user's conversations, see gateway/store/keys.py), parts length-prefixed like the store's —
 facts, profile, settings and the user-level recall index (the turns and summary chunks of the
 user's conversations, mirrored by the memory worker), so erasing a user removes them all.
 """
@@ -93,7 +94,7 @@ class MemoryKeySpace:
             topics=f"{base}:m:topics")
 
     def user(self, tenant: str, user: str) -> UserMemoryKeys:
-        base = f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}"
+        base = f"{self.store.user_head(tenant, user)}:u:{_part(tenant)}:{_part(user)}"
         return UserMemoryKeys(facts=f"{base}:facts", fact_vectors=f"{base}:fact_vectors",
                               version=f"{base}:version", profile=f"{base}:profile",
                               settings=f"{base}:settings", recall=f"{base}:recall",
@@ -104,4 +105,4 @@ class MemoryKeySpace:
 
     def user_pattern(self, tenant: str, user: str) -> str:
         """A SCAN pattern matching every per-user memory key of one user."""
-        return f"{self.store.prefix}:u:{_part(tenant)}:{_part(user)}:*"
+        return f"{self.store.user_head(tenant, user)}:u:{_part(tenant)}:{_part(user)}:*"

@@ -200,10 +200,11 @@ class Reindexer:
             progress(status)
 
     async def _conversations(self, tenant: str) -> AsyncIterator[ConversationKey]:
-        prefix = f"{self.keys.store.prefix}:c:"
-        pattern = f"{prefix}{_glob(_part(tenant))}:*:m:vectors"
+        store = self.keys.store
+        prefix = f"{store.prefix}:c:"
+        pattern = f"{store.scan_head()}:c:{_glob(_part(tenant))}:*:m:vectors"
         async for raw in self.redis.scan_iter(match=pattern, count=500):
-            parsed = _parts(raw[len(prefix):], 3)
+            parsed = _parts(store.untagged(raw)[len(prefix):], 3)
             if parsed is None or parsed[1] != "m:vectors" or parsed[0][0] != tenant:
                 continue
             key = ConversationKey(*parsed[0])
@@ -211,10 +212,14 @@ class Reindexer:
                 yield key
 
     async def _users(self, tenant: str) -> AsyncIterator[str]:
-        prefix = f"{self.keys.store.prefix}:u:"
-        pattern = f"{prefix}{_glob(_part(tenant))}:*"
+        store = self.keys.store
+        prefix = f"{store.prefix}:u:"
+        pattern = f"{store.scan_head()}:u:{_glob(_part(tenant))}:*"
         async for raw in self.redis.scan_iter(match=pattern, count=500):
-            parsed = _parts(raw[len(prefix):], 2)
+            untagged = store.untagged(raw)
+            if not untagged.startswith(prefix):
+                continue
+            parsed = _parts(untagged[len(prefix):], 2)
             if parsed is None or parsed[0][0] != tenant:
                 continue
             if parsed[1] in ("fact_vectors", "recall_vectors"):
@@ -329,10 +334,12 @@ def _line(status: ReindexStatus) -> str:
 async def reindex_command(embedding: EmbeddingService, redis: aioredis.Redis,
                           tenants: Sequence[str], *, context: bool, status_only: bool,
                           write: Callable[[str], object],
-                          encryption: Encryption = NO_ENCRYPTION) -> int:
+                          encryption: Encryption = NO_ENCRYPTION,
+                          keys: MemoryKeySpace | None = None) -> int:
     """`gateway reindex`: re-index `tenants` (or, `status_only`, print their status); the exit
-    status (0 done, 1 a run failed or is running elsewhere)."""
-    keys = MemoryKeySpace()
+    status (0 done, 1 a run failed or is running elsewhere). `keys`: the store's (a cluster's
+    are tagged)."""
+    keys = keys or MemoryKeySpace()
     reindexer = Reindexer(redis, embedding, keys, context=context, encryption=encryption)
     stored = await redis.get(embedder_key(keys))
     if stored is not None and json.loads(stored).get("space") != reindexer.space:

@@ -45,6 +45,7 @@ from gateway.memory.user_index import UserRecallIndex
 from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.worker import MemoryUpdate, MemoryWorker
 from gateway.ports import Upstream
+from gateway.store.cluster import key_space
 from gateway.store.codec import encode_key
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.redis_store import RedisStore
@@ -103,7 +104,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     """`jobs`: where the memory worker's job latency and retries are counted (its process
     passes one; a serving process that only recalls does not need it). `encryption`: every
     store of text seals and opens with it (vectors stay clear)."""
-    keys = MemoryKeySpace()
+    keys = MemoryKeySpace(key_space(config))
     sealed = {"encryption": encryption}
     e = config.memory.embedder
     embedder = embedder_from_config(e.backend, e.model, e.threads)
@@ -157,7 +158,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
             for n, k in knowledge.items()}, "extract", jobs),
     ]
     worker_config = config.memory.worker
-    store = RedisStore(redis, **sealed)
+    store = RedisStore(redis, keys.store, **sealed)
     caps = {n: config.request_limits_for(n).max_stored_messages for n in enabled}
 
     async def archive(key: ConversationKey, branch: tuple[StoredMessage, ...]) -> int:
@@ -202,7 +203,8 @@ async def _compact(compactor: Compactor, update: MemoryUpdate, redis: aioredis.R
     result = await compactor.process(update.key, update.transcript, topic_start=topic_start)
     if result.pending:
         # One run makes a bounded number of chunks; mark the conversation again for the rest.
-        await redis.zadd(keys.store.memory_dirty, {encode_key(update.key): time.time()})
+        await redis.zadd(keys.store.memory_dirty_of(update.key),
+                         {encode_key(update.key): time.time()})
 
 
 def _fact_policy(tenant: TenantConfig) -> FactPolicy:

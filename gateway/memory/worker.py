@@ -1,7 +1,8 @@
 """The memory worker: turns applied transcripts into memory, off the request path.
 
-The recorder marks a conversation dirty (sorted set `KeySpace.memory_dirty`, score = time of
-the change) in the same transaction that applies a turn. This worker takes dirty conversations
+The recorder marks a conversation dirty (sorted set `KeySpace.memory_dirty_at(shard)`, one
+per shard of a cluster, one without; score = time of the change) in the same transaction that
+applies a turn. This worker takes dirty conversations
 oldest first and runs the memory processors on the applied transcript (index turns, compact
 into summary chunks, extract facts and profile). Invariants:
 - durable: a conversation leaves the dirty set only after every processor succeeded, and only
@@ -118,13 +119,11 @@ class MemoryWorker:
         self.processed = 0
         self.dead_lettered = 0
 
-    @property
-    def _dirty(self) -> str:
-        return self._keys.store.memory_dirty
+    def _dirty(self, shard: int) -> str:
+        return self._keys.store.memory_dirty_at(shard)
 
-    @property
-    def _dead(self) -> str:
-        return f"{self._keys.store.prefix}:memory:dead"
+    def _dead(self, shard: int) -> str:
+        return self._keys.store.memory_dead_at(shard)
 
     async def start(self) -> None:
         self._stopping.clear()
@@ -162,23 +161,26 @@ class MemoryWorker:
     async def process_available(self, limit: int | None = None) -> int:
         """Process dirty conversations that are due now; returns how many were handled."""
         handled = 0
-        while limit is None or handled < limit:
-            due = await self._redis.zrangebyscore(self._dirty, "-inf", self._clock(), start=0,
-                                                  num=self._batch, withscores=True)
-            progressed = 0
-            for member, score in due:
-                progressed += await self._process_member(member, score)
-            handled += progressed
-            if not due or not progressed:
-                return handled
+        # One queue per shard in a cluster (one without): each is drained in turn, so a busy
+        # shard delays another by at most `limit` conversations.
+        for shard in self._keys.store.shard_ids():
+            while limit is None or handled < limit:
+                due = await self._redis.zrangebyscore(self._dirty(shard), "-inf", self._clock(),
+                                                      start=0, num=self._batch, withscores=True)
+                progressed = 0
+                for member, score in due:
+                    progressed += await self._process_member(shard, member, score)
+                handled += progressed
+                if not due or not progressed:
+                    break
         return handled
 
-    async def _process_member(self, member: str, score: float) -> int:
+    async def _process_member(self, shard: int, member: str, score: float) -> int:
         lock_key, token = None, uuid.uuid4().hex
         try:
             key = decode_key(member)
         except CodecError as exc:
-            await self._dead_letter(member, f"undecodable member: {exc}")
+            await self._dead_letter(shard, member, f"undecodable member: {exc}")
             return 1
         lock_key = self._keys.conversation(key).lock
         if not await self._redis.set(lock_key, token, nx=True, px=self._lock_ms):
@@ -186,11 +188,11 @@ class MemoryWorker:
         try:
             await self._process(key)
         except Exception as exc:  # noqa: BLE001 — a processor failed: retried, then dead-lettered
-            return await self._failed(member, exc)
+            return await self._failed(shard, member, exc)
         finally:
             await self._unlock(keys=[lock_key], args=[token])
         self._failures.attempts.pop(member, None)
-        await self._done(keys=[self._dirty], args=[member, repr(score)])
+        await self._done(keys=[self._dirty(shard)], args=[member, repr(score)])
         self.processed += 1
         return 1
 
@@ -225,27 +227,27 @@ class MemoryWorker:
         # Without a transcript reader (tests): the list as stored, which must be plaintext.
         return tuple(decode_stored(item) for item in await self._redis.lrange(list_key, 0, -1))
 
-    async def _failed(self, member: str, exc: Exception) -> int:
+    async def _failed(self, shard: int, member: str, exc: Exception) -> int:
         attempts = self._failures.attempts.get(member, 0) + 1
         self._failures.attempts[member] = attempts
         log.error("memory processing of %s failed (attempt %d/%d): %r", member, attempts,
                   self._max_attempts, exc, exc_info=exc)
         if attempts >= self._max_attempts:
             self._failures.attempts.pop(member, None)
-            await self._dead_letter(member, repr(exc))
+            await self._dead_letter(shard, member, repr(exc))
             return 1
         if self._jobs is not None:
             await self._jobs.retried("memory")
         # Not due again until the backoff has passed (a new turn makes it due sooner).
         retry_at = self._clock() + self._backoff * 2 ** (attempts - 1)
-        await self._redis.zadd(self._dirty, {member: retry_at}, xx=True)
+        await self._redis.zadd(self._dirty(shard), {member: retry_at}, xx=True)
         return 1
 
-    async def _dead_letter(self, member: str, error: str) -> None:
+    async def _dead_letter(self, shard: int, member: str, error: str) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._dead, member, error)
-            pipe.incr(f"{self._dead}:count")
-            pipe.zrem(self._dirty, member)
+            pipe.hset(self._dead(shard), member, error)
+            pipe.incr(f"{self._dead(shard)}:count")
+            pipe.zrem(self._dirty(shard), member)
             await pipe.execute()
         self.dead_lettered += 1
         log.error("memory processing of %s dead-lettered: %s", member, error)

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.store.cluster import connect_cluster
 from gateway.store.embedded import EmbeddedRedis, EmbeddedRedisError
 from gateway.store.keys import KeySpace
 from gateway.store.pool import PoolStats, StorePool
@@ -27,7 +28,8 @@ DEFAULT_POOL_SIZE = 100
 
 
 def connect(url: str, *, max_connections: int = DEFAULT_POOL_SIZE,
-            pool_timeout: float | None = None, **options: Any) -> aioredis.Redis:
+            pool_timeout: float | None = None, cluster: bool = False,
+            **options: Any) -> aioredis.Redis:
     """A client for `url` (`unix:///path/redis.sock`, `redis://host:6379/0`, `rediss://...`).
 
     Responses are decoded to str, as the store and recorder require. Do not set a
@@ -36,7 +38,13 @@ def connect(url: str, *, max_connections: int = DEFAULT_POOL_SIZE,
     The client has a `StorePool` of at most `max_connections`: a call that finds them all in
     use waits up to `pool_timeout` seconds (default: the `socket_timeout`, else 20 s) for one
     to be released, then fails with a `redis.ConnectionError`.
+
+    `cluster`: `url` is a node of a Redis Cluster; the client is a `RedisCluster` (same
+    command surface) with `max_connections` per node (gateway/store/cluster.py).
     """
+    if cluster:
+        return connect_cluster(url, max_connections=max_connections,  # type: ignore[return-value]
+                               **options)
     options.setdefault("decode_responses", True)
     if pool_timeout is None:
         pool_timeout = options.get("socket_timeout") or 20.0

@@ -36,6 +36,7 @@ from gateway.store.crypto import (
     TenantCipher,
     sealed_key_id,
 )
+from gateway.store.cluster import is_cluster
 from gateway.store.keys import KeySpace, _part
 
 
@@ -66,7 +67,10 @@ async def load_encryption(config: Config, redis: aioredis.Redis,
         return Encryption()  # off: free, and the store may come later
     names = sorted(config.tenants)
     try:
-        records = dict(zip(names, await redis.mget([record_key(keys, n) for n in names])))
+        wanted = [record_key(keys, n) for n in names]
+        # Tenants' records are in different slots of a cluster: one read per slot there.
+        read = redis.mget_nonatomic if is_cluster(redis) else redis.mget  # type: ignore[attr-defined]
+        records = dict(zip(names, await read(wanted)))
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise ConfigError(f"encryption: the store must answer at start-up to check the "
                           f"keys, and it did not ({exc!r})") from None

@@ -1,4 +1,6 @@
 """The recorder: applies enqueued turns (stream `gw:records`, group `recorders`) to transcripts.
+In a Redis Cluster each shard has its stream, consumed by a recorder of its own
+(gateway/store/sharded_recorder.py); everything below holds per stream.
 
 Background work is tracked, bounded, drained and durable (STYLE.md habit 5):
 - tracked: worker tasks are held by the Recorder and ended by `stop()`/`drain()`;
@@ -91,8 +93,10 @@ class Recorder:
                  block_ms: int = 1000, batch: int = 16, gap_poll_ms: int = 50,
                  gap_timeout_ms: int | None = None, clock: Callable[[], float] = time.time,
                  jobs: JobMetrics | None = None,
-                 encryption: Encryption = NO_ENCRYPTION):
-        """`jobs`: where apply latency and retries are counted for /metrics (none: nowhere)."""
+                 encryption: Encryption = NO_ENCRYPTION, shard: int = 0):
+        """`jobs`: where apply latency and retries are counted for /metrics (none: nowhere).
+        `shard`: the shard whose record stream this recorder consumes (a cluster has one
+        stream per shard, each consumed by a recorder of its own: see ShardedRecorder)."""
         require_decoded(client)
         if workers < 1 or max_attempts < 1 or batch < 1 or block_ms < 1:
             raise ValueError("workers, max_attempts, batch and block_ms must be positive")
@@ -102,6 +106,10 @@ class Recorder:
             raise ValueError("claim_idle_ms must be larger than block_ms")
         self._redis = client
         self.keys = keys or KeySpace()
+        if shard not in self.keys.shard_ids():
+            raise ValueError(f"shard {shard} is not one of the key space's shards")
+        self.shard = shard
+        self._stream = self.keys.records_at(shard)
         self.encryption = encryption
         self.transcripts = TranscriptCache(encryption=encryption)
         """Decoded transcripts of the conversations this recorder applied turns to."""
@@ -136,7 +144,7 @@ class Recorder:
             return
         try:
             # id "0": jobs enqueued before the first recorder ever ran are applied too.
-            await self._redis.xgroup_create(self.keys.records, self.keys.group, id="0",
+            await self._redis.xgroup_create(self._stream, self.keys.group, id="0",
                                             mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
@@ -197,13 +205,13 @@ class Recorder:
         pending list). Call after `stop()`/`drain()`. Returns the names deleted; a store that
         cannot be reached deletes nothing (logged)."""
         try:
-            infos = await self._redis.xinfo_consumers(self.keys.records, self.keys.group)
+            infos = await self._redis.xinfo_consumers(self._stream, self.keys.group)
             own = set(self.consumers)
             candidates = {i["name"] for i in infos if i["name"] in own or (
                 stale_after_ms is not None and int(i.get("idle", 0)) >= stale_after_ms)}
             removed = []
             for name in sorted(candidates):
-                if await self._redis.eval(_DELCONSUMER_IF_IDLE_LUA, 1, self.keys.records,
+                if await self._redis.eval(_DELCONSUMER_IF_IDLE_LUA, 1, self._stream,
                                           self.keys.group, name):
                     removed.append(name)
         except ResponseError as exc:
@@ -288,7 +296,7 @@ class Recorder:
         cursor = "0"
         while True:
             reply = await self._group_call(self._redis.xreadgroup, self.keys.group, consumer,
-                                           {self.keys.records: cursor}, count=self.batch)
+                                           {self._stream: cursor}, count=self.batch)
             entries = stream_entries(reply)
             if not entries:
                 break
@@ -305,7 +313,7 @@ class Recorder:
         finished = claimed = 0
         cursor = "0-0"
         for _ in range(1000):  # bounded: each page advances the cursor
-            reply = await self._group_call(self._redis.xautoclaim, self.keys.records,
+            reply = await self._group_call(self._redis.xautoclaim, self._stream,
                                            self.keys.group, consumer, self.claim_idle_ms,
                                            start_id=cursor, count=self.batch)
             cursor, entries = reply[0], reply[1]
@@ -322,7 +330,7 @@ class Recorder:
 
     async def _read_new(self, consumer: str, block_ms: int | None) -> tuple[int, int]:
         reply = await self._group_call(self._redis.xreadgroup, self.keys.group, consumer,
-                                       {self.keys.records: ">"}, count=self.batch,
+                                       {self._stream: ">"}, count=self.batch,
                                        block=block_ms)
         entries = stream_entries(reply)
         finished = 0
@@ -338,7 +346,7 @@ class Recorder:
                 raise
         # The stream or its group was deleted under us (a FLUSHDB, an operator): make it again.
         log.warning("recorder group %s on %s vanished; creating it again", self.keys.group,
-                    self.keys.records)
+                    self._stream)
         self._group_ready = False
         await self.ensure_group()
         return await command(*args, **kwargs)
@@ -431,7 +439,7 @@ class Recorder:
                         # Archived messages count: they are the branch's oldest.
                         "message_count": int(offset) + edit.keep + len(edit.append)})
                     pipe.hsetnx(ck.meta, "created_at", repr(now))
-                    pipe.zadd(self.keys.memory_dirty, {encode_key(job.key): now})
+                    pipe.zadd(self.keys.memory_dirty_of(job.key), {encode_key(job.key): now})
                     self._queue_ack(pipe, job.entry_id)
                     await pipe.execute()
                     self.applied += 1
@@ -477,7 +485,7 @@ class Recorder:
         # the hash no longer has it; if it was in the stream, the scan saw it.
         cursor = "-"
         while True:
-            page = await self._redis.xrange(self.keys.records, cursor, "+", count=1000)
+            page = await self._redis.xrange(self._stream, cursor, "+", count=1000)
             for entry_id, fields in page:
                 if (fields.get("tenant"), fields.get("user"), fields.get("conversation"),
                         fields.get("seq")) == (key.tenant, key.user, key.conversation, str(seq)):
@@ -488,7 +496,7 @@ class Recorder:
         payload = await self._redis.hget(ck.pending, str(seq))
         if payload is None:
             return
-        await self._redis.xadd(self.keys.records, {
+        await self._redis.xadd(self._stream, {
             "tenant": key.tenant, "user": key.user, "conversation": key.conversation,
             "seq": seq, "payload": payload})
         log.warning("conversation %s: job seq %d had left the stream; enqueued again", key, seq)
@@ -528,8 +536,8 @@ class Recorder:
                         await pipe.watch(ck.applied)
                         applied = int(await pipe.get(ck.applied) or 0)
                     pipe.multi()
-                    pipe.xadd(self.keys.dead, dead)
-                    pipe.incr(self.keys.dead_count)
+                    pipe.xadd(self.keys.dead_at(self.shard), dead)
+                    pipe.incr(self.keys.dead_count_at(self.shard))
                     if job is not None and applied is not None:
                         pipe.hdel(ck.pending, str(job.seq))
                         if job.seq == applied + 1:
@@ -545,8 +553,8 @@ class Recorder:
     def _queue_ack(self, pipe: Any, entry_id: str) -> None:
         # Acked and deleted in the same MULTI as the effect, so the stream does not grow and
         # a crash can never apply a job without acking it (or ack one without applying it).
-        pipe.xack(self.keys.records, self.keys.group, entry_id)
-        pipe.xdel(self.keys.records, entry_id)
+        pipe.xack(self._stream, self.keys.group, entry_id)
+        pipe.xdel(self._stream, entry_id)
 
     async def _ack(self, entry_id: str) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:

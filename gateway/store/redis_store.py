@@ -32,6 +32,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.core.transcript import TurnRecord, apply_turn
 from gateway.store.archive import TranscriptArchive
+from gateway.store.cluster import primary_targets
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  decode_stored, encode_record)
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
@@ -109,7 +110,7 @@ def entry_ms(entry_id: str) -> int:
 
 def require_decoded(client: aioredis.Redis) -> None:
     """Fail early, with a clear message, on a client that returns bytes."""
-    if not client.connection_pool.connection_kwargs.get("decode_responses"):
+    if not client.get_connection_kwargs().get("decode_responses"):
         raise ValueError("the store needs a redis client made with decode_responses=True "
                          "(use gateway.store.connect)")
 
@@ -136,8 +137,10 @@ class RedisStore:
         ck = self.keys.conversation(key)
         payload = encode_record(record)
         crypto = self.encryption
+        # The user's shard's stream (the only one without a cluster): in the slot of `ck`.
+        stream = self.keys.records_at(self.keys.shard_of(key.tenant, key.user))
         entry_id = await self._record_script(
-            keys=[ck.seq, ck.pending, self.keys.records, self.keys.erased(key.tenant, key.user),
+            keys=[ck.seq, ck.pending, stream, self.keys.erased(key.tenant, key.user),
                   ck.last_enqueued],
             args=[key.tenant, key.user, key.conversation, crypto.seal(key.tenant, payload),
                   int(record.created_at * 1000), crypto.digest(key.tenant, payload)])
@@ -209,7 +212,9 @@ class RedisStore:
                                                   args=[ERASED_TTL_MS]))
 
     async def ping(self) -> None:
-        await self._redis.ping()
+        """Every primary answers (a cluster missing one cannot serve that node's users)."""
+        for target in await primary_targets(self._redis):
+            await self._redis.execute_command("PING", **target)
 
     async def branches(self, key: ConversationKey) -> tuple[ArchivedBranch, ...]:
         """Archived branches of the conversation, oldest first."""
@@ -228,4 +233,8 @@ class RedisStore:
         return dict(await self._redis.hgetall(self.keys.conversation(key).meta))
 
     async def dead_letter_count(self) -> int:
-        return int(await self._redis.get(self.keys.dead_count) or 0)
+        """Dead-lettered record jobs, over every shard."""
+        total = 0
+        for shard in self.keys.shard_ids():
+            total += int(await self._redis.get(self.keys.dead_count_at(shard)) or 0)
+        return total

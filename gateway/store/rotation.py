@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
+from gateway.store.cluster import rewrite_append_only_files
 from gateway.store.crypto import DecryptError, Encryption, TenantCipher, sealed_key_id
 from gateway.store.keyring import open_record, record_key, seal_record
 from gateway.store.keys import KeySpace, _part
@@ -106,9 +107,9 @@ async def rotate_tenant(redis: aioredis.Redis, encryption: Encryption, tenant: s
     report = RotationReport(tenant, cipher.current.id)
     cas = redis.register_script(_CAS_LUA)
     for scope in ("c", "u"):
-        pattern = f"{keys.prefix}:{scope}:{_part(tenant)}:*"
+        pattern = f"{keys.scan_head()}:{scope}:{_part(tenant)}:*"
         async for name in redis.scan_iter(match=pattern, count=_PAGE):
-            kind = kind_of(name, keys.prefix, scope)
+            kind = kind_of(keys.untagged(name), keys.prefix, scope)
             if kind in SEALED_LISTS:
                 report.keys_scanned += 1
                 items = await redis.lrange(name, 0, -1)
@@ -120,28 +121,16 @@ async def rotate_tenant(redis: aioredis.Redis, encryption: Encryption, tenant: s
                     await _rename_facts(redis, cipher, report, name)
                 async for field, text in redis.hscan_iter(name, count=_PAGE):
                     await _reseal(cas, cipher, report, name, "hash", field, text)
-    report.queued_under_old_keys = await _under_old_keys(redis, keys.records, cipher)
-    report.dead_letters_under_old_keys = await _under_old_keys(redis, keys.dead, cipher)
+    for shard in keys.shard_ids():  # one record stream per shard of a cluster
+        report.queued_under_old_keys += await _under_old_keys(redis, keys.records_at(shard),
+                                                              cipher)
+        report.dead_letters_under_old_keys += await _under_old_keys(
+            redis, keys.dead_at(shard), cipher)
     if report.remaining == 0:
         report.record_resealed = await _reseal_record(redis, keys, cipher)
     if report.resealed or report.record_resealed:
-        report.disk = await _rewrite_append_only_file(redis)
+        report.disk = await rewrite_append_only_files(redis)
     return report
-
-
-async def _rewrite_append_only_file(redis: aioredis.Redis) -> str:
-    # As MemoryControl.rewrite_disk_copies does after an erase (kept apart: the store layer
-    # does not import the memory layer).
-    try:
-        persistence = await redis.info("persistence")
-        if not int(persistence.get("aof_enabled", 0)):
-            return "not_needed"
-        await redis.bgrewriteaof()
-    except aioredis.ResponseError as exc:
-        if "already in progress" in str(exc):
-            return "rewrite_requested"
-        return f"failed: {exc}"
-    return "rewrite_requested"
 
 
 async def _reseal(cas: object, cipher: TenantCipher, report: RotationReport, name: str,

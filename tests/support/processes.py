@@ -260,12 +260,14 @@ class Processes:
 def gateway_config_file(path: Path, store: str, *, models: dict[str, Any] | None = None,
                         recorder: dict[str, Any] | None = None,
                         server: dict[str, Any] | None = None,
-                        context: dict[str, Any] | None = None) -> Path:
+                        context: dict[str, Any] | None = None, shards: int = 0) -> Path:
     """A config for real gateway processes: tenant `acme` (key API_KEY), the in-process fake
     models `echo`, `messages`, `slow` (`fake/slow-300`) and `stream-slow` (800 ms), the test
-    embedder; recorder: 2 workers per process, entries reclaimed after 1.5 s idle."""
+    embedder; recorder: 2 workers per process, entries reclaimed after 1.5 s idle.
+    `shards`: `store` is a Redis Cluster node, users hashed into that many shards."""
     config = {
         "store": store,
+        **({"store_cluster": {"enabled": True, "shards": shards}} if shards else {}),
         "server": {"data_dir": str(path.parent / "data"), **(server or {})},
         "recorder": {"workers": 2, "claim_idle_seconds": 1.5, "drain_timeout_seconds": 5,
                      **(recorder or {})},
@@ -284,39 +286,70 @@ def gateway_config_file(path: Path, store: str, *, models: dict[str, Any] | None
     return path
 
 
+STORES = ["redis-server", "valkey-cluster"]
+"""The shared stores the scale-out and failure tests run against (`shared_store`)."""
+CLUSTER_SHARDS = 8
+
+
+def shared_store(procs: Processes, kind: str, request: pytest.FixtureRequest
+                 ) -> tuple[str, int]:
+    """(URL, shards) of a store for real gateway processes: a redis-server of `procs`
+    (shards 0), or the session's 3-master Valkey cluster, flushed (tests/support/cluster.py)."""
+    if kind == "redis-server":
+        return procs.redis().url, 0
+    return request.getfixturevalue("cluster_url"), CLUSTER_SHARDS
+
+
 def conversation(name: str) -> ConversationKey:
-    return ConversationKey(TENANT, ANONYMOUS_USER, name)
+    """The conversation `name` of the test tenant: anonymous, or with a name "<c>@<user>" of
+    that user (sent as X-User-Id by `send_turn`: users spread over a cluster's shards)."""
+    return ConversationKey(TENANT, user_of(name) or ANONYMOUS_USER, name)
 
 
-async def _transcripts(url: str, names: Iterable[str]
+def user_of(name: str) -> str | None:
+    return name.rpartition("@")[2] if "@" in name else None
+
+
+def _client(url: str, shards: int, **options: Any) -> Any:
+    """A sync client of the store: a cluster client if `shards`."""
+    if shards:
+        return redis.RedisCluster.from_url(url, decode_responses=True, **options)
+    return redis.Redis.from_url(url, decode_responses=True, **options)
+
+
+async def _transcripts(url: str, names: Iterable[str], shards: int
                        ) -> dict[str, tuple[StoredMessage, ...]]:
-    client = connect(url)
+    client = connect(url, cluster=bool(shards))
     try:
-        store = RedisStore(client)
+        store = RedisStore(client, KeySpace(shards=shards))
         return {name: await store.load(conversation(name)) for name in names}
     finally:
         await client.aclose()
 
 
-def transcripts(url: str, names: Iterable[str]) -> dict[str, tuple[StoredMessage, ...]]:
+def transcripts(url: str, names: Iterable[str], *, shards: int = 0
+                ) -> dict[str, tuple[StoredMessage, ...]]:
     """Each conversation as a request would see it (applied transcript + pending turns)."""
-    return asyncio.run(_transcripts(url, names))
+    return asyncio.run(_transcripts(url, names, shards))
 
 
-def wait_all_applied(url: str, names: Iterable[str], timeout: float = 30.0) -> float:
-    """Poll until no turn of `names` is pending and the record group holds no entry; returns
-    the seconds it took. Fails after `timeout`."""
-    keys = KeySpace()
+def wait_all_applied(url: str, names: Iterable[str], timeout: float = 30.0, *,
+                     shards: int = 0) -> float:
+    """Poll until no turn of `names` is pending and no record group (one per shard) holds an
+    entry; returns the seconds it took. Fails after `timeout`."""
+    keys = KeySpace(shards=shards)
     names = list(names)
     started = time.monotonic()
-    with redis.Redis.from_url(url, decode_responses=True) as client:
+    with _client(url, shards) as client:
         while True:
             pending = sum(client.hlen(keys.conversation(conversation(n)).pending)
                           for n in names)
-            try:
-                group = int(client.xpending(keys.records, keys.group)["pending"])
-            except redis.ResponseError:
-                group = 0
+            group = 0
+            for shard in keys.shard_ids():
+                try:
+                    group += int(client.xpending(keys.records_at(shard), keys.group)["pending"])
+                except redis.ResponseError:
+                    pass
             if pending == 0 and group == 0:
                 return time.monotonic() - started
             if time.monotonic() - started > timeout:
@@ -325,24 +358,27 @@ def wait_all_applied(url: str, names: Iterable[str], timeout: float = 30.0) -> f
             time.sleep(0.05)
 
 
-def pending_for(url: str, consumer_prefix: str) -> int:
-    """Entries of the record group pending for consumers whose names start with the prefix."""
-    keys = KeySpace()
-    with redis.Redis.from_url(url, decode_responses=True, socket_timeout=2) as client:
-        try:
-            infos = client.xinfo_consumers(keys.records, keys.group)
-        except redis.ResponseError:
-            return 0
-    return sum(int(i["pending"]) for i in infos if i["name"].startswith(consumer_prefix))
+def _consumer_infos(url: str, shards: int) -> list[dict[str, Any]]:
+    """The consumers of every shard's record group (one group without a cluster)."""
+    keys = KeySpace(shards=shards)
+    infos: list[dict[str, Any]] = []
+    with _client(url, shards, socket_timeout=2) as client:
+        for shard in keys.shard_ids():
+            try:
+                infos += client.xinfo_consumers(keys.records_at(shard), keys.group)
+            except redis.ResponseError:
+                pass
+    return infos
 
 
-def consumers(url: str) -> list[str]:
-    keys = KeySpace()
-    with redis.Redis.from_url(url, decode_responses=True, socket_timeout=2) as client:
-        try:
-            return [i["name"] for i in client.xinfo_consumers(keys.records, keys.group)]
-        except redis.ResponseError:
-            return []
+def pending_for(url: str, consumer_prefix: str, *, shards: int = 0) -> int:
+    """Entries of the record groups pending for consumers whose names start with the prefix."""
+    return sum(int(i["pending"]) for i in _consumer_infos(url, shards)
+               if i["name"].startswith(consumer_prefix))
+
+
+def consumers(url: str, *, shards: int = 0) -> list[str]:
+    return sorted({i["name"] for i in _consumer_infos(url, shards)})
 
 
 def report(name: str, **counts: Any) -> str:
@@ -436,6 +472,8 @@ async def send_turn(client: Any, base_url: str, conversation_name: str, n: int, 
     stream counts as completed only if it ended with `data: [DONE]` and no error event."""
     body = chat_body(conversation_name, n, model=model, stream=stream)
     headers = {**AUTH, "X-Conversation-Id": conversation_name}
+    if user_of(conversation_name):
+        headers["X-User-Id"] = user_of(conversation_name)
     url = base_url + "/v1/chat/completions"
     if not stream:
         response = await client.post(url, json=body, headers=headers)

@@ -1,0 +1,114 @@
+"""Redis Cluster as the store: the client, the key space, and commands every primary must run.
+
+A cluster client (`redis.asyncio.cluster.RedisCluster`) routes each keyed command to the node
+holding its slot; a multi-key command, script or MULTI/EXEC must stay in one slot, which the
+key space's hash tags guarantee (gateway/store/keys.py). Commands about a node rather than a
+key (INFO, BGREWRITEAOF, FLUSHDB) go to one node by default: `primary_targets` sends them
+to every primary. SCAN (`scan_iter`) already visits every primary in redis-py's cluster client.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, ResponseError
+
+from gateway.store.keys import KeySpace
+
+if TYPE_CHECKING:
+    from gateway.config import Config
+
+
+def key_space(config: Config) -> KeySpace:
+    """The key space of the configured store: sharded with hash tags for a cluster only."""
+    cluster = config.store_cluster
+    return KeySpace(shards=cluster.shards if cluster.enabled else 0)
+
+
+def connect_cluster(url: str, *, max_connections: int, **options: Any) -> RedisCluster:
+    """A cluster client from the URL of any node; the others are discovered from it.
+
+    `max_connections` is per node. Unlike the one-Redis pool (gateway/store/pool.py), a node
+    whose connections are all in use fails the call at once (`MaxConnectionsError`, counted as
+    the store being unavailable): size it for the peak of concurrent requests."""
+    options.setdefault("decode_responses", True)
+    client = StoreCluster.from_url(url, max_connections=max_connections, **options)
+    _drop_routing_keys(client.response_callbacks)
+    return client
+
+
+class StoreCluster(RedisCluster):
+    """`RedisCluster` that finds the slot of a stream read without asking the server.
+
+    redis-py asks a node (COMMAND GETKEYS, a round trip) for the keys of every command whose
+    keys move (XREADGROUP among them): that doubled the commands a recorder sends. The keys of
+    XREADGROUP/XREAD are the first half of what follows STREAMS; every other command is
+    routed as redis-py does it."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if _text(command).upper() in ("XREADGROUP", "XREAD"):
+            upper = [_text(a).upper() for a in args]  # redis-py sends STREAMS as bytes
+            if "STREAMS" in upper:
+                after = args[upper.index("STREAMS") + 1:]
+                keys = after[:len(after) // 2]
+                slots = {self.keyslot(key) for key in keys}
+                if len(slots) == 1:
+                    return slots.pop()
+        return await super()._determine_slot(command, *args)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _drop_routing_keys(callbacks: dict[Any, Any]) -> None:
+    """redis-py 8.1's cluster MULTI/EXEC hands the `keys` option (used only to route the
+    command) on to each reply callback, and most take no such argument: every transaction
+    with HKEYS, SMEMBERS... fails with a TypeError. Its non-transaction path drops the option
+    before calling back; make every callback drop it too."""
+    for name, callback in list(callbacks.items()):
+        callbacks[name] = functools.partial(_without_keys, callback)
+
+
+def _without_keys(callback: Any, response: Any, **options: Any) -> Any:
+    options.pop("keys", None)
+    return callback(response, **options)
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+async def primary_targets(client: Any) -> list[dict[str, Any]]:
+    """Options that send a node-wide command to each primary in turn: `[{}]` for one server,
+    one `{"target_nodes": node}` per primary for a cluster."""
+    if not isinstance(client, RedisCluster):
+        return [{}]
+    await client.initialize()  # the nodes are discovered on first use; a no-op after
+    return [{"target_nodes": node} for node in client.get_primaries()]
+
+
+
+async def rewrite_append_only_files(client: Any) -> str:
+    """Ask every primary with an append-only file to rewrite it, so what was just deleted or
+    re-sealed leaves the disk too. "rewrite_requested" (by at least one), "not_needed" (no
+    AOF anywhere) or "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) —
+    never raises for a refusal: the keys are changed either way. Requests made while a
+    rewrite runs are coalesced by the server into one more rewrite."""
+    requested = False
+    try:
+        for target in await primary_targets(client):
+            persistence = await client.execute_command("INFO", "persistence", **target)
+            if not int(persistence.get("aof_enabled", 0)):
+                continue
+            try:
+                await client.execute_command("BGREWRITEAOF", **target)
+            except ResponseError as exc:
+                if "already in progress" not in str(exc):  # older servers: it includes ours
+                    raise
+            requested = True
+    except (ResponseError, RedisClusterException) as exc:
+        return f"failed: {exc}"
+    return "rewrite_requested" if requested else "not_needed"
