@@ -273,3 +273,35 @@ def test_the_memory_api_lists_exports_and_deletes_on_the_cluster(gateway_url, va
     assert left <= {"seq", "applied"}, left
     assert any(":6:ursula:4:keep:transcript" in n for names in valkey_cluster.keys().values()
                for n in names)
+
+
+def test_a_long_conversation_is_archived_and_its_topics_kept_on_the_cluster(cluster_url,
+                                                                            valkey_cluster):
+    """The stored-messages cap and topic state on a cluster: the archive script moves
+    transcript elements to the archive (two keys, one slot), the topic state is kept, and the
+    whole history is still what the user sees."""
+    config = cluster_config(cluster_url, request_limits={"max_stored_messages": 8})
+    with running_gateway(config) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS["acme"], max_retries=0,
+                               default_headers={"X-Conversation-Id": "long",
+                                                "X-User-Id": "ursula"})
+        history: list[dict[str, str]] = []
+        for i in range(10):
+            history.append({"role": "user", "content": f"Turn {i}: the harbour boat {i}."})
+            reply = client.chat.completions.create(model="echo", messages=history)
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        auth = {"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "ursula"}
+        shown = httpx.get(url + "/v1/memory/conversations/long", headers=auth, timeout=30)
+        assert shown.status_code == 200, shown.text
+        assert [m["message"]["content"] for m in shown.json()["messages"]] \
+            == [m["content"] for m in history]
+        topics = httpx.get(url + "/v1/memory/conversations/long/topics", headers=auth,
+                           timeout=30)
+        assert topics.status_code == 200 and topics.json()["current"] is not None, topics.text
+    ck = KeySpace(shards=SHARDS).conversation(ConversationKey("acme", "ursula", "long"))
+    mk = MemoryKeySpace(KeySpace(shards=SHARDS)).conversation(
+        ConversationKey("acme", "ursula", "long"))
+    stored = {n for names in valkey_cluster.keys().values() for n in names}
+    assert {ck.archive, ck.transcript, mk.topics} <= stored
+    assert key_slot(ck.archive.encode()) == key_slot(ck.transcript.encode()) \
+        == key_slot(mk.topics.encode())
