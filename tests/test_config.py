@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.config import CompactionConfig, ContextConfig, hash_key, load_config, parse_config
+from gateway.config import ContextConfig, hash_key, load_config, parse_config
+from gateway.config.memory import CompactionConfig
 from gateway.core.compaction import CompactionPolicy
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ConfigError

