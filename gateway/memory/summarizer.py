@@ -10,7 +10,6 @@ Utterances reach this module already redacted (the compactor redacts them).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from gateway.core.extractive import TRUNCATED, Utterance, extractive_summary
 from gateway.core.tokens import Tokenizer
-from gateway.errors import UpstreamError
+from gateway.memory.model_call import ask
 from gateway.ports import Upstream, UpstreamCall
 
 log = logging.getLogger(__name__)
@@ -77,17 +76,9 @@ class LlmSummarizer:
                                                             target_tokens=target_tokens)},
                             api_base=self.api_base, api_key=self.api_key, timeout=self.timeout,
                             extra=dict(self.extra))
-        try:
-            # The upstream applies `timeout` too; this bounds any upstream that does not.
-            async with asyncio.timeout(self.timeout):
-                response = await self.upstream.complete(call)
-        except TimeoutError:
-            return self._failed("timed out")
-        except UpstreamError as exc:
-            return self._failed(f"upstream error {exc.status}: {exc.message}")
-        except Exception as exc:  # any other failure means "no summary": the fallback runs
-            log.warning("summary model %s failed unexpectedly", self.model, exc_info=True)
-            return self._failed(type(exc).__name__)
+        response, failure = await ask(self.upstream, call, "summary")
+        if failure is not None:
+            return self._failed(failure)
         return self._text_of(response)
 
     def messages(self, utterances: Sequence[Utterance], *, previous: str | None,

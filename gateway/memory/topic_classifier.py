@@ -9,12 +9,11 @@ neither word — returns None, and the tracker falls back to embedding drift for
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from typing import Any, Mapping, Sequence
 
-from gateway.errors import UpstreamError
+from gateway.memory.model_call import ask
 from gateway.ports import Upstream, UpstreamCall
 
 log = logging.getLogger("gateway.memory.topics")
@@ -48,16 +47,9 @@ class LlmTopicClassifier:
                                                     "max_tokens": 3, "temperature": 0},
                             api_base=self.api_base, api_key=self.api_key,
                             timeout=self.timeout, extra=dict(self.extra))
-        try:
-            async with asyncio.timeout(self.timeout):
-                response = await self.upstream.complete(call)
-        except TimeoutError:
-            return self._failed("timed out")
-        except UpstreamError as exc:
-            return self._failed(f"upstream error {exc.status}: {exc.message}")
-        except Exception as exc:  # noqa: BLE001 — any failure means "no answer": fall back
-            log.warning("topic model %s failed unexpectedly", self.model, exc_info=True)
-            return self._failed(type(exc).__name__)
+        response, failure = await ask(self.upstream, call, "topic")
+        if failure is not None:
+            return self._failed(failure)
         try:
             content = response["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
