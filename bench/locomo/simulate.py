@@ -40,8 +40,7 @@ from bench.locomo.data import CATEGORIES, Conversation, load
 from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
-from gateway.core.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
-                                  with_successors)
+from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, asks, fuse, with_context, with_successors
 from gateway.core.lexical import tokens
 from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message, chain
@@ -90,7 +89,7 @@ class Corpus:
 
 
 class VectorCache:
-    """Embeddings by text, in one .npy + .json pair per embedder under `root`."""
+    """Embeddings by text (keyed by a digest), one .npz file per embedder under `root`."""
 
     def __init__(self, root: Path, embedder: Any) -> None:
         self.embedder = embedder

@@ -116,8 +116,9 @@ class Recaller:
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
         turn after it — every hit (`successors_of="all"`) or only the hits that ask something
-        ("questions", `gateway.core.fusion.asks`); `rrf_k`: the fusion's k (default: the recaller's); `namespaces`: what
-        to search, when the caller read it with its other reads (`queue_namespaces`)."""
+        ("questions", `gateway.core.fusion.asks`); `rrf_k`: the fusion's k (default: the
+        recaller's); `namespaces`: what to search, when the caller read it with its other
+        reads (`queue_namespaces`)."""
         if k <= 0:
             return []
         if namespaces is None:
