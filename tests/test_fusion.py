@@ -57,7 +57,7 @@ def test_fuse_does_not_mutate_its_inputs():
 
 @pytest.mark.parametrize("text, expected", [
     ("Where do you walk on Sundays?", True),
-    ("[8 May, 2023] Caroline: Nice! What did you paint? I love it.", True),
+    ("[8 May, 2023] Ana: Nice! What did you paint? I love it.", True),
     ("你周末通常去哪里散步？", True),
     ("أين تسكن؟", True),
     ("We walk along the lake with Rex.", False),
