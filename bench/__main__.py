@@ -12,6 +12,7 @@ BENCHMARKS = {
     "locomo": "bench.locomo.cli",
     "locomo-ablation": "bench.locomo.ablation",
     "locomo-rescore": "bench.locomo.rescore",
+    "locomo-simulate": "bench.locomo.simulate",
     "overhead": "bench.overhead.cli",
     "recall-latency": "bench.recall_latency",
     "rewrite-cost": "bench.rewrite_cost",

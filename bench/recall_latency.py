@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import platform
 import random
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
@@ -41,6 +42,7 @@ from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import Bm25LexicalIndex
 from gateway.memory.recaller import Recaller
+from gateway.memory.service import RecallSettings
 from gateway.memory.turn_index import TurnIndexer
 from gateway.memory.user_index import UserRecallIndex
 from gateway.memory.vector_index import FaissVectorIndex
@@ -86,7 +88,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(url: str, size: int, queries: int, rng: random.Random,
-                  embedding: EmbeddingService) -> dict[str, Any]:
+                  embedding: EmbeddingService, settings: RecallSettings) -> dict[str, Any]:
     redis = connect(url)
     keys = MemoryKeySpace()
     key = ConversationKey("bench", "user", f"conv-{size}")
@@ -100,15 +102,17 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
         vectors = FaissVectorIndex(redis, embedding.dim, keys, space=embedding.space)
         lexical = Bm25LexicalIndex(redis, keys)
         recaller = Recaller(embedding, vectors, lexical, redis, keys)
+        recall = functools.partial(recaller.recall, k=settings.top_k,
+                                   successors_of=settings.successors_of)
         questions = [sentence(rng) for _ in range(queries)]
         started = time.perf_counter()
-        await recaller.recall(key, questions[0], k=50)
+        await recall(key, questions[0])
         cold_ms = (time.perf_counter() - started) * 1e3
 
         warm, embed = [], []
         for q in questions:
             started = time.perf_counter()
-            recalled = await recaller.recall(key, q, k=50)
+            recalled = await recall(key, q)
             warm.append((time.perf_counter() - started) * 1e3)
             assert recalled
         for q in questions[:50]:
@@ -122,10 +126,10 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
             transcript = transcript + new
             await indexer.sync(key, transcript)
             started = time.perf_counter()
-            await recaller.recall(key, q, k=50)
+            await recall(key, q)
             after.append((time.perf_counter() - started) * 1e3)
         user = await _with_user_namespace(redis, indexer, keys, key, transcript, size, rng,
-                                          recaller, questions)
+                                          recall, questions)
         vectors.close()
         lexical.close()
         return {"turns": size, "queries": queries,
@@ -144,7 +148,7 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
 
 async def _with_user_namespace(redis: Any, indexer: TurnIndexer, keys: MemoryKeySpace,
                                key: ConversationKey, transcript: list[Any], size: int,
-                               rng: random.Random, recaller: Recaller,
+                               rng: random.Random, recall: Callable[..., Awaitable[Any]],
                                questions: list[str]) -> list[float]:
     """Warm recall latencies once the user has 4 earlier conversations of size/4 turns."""
     user_index = UserRecallIndex(redis, keys)
@@ -154,11 +158,11 @@ async def _with_user_namespace(redis: Any, indexer: TurnIndexer, keys: MemoryKey
         await indexer.sync(earlier, older)
         await user_index.sync(earlier, older)
     await user_index.sync(key, transcript)
-    await recaller.recall(key, questions[0], k=50)  # builds the user namespace's caches
+    await recall(key, questions[0])  # builds the user namespace's caches
     out = []
     for q in questions:
         started = time.perf_counter()
-        recalled = await recaller.recall(key, q, k=50)
+        recalled = await recall(key, q)
         out.append((time.perf_counter() - started) * 1e3)
         assert recalled
     return out
@@ -166,7 +170,8 @@ async def _with_user_namespace(redis: Any, indexer: TurnIndexer, keys: MemoryKey
 
 def markdown(result: dict[str, Any]) -> str:
     lines = ["# Recall latency (request path)", "",
-             f"{result['machine']}; embedder `{result['embedder']}`; k=50; "
+             f"{result['machine']}; embedder `{result['embedder']}`; k={result['k']}, "
+             f"successors of {result['successors_of']}; "
              "embedded Valkey on a unix socket.", "",
              "| turns | index turns/s | cold ms | warm p50 ms | warm p99 ms | after-turn p50 ms "
              "| after-turn p99 ms | embed query p50 ms "
@@ -186,16 +191,18 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def run(sizes: tuple[int, ...], queries: int, url: str) -> dict[str, Any]:
+async def run(sizes: tuple[int, ...], queries: int, url: str,
+              settings: RecallSettings) -> dict[str, Any]:
     embedder = build_embedder("use")
     embedding = EmbeddingService(embedder)
     try:
         await embedding.warm_up()
         rng = random.Random(20231)
-        rows = [await measure(url, size, queries, rng, embedding) for size in sizes]
+        rows = [await measure(url, size, queries, rng, embedding, settings) for size in sizes]
     finally:
         embedding.close()
-    return {"benchmark": "recall_latency", "embedder": embedder.name,
+    return {"benchmark": "recall_latency", "embedder": embedder.name, "k": settings.top_k,
+            "successors_of": settings.successors_of,
             "machine": f"{platform.machine()}, {platform.python_implementation()} "
                        f"{platform.python_version()}",
             "sizes": rows}
@@ -206,12 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/recall-latency.json"))
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--k", type=int, default=RecallSettings().top_k,
+                        help="turns recalled (default: the gateway's recall_top_k)")
+    parser.add_argument("--successors-of", choices=("questions", "all"),
+                        default=RecallSettings().successors_of,
+                        help="which recalled turns bring the next (default: the gateway's)")
     args = parser.parse_args(argv)
+    settings = RecallSettings(top_k=args.k, successors_of=args.successors_of)
     with tempfile.TemporaryDirectory(prefix="cgrecall-") as tmp:
         server = EmbeddedRedis(Path(tmp))
         server.start()
         try:
-            result = asyncio.run(run(tuple(args.sizes), args.queries, server.url))
+            result = asyncio.run(run(tuple(args.sizes), args.queries, server.url, settings))
         finally:
             server.stop()
     args.out.parent.mkdir(parents=True, exist_ok=True)

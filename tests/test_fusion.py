@@ -2,7 +2,8 @@
 
 import pytest
 
-from gateway.core.fusion import RRF_K, fuse, reciprocal_rank_fusion, with_context, with_successors
+from gateway.core.fusion import (RRF_K, asks, fuse, reciprocal_rank_fusion, with_context,
+                                 with_successors)
 
 
 def test_rrf_sums_over_lists_and_counts_a_repeat_once():
@@ -52,3 +53,16 @@ def test_fuse_does_not_mutate_its_inputs():
     rankings, positions = [["a", "b"], ["b"]], {"a": 1, "b": 2}
     fuse(rankings, positions)
     assert rankings == [["a", "b"], ["b"]] and positions == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Where do you walk on Sundays?", True),
+    ("[8 May, 2023] Ana: Nice! What did you paint? I love it.", True),
+    ("你周末通常去哪里散步？", True),
+    ("أين تسكن؟", True),
+    ("We walk along the lake with Rex.", False),
+    ("我们带着小狗去西湖边散步。", False),
+    ("", False),
+])
+def test_a_turn_asks_when_it_holds_a_question_mark(text, expected):
+    assert asks(text) is expected

@@ -28,7 +28,7 @@ from gateway.memory.ports import Embedder, Namespace
 from gateway.memory.recaller import Recaller
 from gateway.memory.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entries
 from gateway.memory.vector_index import FaissVectorIndex
-from gateway.memory.vector_store import delete_vectors, encode_vector, put_vectors, space_of
+from gateway.memory.vector_store import delete_vectors, put_vectors, space_of
 from gateway.store.codec import encode_stored
 from gateway.store.keys import KeySpace
 
@@ -312,6 +312,26 @@ async def test_a_recalled_turn_brings_the_turn_after_it(memory):
     recalled = await memory.recaller.recall(KEY, "Where do you walk on Sundays?", k=1)
     assert [r.id for r in recalled] == [transcript[20].id, transcript[21].id]
     assert recalled[1].text == "Along the lake, with Rex."
+
+
+async def test_a_recalled_statement_brings_no_turn_after_it_unless_all_are_asked_for(memory):
+    transcript = conversation(filler(20) + ["We walk along the lake with Rex on Sundays.",
+                                            "How lovely, I wish I could come along."]
+                              + filler(10))
+    await memory.indexer.sync(KEY, transcript)
+    query = "We walk along the lake with Rex on Sundays."
+    recalled = await memory.recaller.recall(KEY, query, k=1)
+    assert [r.id for r in recalled] == [transcript[20].id]
+    every = await memory.recaller.recall(KEY, query, k=1, successors_of="all")
+    assert [r.id for r in every] == [transcript[20].id, transcript[21].id]
+
+
+async def test_a_recalled_chinese_question_brings_its_answer(memory):
+    transcript = conversation(["今天天气很好。", "是啊，阳光明媚。", "你周末通常去哪里散步？",
+                               "我们带着小狗去西湖边散步。", "听起来很不错。", "下次一起去吧。"])
+    await memory.indexer.sync(KEY, transcript)
+    recalled = await memory.recaller.recall(KEY, "你周末通常去哪里散步？", k=1)
+    assert [r.id for r in recalled] == [transcript[2].id, transcript[3].id]
 
 
 class ExplodingEmbedder(HashEmbedder):

@@ -12,9 +12,10 @@ on one scale; their ranks are). Then drop what the request already shows and ret
 
 Neighbours (measured on the LoCoMo dev split, bench/results/memory-ablation.md): a turn's
 vector embeds it after the turn before it, so a dense hit ranks that previous turn too
-(`fusion.with_context`); and each of the best k is followed by the turn after it in its
-conversation (`fusion.with_successors`) — a recalled question brings its answer. So up to 2k
-items come back, best first.
+(`fusion.with_context`); and each of the best k that asks something is followed by the turn
+after it in its conversation (`fusion.with_successors`) — a recalled question brings its
+answer (by choice every one of the best k, `successors_of="all"`). So up to 2k items come
+back, best first.
 
 Positions: an item of another conversation is placed before every item of the current one;
 other conversations are ordered by when they started, oldest first, their items by their place
@@ -33,13 +34,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import redis.asyncio as aioredis
 
 from gateway.core.compaction import render_chunk
-from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, fuse, with_context, with_successors
+from gateway.core.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
+                                 with_successors)
 from gateway.core.ids import ConversationKey
 from gateway.core.recall import Recollection
 from gateway.core.topics import boost_same_topic, same_topic
@@ -54,6 +56,7 @@ from gateway.store.codec import json_object
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 Hits = list[tuple[str, float]]
+SuccessorsOf = Literal["questions", "all"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +113,18 @@ class Recaller:
     async def recall(self, key: ConversationKey, query: str, *, k: int = 50,
                      exclude_ids: frozenset[str] = frozenset(),
                      query_vector: np.ndarray | None = None, successors: bool = True,
-                     rrf_k: int | None = None, namespaces: Namespaces | None = None,
-                     topic_start: int | None = None,
+                     successors_of: SuccessorsOf = "questions", rrf_k: int | None = None,
+                     namespaces: Namespaces | None = None, topic_start: int | None = None,
                      topic_boost: float = 0.0) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
-        turn after it; `rrf_k`: the fusion's k (default: the recaller's); `namespaces`: what
-        to search, when the caller read it with its other reads (`queue_namespaces`);
-        `topic_start`, `topic_boost`: the conversation's items from `topic_start` on (its
-        current topic) score 1 + `topic_boost` times higher (`core.topics`)."""
+        turn after it — every hit (`successors_of="all"`) or only the hits that ask something
+        ("questions", `gateway.core.fusion.asks`); `rrf_k`: the fusion's k (default: the
+        recaller's); `namespaces`: what to search, when the caller read it with its other
+        reads (`queue_namespaces`); `topic_start`, `topic_boost`: the conversation's items from
+        `topic_start` on (its current topic) score 1 + `topic_boost` times higher
+        (`core.topics`)."""
         if k <= 0:
             return []
         if namespaces is None:
@@ -173,7 +178,8 @@ class Recaller:
                      k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)
         fused = _same_topic_first(fused, own_items.items, topic_start, topic_boost)[:k]
         following = {i: links[i].following for i, _ in fused
-                     if successors and i in links and links[i].following is not None}
+                     if successors and i in links and links[i].following is not None
+                     and (successors_of == "all" or (i in first and asks(first[i].text)))}
         wanted = [i for i in dict.fromkeys([i for i, _ in fused] + list(following.values()))
                   if i not in found]
         own_more, user_more = await asyncio.gather(

@@ -183,6 +183,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                             settings=settings, facts=facts, pins=pins, topics=topic_store)
     recall = {name: RecallSettings(top_k=t.memory.recall_top_k, facts_k=t.memory.facts_k,
                                    successors=t.memory.recall_successors,
+                                   successors_of=t.memory.recall_successors_of,
                                    rrf_k=t.memory.recall_rrf_k,
                                    summaries=t.context.summary_share > 0,
                                    pins=t.context.pinned_share > 0,

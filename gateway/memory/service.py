@@ -30,14 +30,15 @@ from gateway.memory.facts_store import FactStore
 from gateway.memory.pin_store import PinStore
 from gateway.memory.ports import VectorIndex
 from gateway.memory.profile_store import ProfileStore
-from gateway.memory.recaller import Namespaces, Recaller, queue_namespaces, read_namespaces
+from gateway.memory.recaller import (Namespaces, Recaller, SuccessorsOf, queue_namespaces,
+                                     read_namespaces)
 from gateway.memory.settings_store import SettingsStore
 from gateway.memory.topic_store import TopicStore
 
 
 @dataclass(frozen=True, slots=True)
 class RecallSettings:
-    top_k: int = 50
+    top_k: int = 70
     """Older turns and chunks offered to the rewrite (it packs what its budget allows)."""
     facts_k: int = 0
     """The user's facts offered with each request, most relevant first (0: none). A user has
@@ -51,6 +52,9 @@ class RecallSettings:
     """Facts scoring at or below this (similarity × decayed importance) are left out."""
     successors: bool = True
     """A recalled turn brings the turn after it."""
+    successors_of: SuccessorsOf = "questions"
+    """Which recalled turns bring the turn after them: those that ask something (the
+    default), or "all"."""
     summaries: bool = True
     """Read the conversation's summary chunks for the summary block (false when the tenant's
     `summary_share` is 0: the block could never be shown)."""
@@ -186,7 +190,8 @@ class MemoryService:
             vector = await self.embedding.embed_query_one(query)
         turns, known = await asyncio.gather(
             self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
-                                 successors=recall.successors, rrf_k=recall.rrf_k,
+                                 successors=recall.successors,
+                                 successors_of=recall.successors_of, rrf_k=recall.rrf_k,
                                  namespaces=namespaces,
                                  topic_start=snapshot.topic.start if snapshot.topic else None,
                                  topic_boost=recall.topic_boost),

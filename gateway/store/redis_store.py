@@ -34,7 +34,7 @@ from gateway.core.transcript import TurnRecord, apply_turn
 from gateway.store.archive import TranscriptArchive
 from gateway.store.cluster import primary_targets
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
-                                 decode_stored, encode_record)
+                                 encode_record)
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import KeySpace
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache

@@ -1,0 +1,301 @@
+"""An offline simulation of the gateway's recall and rewrite on a LoCoMo-schema file: for
+tuning recall quickly and by leave-one-conversation-out, not for reporting headline figures
+(`python -m bench locomo` measures the real gateway; this runs in seconds once vectors are
+cached).
+
+What it reproduces, with the gateway's own code wherever the code is pure:
+- the stored transcript of a `stateless`/`stateful` client (bench/locomo/script.py), its turn
+  entries, context texts and anchors (`gateway.memory.turn_index.turn_entries`);
+- dense search (USE, exact inner product as FAISS IndexFlatIP) and stemmed BM25
+  (`gateway.memory.bm25.Bm25` over `lexical_index`'s tokens), `Recaller.recall`'s fusion,
+  context ranking and successors (`gateway.core.fusion`);
+- the rewrite (`gateway.core.rewrite.rewrite`) with the bench tenant's policy, scored with the
+  harness's Scorer (strict rules).
+What it leaves out: summary chunks (compacted by the worker on its own timing; also
+recallable in the gateway), the user namespace (`sessions` mode) and facts (off by
+default). So its figures sit near, not on, the gateway's (README, "Tuning recall offline").
+
+    python -m bench locomo-simulate [--budgets 2000] [--set NAME=VALUE ...] [--loo NAME=V1,V2]
+
+Vectors are cached in `--cache` (default: a directory under the system temp dir), keyed by
+the embedder and a digest of the texts: nothing of the data is written into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from bench.locomo.data import CATEGORIES, Conversation, load
+from bench.locomo.replay import RESERVE
+from bench.locomo.score import Scorer
+from bench.locomo.script import build_script
+from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, asks, fuse, with_context, with_successors
+from gateway.core.lexical import tokens
+from gateway.core.memory import MemoryContext
+from gateway.core.messages import Message, chain
+from gateway.core.policy import ContextPolicy
+from gateway.core.recall import Recollection
+from gateway.core.rewrite import RewriteRequest, rewrite
+from gateway.memory.bm25 import Bm25
+from gateway.memory.stemming import stemmed
+from gateway.memory.turn_index import TurnEntry, turn_entries
+from gateway.tokenizer import CL100K, tokenizer_for_encoding
+
+DEFAULT_DATA = "/work/shared/bench-data/locomo-dev.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The recall settings a simulation varies (defaults: the gateway's)."""
+
+    top_k: int = 70
+    rrf_k: int = RRF_K
+    recency_weight: float = RECENCY_WEIGHT
+    successors: bool = True
+    successors_of: str = "questions"
+    """"all" turns recalled, or only those that ask something ("questions")."""
+    context: bool = True
+
+
+@dataclass(slots=True)
+class Corpus:
+    """One conversation as the gateway indexed it."""
+
+    conversation: Conversation
+    messages: tuple[Message, ...]
+    ids: tuple[str, ...]
+    entries: list[TurnEntry]
+    vectors: np.ndarray
+    """Row i: the context vector of entries[i]."""
+    bm25: Bm25
+    scorer: Scorer
+    by_id: dict[str, int] = field(default_factory=dict)
+    following: dict[str, str] = field(default_factory=dict)
+    previous: dict[str, str] = field(default_factory=dict)
+    query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    """What an experiment's recall keeps per conversation."""
+
+
+class VectorCache:
+    """Embeddings by text (keyed by a digest), one .npz file per embedder under `root`."""
+
+    def __init__(self, root: Path, embedder: Any) -> None:
+        self.embedder = embedder
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self._path = root / f"{embedder.name}.npz"
+        self._vectors: dict[str, np.ndarray] = {}
+        if self._path.exists():
+            data = np.load(self._path)
+            keys = json.loads(str(data["keys"]))
+            self._vectors = dict(zip(keys, data["vectors"]))
+        self._dirty = False
+
+    @staticmethod
+    def _key(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if self._key(t) not in self._vectors))
+        for start in range(0, len(missing), 64):
+            batch = missing[start:start + 64]
+            for text, vector in zip(batch, self.embedder.embed(batch)):
+                self._vectors[self._key(text)] = vector
+            self._dirty = True
+        if not texts:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return np.stack([self._vectors[self._key(t)] for t in texts])
+
+    def save(self) -> None:
+        if self._dirty:
+            keys = list(self._vectors)
+            np.savez(self._path, keys=json.dumps(keys),
+                     vectors=np.stack([self._vectors[k] for k in keys]))
+            self._dirty = False
+
+
+def lexical_tokens(text: str) -> list[str]:
+    """As the gateway's lexical index tokenises (stemming on, its default)."""
+    return stemmed(tokens(text))
+
+
+def build_corpus(conversation: Conversation, cache: VectorCache, *,
+                 context: bool = True) -> Corpus:
+    script = build_script(conversation)
+    messages = tuple(Message.of(m["role"], m["content"]) for m in script.messages)
+    stored = chain(None, messages)
+    entries = turn_entries(stored, context=context)
+    vectors = cache.embed([e.embed_text for e in entries])
+    bm25 = Bm25()
+    for e in entries:
+        bm25.add(lexical_tokens(e.text))
+    corpus = Corpus(conversation, messages, tuple(s.id for s in stored), entries, vectors,
+                    bm25, Scorer(conversation, script.messages))
+    corpus.by_id = {e.id: i for i, e in enumerate(entries)}
+    corpus.following = {e.previous: e.id for e in entries if e.previous is not None}
+    corpus.previous = {e.id: e.previous for e in entries if e.previous is not None}
+    corpus.query_vectors = dict(zip(
+        [q.question for q in conversation.questions],
+        cache.embed([q.question for q in conversation.questions])))
+    return corpus
+
+
+def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
+    """`Recaller.recall` for a conversation namespace, over the simulated indexes."""
+    depth = max(knobs.top_k, 20)
+    q = corpus.query_vectors[query]
+    sims = corpus.vectors @ q
+    order = np.argsort(-sims, kind="stable")[:depth]
+    dense = [corpus.entries[i].id for i in order]
+    scores = corpus.bm25.scores(lexical_tokens(query))
+    n = min(depth, len(scores))
+    top = np.argpartition(-scores, n - 1)[:n]
+    top = top[np.argsort(-scores[top], kind="stable")]
+    lexical = [corpus.entries[i].id for i in top if scores[i] > 0]
+    positions = {e.id: e.position for e in corpus.entries}
+    ranked_dense = with_context(dense, corpus.previous) if knobs.context else dense
+    fused = fuse([ranked_dense, lexical], positions, k=knobs.rrf_k,
+                 recency_weight=knobs.recency_weight)[:knobs.top_k]
+    following = {i: corpus.following[i] for i, _ in fused
+                 if knobs.successors and i in corpus.following
+                 and (knobs.successors_of == "all" or asks(corpus.entries[corpus.by_id[i]].text))}
+    out = []
+    for i, score in with_successors(fused, following):
+        e = corpus.entries[corpus.by_id[i]]
+        out.append(Recollection("turn", e.id, e.text, (e.id,), e.position, score))
+    return out
+
+
+Recall = Callable[[Corpus, str, Knobs], list[Recollection]]
+
+
+def prompt(corpus: Corpus, question: str, recalled: Sequence[Recollection],
+           budget: int) -> list[dict[str, Any]]:
+    """The messages the gateway would forward for a stateless probe."""
+    policy = ContextPolicy(max_context_tokens=budget + RESERVE,
+                           reserve_completion_tokens=RESERVE)
+    request = RewriteRequest(instructions=(), history=corpus.messages,
+                             current=(Message.of("user", question),), policy=policy,
+                             memory=MemoryContext(recalled=tuple(recalled)),
+                             history_ids=corpus.ids)
+    return [m.to_openai() for m in rewrite(request, TOKENIZER).messages]
+
+
+TOKENIZER = tokenizer_for_encoding(CL100K)
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Evidence recall per (conversation, question index), and each question's category."""
+
+    recall: dict[tuple[str, int], float]
+    category: dict[tuple[str, int], int]
+
+    def mean(self, *, conversations: Sequence[str] | None = None,
+             categories: Sequence[int] | None = None) -> float:
+        values = [v for key, v in self.recall.items()
+                  if (conversations is None or key[0] in conversations)
+                  and (categories is None or self.category[key] in categories)]
+        return statistics.fmean(values) if values else float("nan")
+
+
+def simulate(corpora: Sequence[Corpus], budget: int, knobs: Knobs,
+             recall_fn: Recall = recall) -> Result:
+    values: dict[tuple[str, int], float] = {}
+    category: dict[tuple[str, int], int] = {}
+    for corpus in corpora:
+        for q in corpus.conversation.questions:
+            messages = prompt(corpus, q.question, recall_fn(corpus, q.question, knobs), budget)
+            score = corpus.scorer.score(q, messages)
+            if score.evidence_recall is not None:
+                key = (corpus.conversation.sample_id, q.index)
+                values[key] = score.evidence_recall
+                category[key] = q.category
+    return Result(values, category)
+
+
+def report(result: Result, label: str) -> str:
+    parts = [f"{result.mean():.3f}"] + [
+        f"{CATEGORIES[c][:5]} {result.mean(categories=[c]):.3f}" for c in sorted(CATEGORIES)]
+    return f"{label:<40} all {' '.join(parts)}"
+
+
+def parse_value(text: str) -> Any:
+    """A knob's value: JSON (numbers, true/false), else the text itself (`questions`)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench locomo-simulate",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=DEFAULT_DATA)
+    parser.add_argument("--budgets", default="2000")
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "locomo-sim"))
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"a knob ({', '.join(f.name for f in fields(Knobs))})")
+    parser.add_argument("--loo", action="append", default=[], metavar="NAME=V1,V2,...",
+                        help="tune these knobs by leave-one-conversation-out over the grid")
+    args = parser.parse_args(argv)
+    knobs = Knobs()
+    for item in args.set:
+        name, value = item.split("=", 1)
+        knobs = replace(knobs, **{name: parse_value(value)})
+    from gateway.memory.embedders.use import UseEmbedder
+    cache = VectorCache(Path(args.cache), UseEmbedder())
+    conversations = load(args.data)
+    corpora = [build_corpus(c, cache, context=knobs.context) for c in conversations]
+    cache.save()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    if not args.loo:
+        for budget in budgets:
+            print(report(simulate(corpora, budget, knobs), f"budget {budget}"))
+        return 0
+    grid = [(name, [parse_value(v) for v in values.split(",")])
+            for name, values in (item.split("=", 1) for item in args.loo)]
+    for budget in budgets:
+        leave_one_out(corpora, budget, knobs, grid)
+    return 0
+
+
+def leave_one_out(corpora: Sequence[Corpus], budget: int, base: Knobs,
+                  grid: Sequence[tuple[str, list[Any]]]) -> None:
+    """For each conversation, pick the grid point best on the others; report the held-out
+    figure of each fold's pick."""
+    points = [dict(zip([n for n, _ in grid], combo))
+              for combo in itertools.product(*[values for _, values in grid])]
+    results = {json.dumps(p): simulate(corpora, budget, replace(base, **p)) for p in points}
+    for key, result in results.items():
+        print(report(result, f"{budget} {key}"))
+    ids = [c.conversation.sample_id for c in corpora]
+    held: dict[tuple[str, int], float] = {}
+    category: dict[tuple[str, int], int] = {}
+    for out in ids:
+        rest = [i for i in ids if i != out]
+        best = max(results, key=lambda k: results[k].mean(conversations=rest))
+        chosen = results[best]
+        print(f"  fold {out}: picked {best} (train {chosen.mean(conversations=rest):.3f}, "
+              f"held-out {chosen.mean(conversations=[out]):.3f})")
+        for key, value in chosen.recall.items():
+            if key[0] == out:
+                held[key], category[key] = value, chosen.category[key]
+    print(report(Result(held, category), f"{budget} held-out"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
