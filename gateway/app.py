@@ -32,6 +32,7 @@ from gateway.store import connect
 from gateway.store.cluster import key_space
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.keyring import load_encryption
+from gateway.store.cluster import CommandGate
 from gateway.store.pool import StorePool
 from gateway.store.recorder import Recorder
 from gateway.store.redis_store import RedisStore
@@ -71,7 +72,8 @@ class Gateway:
     metrics: Metrics
     memory: MemoryRuntime | None = None
     buffer: RecordBuffer | None = None
-    store_pool: StorePool | None = None
+    store_pool: StorePool | CommandGate | None = None
+    """Counts the store's connections in use and waits (a cluster's: its commands in flight)."""
     history: RequestHistory | None = None
     """The recent requests kept for the console; None unless `console.enabled`."""
 
@@ -254,7 +256,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
                             tracing=tracing, limiter=limiter, history=history)
         app.state.gateway = Gateway(config, tenants, AdminKeys(config), limiter, pipeline,
                                     store, recorder, metrics, memory, buffer,
-                                    store_pool=getattr(redis, "connection_pool", None),
+                                    store_pool=getattr(redis, "gate", None)
+                                    or getattr(redis, "connection_pool", None),
                                     history=history)
         if history is not None:
             await history.start()

@@ -305,3 +305,47 @@ def test_a_long_conversation_is_archived_and_its_topics_kept_on_the_cluster(clus
     assert {ck.archive, ck.transcript, mk.topics} <= stored
     assert key_slot(ck.archive.encode()) == key_slot(ck.transcript.encode()) \
         == key_slot(mk.topics.encode())
+
+
+async def test_cluster_calls_beyond_the_pool_size_wait_for_a_place(cluster_url):
+    """redis-py's cluster nodes fail a call at once when their connections are all in use;
+    the store's cluster client waits for a place instead, like the one-Redis pool."""
+    client = connect(cluster_url, cluster=True, max_connections=2, pool_timeout=5)
+    try:
+        # Each call holds its connection 50 ms; 20 at once, through 2 places, on every node.
+        results = await asyncio.gather(*(client.blpop([f"absent-{i}"], timeout=0.05)
+                                         for i in range(20)))
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.get("absent-a")
+            pipe.get("absent-b")
+            assert await pipe.execute() == [None, None]
+        stats = client.gate.stats()
+    finally:
+        await client.aclose()
+    assert results == [None] * 20
+    assert stats.max_connections == 2 and stats.in_use == 0
+    assert stats.waits >= 18 and stats.timeouts == 0
+
+
+def test_a_burst_beyond_the_pool_on_the_cluster_runs_with_memory(cluster_url):
+    """100 concurrent clients, store_pool_size 4, on the cluster: none without memory."""
+    config = cluster_config(cluster_url, server={"store_pool_size": 4})
+    with running_gateway(config) as url:
+        async def burst() -> list[httpx.Response]:
+            limits = httpx.Limits(max_connections=100, max_keepalive_connections=0)
+            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+                async def one(i: int) -> httpx.Response:
+                    return await client.post(
+                        url + "/v1/chat/completions",
+                        json={"model": "echo", "messages": [{"role": "user",
+                                                             "content": f"burst {i}"}]},
+                        headers={"Authorization": f"Bearer {KEYS['acme']}",
+                                 "X-Conversation-Id": f"burst-{i}",
+                                 "X-User-Id": f"user-{i % 7}"})
+                return await asyncio.gather(*(one(i) for i in range(100)))
+
+        responses = asyncio.run(burst())
+        pool = httpx.get(url + "/readyz", timeout=10).json()["store_pool"]
+    assert [r.status_code for r in responses] == [200] * 100
+    assert [r for r in responses if "x-gateway-passthrough" in r.headers] == []
+    assert pool["max_connections"] == 4 and pool["timeouts"] == 0 and pool["waits"] > 0

@@ -40,14 +40,15 @@ def connect(url: str, *, max_connections: int = DEFAULT_POOL_SIZE,
     to be released, then fails with a `redis.ConnectionError`.
 
     `cluster`: `url` is a node of a Redis Cluster; the client is a `RedisCluster` (same
-    command surface) with `max_connections` per node (gateway/store/cluster.py).
+    command surface) with at most `max_connections` commands in flight, waiting the same way
+    (gateway/store/cluster.py).
     """
-    if cluster:
-        return connect_cluster(url, max_connections=max_connections,  # type: ignore[return-value]
-                               **options)
-    options.setdefault("decode_responses", True)
     if pool_timeout is None:
         pool_timeout = options.get("socket_timeout") or 20.0
+    if cluster:
+        return connect_cluster(url, max_connections=max_connections,  # type: ignore[return-value]
+                               pool_timeout=pool_timeout, **options)
+    options.setdefault("decode_responses", True)
     pool = StorePool.from_url(url, max_connections=max_connections, timeout=pool_timeout,
                               **options)
     return aioredis.Redis.from_pool(pool)

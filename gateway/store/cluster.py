@@ -9,13 +9,17 @@ to every primary. SCAN (`scan_iter`) already visits every primary in redis-py's 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.store.keys import KeySpace
+from gateway.store.pool import PoolStats
 
 if TYPE_CHECKING:
     from gateway.config import Config
@@ -27,25 +31,89 @@ def key_space(config: Config) -> KeySpace:
     return KeySpace(shards=cluster.shards if cluster.enabled else 0)
 
 
-def connect_cluster(url: str, *, max_connections: int, **options: Any) -> RedisCluster:
+def connect_cluster(url: str, *, max_connections: int, pool_timeout: float,
+                    **options: Any) -> StoreCluster:
     """A cluster client from the URL of any node; the others are discovered from it.
 
-    `max_connections` is per node. Unlike the one-Redis pool (gateway/store/pool.py), a node
-    whose connections are all in use fails the call at once (`MaxConnectionsError`, counted as
-    the store being unavailable): size it for the peak of concurrent requests."""
+    At most `max_connections` commands and pipelines are in flight at once (`CommandGate`),
+    so no node ever needs more connections than it has: a call beyond them waits up to
+    `pool_timeout` seconds, like the one-Redis pool (gateway/store/pool.py), instead of
+    failing at once with redis-py's `MaxConnectionsError`."""
     options.setdefault("decode_responses", True)
-    client = StoreCluster.from_url(url, max_connections=max_connections, **options)
+    client = StoreCluster.from_url(url, max_connections=max_connections,
+                                   gate=CommandGate(max_connections, pool_timeout), **options)
     _drop_routing_keys(client.response_callbacks)
     return client
 
 
+class CommandGate:
+    """Bounds the commands and pipelines a cluster client has in flight, waiting (up to
+    `timeout`) for a free place, and counts like `StorePool` for /readyz and /metrics.
+
+    redis-py's cluster nodes fail a call at once when all their connections are in use; each
+    command or pipeline in flight holds at most one connection per node, so with at most
+    `max_connections` in flight no node runs out. (A transaction that WATCHes holds its
+    connection between its calls: a node could still run out with every place taken by such
+    transactions — the store's transactions are short and never wait for each other.)"""
+
+    def __init__(self, max_connections: int, timeout: float):
+        self.max_connections = max_connections
+        self.timeout = timeout
+        self._places = asyncio.Semaphore(max_connections)
+        self.in_use = 0
+        self.waits = 0
+        self.timeouts = 0
+
+    @contextlib.asynccontextmanager
+    async def place(self) -> AsyncIterator[None]:
+        if self._places.locked():
+            self.waits += 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._places.acquire()
+        except TimeoutError:
+            self.timeouts += 1
+            raise RedisConnectionError(f"no free store connection within {self.timeout} s "
+                                       f"({self.max_connections} in use)") from None
+        self.in_use += 1
+        try:
+            yield
+        finally:
+            self.in_use -= 1
+            self._places.release()
+
+    def stats(self) -> PoolStats:
+        return PoolStats(self.max_connections, self.in_use, self.max_connections - self.in_use,
+                         self.waits, self.timeouts)
+
+
 class StoreCluster(RedisCluster):
-    """`RedisCluster` that finds the slot of a stream read without asking the server.
+    """`RedisCluster` whose commands and pipelines pass a `CommandGate`, and that finds the
+    slot of a stream read without asking the server.
 
     redis-py asks a node (COMMAND GETKEYS, a round trip) for the keys of every command whose
     keys move (XREADGROUP among them): that doubled the commands a recorder sends. The keys of
     XREADGROUP/XREAD are the first half of what follows STREAMS; every other command is
     routed as redis-py does it."""
+
+    def __init__(self, *args: Any, gate: CommandGate | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.gate = gate or CommandGate(kwargs.get("max_connections", 100), 20.0)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.gate.place():
+            return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        pipe = super().pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        async def gated(*a: Any, **k: Any) -> Any:
+            async with self.gate.place():
+                return await execute(*a, **k)
+
+        pipe.execute = gated
+        return pipe
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if _text(command).upper() in ("XREADGROUP", "XREAD"):
