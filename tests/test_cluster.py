@@ -349,3 +349,20 @@ def test_a_burst_beyond_the_pool_on_the_cluster_runs_with_memory(cluster_url):
     assert [r.status_code for r in responses] == [200] * 100
     assert [r for r in responses if "x-gateway-passthrough" in r.headers] == []
     assert pool["max_connections"] == 4 and pool["timeouts"] == 0 and pool["waits"] > 0
+
+
+async def test_a_recorders_blocking_reads_hold_no_place_the_requests_wait_for(cluster_url):
+    client = connect(cluster_url, cluster=True, max_connections=2, pool_timeout=5)
+    try:
+        # Four blocking reads (as four shards' recorders) wait 500 ms for entries...
+        reads = [asyncio.create_task(client.xread({f"{{s{i}}}:stream": "$"}, block=500))
+                 for i in range(4)]
+        await asyncio.sleep(0.05)
+        # ...while calls go through the 2 places without waiting for them.
+        for i in range(5):
+            assert await client.get(f"absent-{i}") is None
+        assert [r for r in await asyncio.gather(*reads) if r] == []
+        stats = client.gate.stats()
+    finally:
+        await client.aclose()
+    assert stats.waits == 0 and stats.timeouts == 0

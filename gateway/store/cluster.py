@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, ResponseError
 
-from gateway.store.keys import KeySpace
+from gateway.store.keys import MAX_SHARDS, KeySpace
 from gateway.store.pool import PoolStats
 
 if TYPE_CHECKING:
@@ -40,7 +40,9 @@ def connect_cluster(url: str, *, max_connections: int, pool_timeout: float,
     `pool_timeout` seconds, like the one-Redis pool (gateway/store/pool.py), instead of
     failing at once with redis-py's `MaxConnectionsError`."""
     options.setdefault("decode_responses", True)
-    client = StoreCluster.from_url(url, max_connections=max_connections,
+    # Blocking stream reads (one per shard's recorder) pass outside the gate: each node may
+    # hold those besides the gated calls.
+    client = StoreCluster.from_url(url, max_connections=max_connections + MAX_SHARDS,
                                    gate=CommandGate(max_connections, pool_timeout), **options)
     _drop_routing_keys(client.response_callbacks)
     return client
@@ -52,9 +54,11 @@ class CommandGate:
 
     redis-py's cluster nodes fail a call at once when all their connections are in use; each
     command or pipeline in flight holds at most one connection per node, so with at most
-    `max_connections` in flight no node runs out. (A transaction that WATCHes holds its
-    connection between its calls: a node could still run out with every place taken by such
-    transactions — the store's transactions are short and never wait for each other.)"""
+    `max_connections` in flight no node runs out. Blocking stream reads (a recorder per shard,
+    waiting up to its BLOCK time) pass outside the gate — each node allows `MAX_SHARDS` more
+    connections for them. (A transaction that WATCHes holds its connection between its calls:
+    a node could still run out with every place taken by such transactions — the store's
+    transactions are short and never wait for each other.)"""
 
     def __init__(self, max_connections: int, timeout: float):
         self.max_connections = max_connections
@@ -101,6 +105,10 @@ class StoreCluster(RedisCluster):
         self.gate = gate or CommandGate(kwargs.get("max_connections", 100), 20.0)
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if _blocking_read(args):
+            # A recorder's read waits up to its BLOCK time for new entries: it must not hold
+            # one of the places the requests' calls wait for.
+            return await super().execute_command(*args, **kwargs)
         async with self.gate.place():
             return await super().execute_command(*args, **kwargs)
 
@@ -125,6 +133,11 @@ class StoreCluster(RedisCluster):
                 if len(slots) == 1:
                     return slots.pop()
         return await super()._determine_slot(command, *args)
+
+
+def _blocking_read(args: tuple[Any, ...]) -> bool:
+    return bool(args) and _text(args[0]).upper() in ("XREADGROUP", "XREAD") \
+        and any(_text(a).upper() == "BLOCK" for a in args[1:])
 
 
 def _text(value: Any) -> str:
