@@ -121,8 +121,9 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         store = embedded.url
     fail_open_log = os.path.join(tmp or tempfile.gettempdir(),
                                  f"cgbench-fail-open-{os.getpid()}.log")
+    data_dir = tempfile.mkdtemp(prefix="cgbench-data-")
     try:
-        with gateway_processes(gateway_config(store, budgets, overrides), processes,
+        with gateway_processes(gateway_config(store, budgets, overrides, data_dir), processes,
                                fail_open_log) as urls:
             _progress(f"gateway serving at {', '.join(urls)} (child processes)")
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
@@ -133,6 +134,7 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
             os.remove(fail_open_log)
         if embedded is not None:
             embedded.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 

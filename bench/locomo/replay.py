@@ -69,14 +69,18 @@ def api_key(budget: int) -> str:
 
 
 def gateway_config(store: str, budgets: Sequence[int],
-                   overrides: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
+                   overrides: Sequence[tuple[str, Any]] = (),
+                   data_dir: str | None = None) -> dict[str, Any]:
     """The gateway's config (YAML dict form). One tenant per budget: prompt budget B =
     max_context_tokens - reserve; the rest is the gateway's default, except `overrides`:
     (dotted key, value) pairs set in every tenant (`context.summary_share`), or in the whole
-    config with a leading `config.` (`config.memory.index.stemming`) — for ablations."""
+    config with a leading `config.` (`config.memory.index.stemming`) — for ablations.
+    `data_dir`: the gateway's own (a record journal left in the working directory's ./data by
+    another run must not be replayed into the benchmark's store, nor one left by it there)."""
     config: dict[str, Any] = {
         "store": store,
         "recorder": {"mode": "background"},
+        **({"server": {"data_dir": data_dir}} if data_dir is not None else {}),
         "tenants": {tenant(b): {"api_keys": [{"sha256": hash_key(api_key(b))}],
                                 "models": {MODEL: {"model": "fake/echo"}},
                                 "context": {"max_context_tokens": b + RESERVE,
