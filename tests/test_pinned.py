@@ -18,9 +18,10 @@ from gateway.core.pinned import (
     render_pinned,
 )
 from gateway.core.recall import Recollection
-from gateway.core.rewrite import TRUNCATION_MARKER, RewriteRequest, rewrite
+from gateway.core.rewrite import RewriteRequest, rewrite
 from gateway.core.tokens import count_message, count_messages
 from gateway.core.transcript import apply_turn, reconcile
+from gateway.core.truncation import TRUNCATION_MARKER
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import TOK, assistant, policy, sys_, user, words
 

@@ -21,15 +21,9 @@ from gateway.core.memory import (
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall import Recollection
-from gateway.core.rewrite import (
-    TRUNCATION_MARKER,
-    Rewrite,
-    RewriteRequest,
-    rewrite,
-    split_current,
-    truncate_message,
-)
+from gateway.core.rewrite import Rewrite, RewriteRequest, rewrite, split_current
 from gateway.core.tokens import count_message, count_messages
+from gateway.core.truncation import TRUNCATION_MARKER, truncate_message
 
 
 class WordTokenizer:

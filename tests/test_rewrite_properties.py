@@ -29,14 +29,9 @@ from gateway.core.messages import Message
 from gateway.core.pinned import pin_line, pin_text, render_pinned
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall import Recollection
-from gateway.core.rewrite import (
-    TRUNCATION_MARKER,
-    Rewrite,
-    RewriteRequest,
-    rewrite,
-    truncate_message,
-)
+from gateway.core.rewrite import Rewrite, RewriteRequest, rewrite
 from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
+from gateway.core.truncation import TRUNCATION_MARKER, truncate_message
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import WordTokenizer
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 from gateway.core.memory import BlockName, MemoryContext, PinnedMessage
-from gateway.core.messages import Message, thaw
+from gateway.core.messages import Message
 from gateway.core.packing import (
     Packed,
     drop_redundant,
@@ -65,8 +65,8 @@ from gateway.core.packing import (
 from gateway.core.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.policy import ContextPolicy
 from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
+from gateway.core.truncation import cost_as_shortened, shorten
 
-TRUNCATION_MARKER = " […]"
 _ANSWER_ROLES = frozenset({"tool", "function"})
 
 Conversation = tuple[Message, ...]
@@ -324,44 +324,6 @@ def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:
     return frozenset(i for i in kept if i is not None)
 
 
-def truncate_message(message: Message, max_tokens: int, tokenizer: Tokenizer) -> Message:
-    """`message` itself if its text has at most `max_tokens` tokens, else a copy whose text is
-    cut to its first `max_tokens` tokens followed by `TRUNCATION_MARKER`. In a list of content
-    parts the text parts share the limit in order: the part that overflows is cut and marked,
-    later text parts are dropped, other parts (images, audio, files) are all kept."""
-    content = message.content
-    if content is None or tokenizer.count(message.text) <= max_tokens:
-        return message
-    if isinstance(content, str):
-        return message.with_content(_cut(content, max_tokens, tokenizer))
-    parts, changed = _truncate_parts(thaw(content), max_tokens, tokenizer)
-    return message.with_content(parts) if changed else message
-
-
-def _truncate_parts(parts: list[Any], max_tokens: int,
-                    tokenizer: Tokenizer) -> tuple[list[Any], bool]:
-    out: list[Any] = []
-    room, cut = max_tokens, False
-    for part in parts:
-        if not (isinstance(part, dict) and isinstance(part.get("text"), str)):
-            out.append(part)
-            continue
-        if cut:
-            continue
-        n = tokenizer.count(part["text"])
-        if n <= room:
-            out.append(part)
-            room -= n
-        else:
-            out.append({**part, "text": _cut(part["text"], room, tokenizer)})
-            cut = True
-    return out, cut
-
-
-def _cut(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
-    return tokenizer.truncate(text, max(0, max_tokens)) + TRUNCATION_MARKER
-
-
 @dataclass(frozen=True, slots=True)
 class _Window:
     messages: tuple[Message, ...] = ()
@@ -381,8 +343,8 @@ def _recent_window(history: tuple[Message, ...], message_costs: tuple[int, ...],
         is_user_turn = history[turn[0][0]].role == "user"
         if is_user_turn and user_turns >= policy.max_recent_turns:
             break
-        shortened = [_shorten(history[a:b], policy, tokenizer) for a, b in turn]
-        costs = [_cost_as_shortened(unit, history[a:b], message_costs[a:b], tokenizer)
+        shortened = [shorten(history[a:b], policy.truncate_message_tokens, tokenizer) for a, b in turn]
+        costs = [cost_as_shortened(unit, history[a:b], message_costs[a:b], tokenizer)
                  for unit, (a, b) in zip(shortened, turn)]
         if cost + sum(costs) <= room:
             kept.extend(reversed(shortened))
@@ -431,18 +393,6 @@ def _turns_newest_first(history: tuple[Message, ...]) -> Iterator[tuple[Span, ..
             turn = []
     if turn:
         yield tuple(reversed(turn))
-
-
-def _shorten(unit: Unit, policy: ContextPolicy, tokenizer: Tokenizer) -> Unit:
-    return tuple(truncate_message(m, policy.truncate_message_tokens, tokenizer) for m in unit)
-
-
-def _cost_as_shortened(unit: Unit, originals: Unit, costs: tuple[int, ...],
-                       tokenizer: Tokenizer) -> int:
-    """count_message summed over `unit`, the possibly shortened `originals` (whose costs are
-    `costs`): only a shortened copy is counted."""
-    return sum(c if m is o else count_message(m, tokenizer)
-               for m, o, c in zip(unit, originals, costs))
 
 
 def _sum_cost(messages: Sequence[Message], tokenizer: Tokenizer) -> int:
