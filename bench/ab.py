@@ -19,6 +19,7 @@ import httpx
 
 from bench.machine import machine
 from gateway.store import EmbeddedRedis
+from gateway.store.recorder import Recorder
 
 Times = dict[str, list[float]]
 
@@ -65,10 +66,11 @@ async def running(apps: dict[str, Any]) -> AsyncIterator[dict[str, httpx.AsyncCl
 
 async def alternate(clients: dict[str, httpx.AsyncClient], requests: int, warmup: int,
                     request: Callable[[int], tuple[dict[str, Any], dict[str, str]]],
-                    between: Callable[[str], Awaitable[None]] | None = None) -> Times:
+                    between: Callable[[str, httpx.Response], Awaitable[None]] | None = None
+                    ) -> Times:
     """POST `request(i)` (body, headers) to /v1/chat/completions of the "off" and "on" apps in
-    turn, the order swapped every round; time each; `between(name)` runs untimed after each
-    request. The first `warmup` rounds are not kept."""
+    turn, the order swapped every round; time each; `between(name, response)` runs untimed
+    after each request. The first `warmup` rounds are not kept."""
     times: Times = {name: [] for name in clients}
     for i in range(warmup + requests):
         body, headers = request(i)
@@ -81,8 +83,27 @@ async def alternate(clients: dict[str, httpx.AsyncClient], requests: int, warmup
             if i >= warmup:
                 times[name].append(elapsed)
             if between is not None:
-                await between(name)
+                await between(name, response)
     return times
+
+
+def worker_steps(apps: dict[str, Any]) -> Callable[[str, httpx.Response],
+                                                   Awaitable[None]]:
+    """A `between` for apps whose recorder runs elsewhere (`recorder.mode: external`): what a
+    worker process does with each turn — the recorder applies it, the memory worker processes
+    it. Call with the apps' lifespans running."""
+    gateways = {name: app.state.gateway for name, app in apps.items()}
+    recorders = {name: Recorder(g.store.client, consumer_prefix=f"bench-{name}",
+                                encryption=g.store.encryption)
+                 for name, g in gateways.items()}
+
+    async def between(name: str, response: httpx.Response) -> None:
+        await recorders[name].process_available()
+        memory = gateways[name].memory
+        assert memory is not None
+        await memory.worker.process_available()
+
+    return between
 
 
 def report(title: str, command: str, setting: str, describe: str, times: Times, *,

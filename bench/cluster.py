@@ -23,7 +23,6 @@ three cluster primaries. `users` identified users each hold one stateful convers
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import httpx
 import redis
 
 from bench.machine import machine
+from bench.output import write_result
 from gateway.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.inprocess import serve
@@ -169,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 nodes.stop()
     result = {"benchmark": "cluster", "machine": machine(), "users": args.users,
               "turns": args.turns, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_result(args.out, result, markdown(result))
     return 0
 
 

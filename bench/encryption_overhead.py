@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.ab import Times, alternate, embedded_stores, report, running
+from bench.ab import Times, alternate, embedded_stores, report, running, worker_steps
 from gateway.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.store.crypto import DataKey, TenantCipher
-from gateway.store.recorder import Recorder
 
 KEY_ENV = "GATEWAY_BENCH_ENCRYPTION_KEY"
 TURNS_PER_CONVERSATION = 40
@@ -54,18 +53,7 @@ async def _run(stores: dict[str, str], requests: int, warmup: int) -> Times:
                  "X-Conversation-Id": f"bench-{i // TURNS_PER_CONVERSATION}"})
 
     async with running(apps) as clients:
-        gateways = {name: app.state.gateway for name, app in apps.items()}
-        recorders = {name: Recorder(g.store.client, consumer_prefix=f"bench-{name}",
-                                    encryption=g.store.encryption)
-                     for name, g in gateways.items()}
-
-        async def between(name: str) -> None:  # untimed: what the worker process does
-            await recorders[name].process_available()
-            memory = gateways[name].memory
-            assert memory is not None
-            await memory.worker.process_available()
-
-        return await alternate(clients, requests, warmup, request, between)
+        return await alternate(clients, requests, warmup, request, worker_steps(apps))
 
 
 def _cipher_cost(chars: int, calls: int) -> tuple[float, float]:

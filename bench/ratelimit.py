@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import datetime as dt
 import hashlib
-import json
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ import yaml
 
 from bench.load.cli import redis_server
 from bench.machine import machine
+from bench.output import write_result
 from bench.overhead.processes import ChildServer, ChildServers, free_port
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ratelimit.json"
@@ -191,9 +191,6 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine(),
             "command": " ".join(["gateway bench ratelimit",
                                  *(sys.argv[1:] if argv is None else argv)])}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "result": row, "requests": results},
-                                   indent=1))
-    args.out.with_suffix(".md").write_text(markdown(meta, row))
-    print(markdown(meta, row))
+    write_result(args.out, {"meta": meta, "result": row, "requests": results},
+                 markdown(meta, row), indent=1)
     return 0 if row["within_tolerance"] and row["rejections_well_formed"] else 1

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import platform
 import random
 import statistics
@@ -35,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from bench.output import write_result
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
 from gateway.memory.embedders import build_embedder
@@ -227,10 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             result = asyncio.run(run(tuple(args.sizes), args.queries, server.url, settings))
         finally:
             server.stop()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_result(args.out, result, markdown(result))
     return 0
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import machine
+from bench.output import write_result
 from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
@@ -248,10 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                               "ratios": ratios(rows)}
     if args.before is not None:
         result["before"] = json.loads(args.before.read_text())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_result(args.out, result, markdown(result), ensure_ascii=False)
     return 0
 
 

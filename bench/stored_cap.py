@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import machine
+from bench.output import write_result
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
 from gateway.core.transcript import reconcile
@@ -136,8 +136,5 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     result = {"cap": args.cap, "runs": args.runs, "machine": machine(), "rows": rows,
               "command": "python -m bench stored-cap " + " ".join(argv or sys.argv[1:])}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(_markdown(result))
-    print(_markdown(result))
+    write_result(args.out, result, _markdown(result))
     return 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import machine
+from bench.output import write_result
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
@@ -114,10 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     result = {"benchmark": "writeback", "machine": machine(), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_result(args.out, result, markdown(result))
     return 0
 
 

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import statistics
@@ -33,6 +32,7 @@ from typing import Any, Iterator
 import aiohttp
 import yaml
 
+from bench.output import write_result
 from bench.overhead.processes import ChildServer, ChildServers, free_port
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "load.json"
@@ -328,9 +328,6 @@ def main(argv: list[str] | None = None) -> int:
             "stream_every": args.stream_every, "embedder": args.embedder,
             "command": "python -m bench load " + " ".join(sys.argv[1:] if argv is None
                                                            else argv)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "runs": rows}, indent=1))
-    args.out.with_suffix(".md").write_text(markdown(meta, rows))
+    write_result(args.out, {"meta": meta, "runs": rows}, markdown(meta, rows), indent=1)
     plot(rows, args.out.with_suffix(".png"))
-    print(markdown(meta, rows))
     return 0
