@@ -14,7 +14,7 @@ import contextlib
 import functools
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, ResponseError
 
@@ -112,16 +112,21 @@ class StoreCluster(RedisCluster):
         async with self.gate.place():
             return await super().execute_command(*args, **kwargs)
 
-    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
-        pipe = super().pipeline(*args, **kwargs)
-        execute = pipe.execute
+    def pipeline(self, transaction: Any | None = None,
+                 shard_hint: Any | None = None) -> GatedPipeline:
+        if shard_hint:
+            raise RedisClusterException("shard_hint is deprecated in cluster mode")
+        return GatedPipeline(self, transaction)
 
-        async def gated(*a: Any, **k: Any) -> Any:
-            async with self.gate.place():
-                return await execute(*a, **k)
 
-        pipe.execute = gated
-        return pipe
+class GatedPipeline(ClusterPipeline):
+    """A cluster pipeline (or transaction) whose execution passes its client's gate."""
+
+    cluster_client: StoreCluster
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.cluster_client.gate.place():
+            return await super().execute(*args, **kwargs)
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if _text(command).upper() in ("XREADGROUP", "XREAD"):
