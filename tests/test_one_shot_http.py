@@ -22,15 +22,15 @@ import openai
 import pytest
 import redis
 
-from gateway.config import hash_key, parse_config
+from gateway.config import parse_config
 from gateway.core.messages import Message
 from gateway.core.one_shot import MARKER
 from gateway.store import connect
 from gateway.store.redis_store import RedisStore
 from gateway.upstream.fake_server import create_fake_app
-from tests.support.gateway import KEYS, conversation_key, running_gateway
-from tests.support.redis import ENV_URL
+from tests.support.gateway import KEYS, conversation_key, gateway_config, running_gateway
 from tests.support.processes import Processes, require_redis_server
+from tests.support.redis import ENV_URL
 from tests.support.servers import serve
 
 TOOL_CANARY, DOC_CANARY = "Qx7ToolCanary", "Vz9DocCanary"
@@ -72,15 +72,11 @@ def config(store: str, base: str):
                       "api_key_env": "FAKE_SERVER_KEY"}
               for alias, behaviour in (("echo", "echo"), ("tool-call", "tool-call"),
                                        ("messages", "echo-messages"))}
-    tenant = {"models": models,
-              "context": {"max_context_tokens": 8000, "reserve_completion_tokens": 500},
-              # Summaries after two rounds beyond one recent turn: a few turns make chunks.
-              "memory": {"compaction": {"min_rounds": 2, "recent_window_turns": 1}}}
-    return parse_config({
-        "store": store, "recorder": {"mode": "inline"},
-        "memory": {"embedder": {"kind": "hash"}},
-        "tenants": {name: {**tenant, "api_keys": [{"sha256": hash_key(key)}]}
-                    for name, key in KEYS.items()}})
+    return gateway_config(
+        store, models=models,
+        context={"max_context_tokens": 8000, "reserve_completion_tokens": 500},
+        # Summaries after two rounds beyond one recent turn: a few turns make chunks.
+        tenant={"memory": {"compaction": {"min_rounds": 2, "recent_window_turns": 1}}})
 
 
 @pytest.fixture

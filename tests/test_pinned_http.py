@@ -12,9 +12,8 @@ import openai
 import pytest
 import redis
 
-from gateway.config import hash_key, parse_config
 from gateway.core.pinned import NOTED_TAG, PINNED_TAG
-from tests.support.gateway import KEYS, MODELS, forwarded, running_gateway
+from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
 
 ALICE, MALLORY = "alice-P1", "mallory-P2"
 RULE = "Never give legal advice on tax."
@@ -22,15 +21,10 @@ FILLER = "Tell me something about the weather on day {i}, please, in a few words
 
 
 def config(redis_url: str, **context: Any):
-    tenant = {"models": MODELS, "memory": {"compaction": {"min_rounds": 2,
-                                                          "recent_window_turns": 1}},
-              "context": {"max_context_tokens": 700, "reserve_completion_tokens": 100,
-                          **context}}
-    return parse_config({
-        "store": redis_url, "recorder": {"mode": "inline"},
-        "memory": {"embedder": {"kind": "hash"}},
-        "tenants": {name: {**tenant, "api_keys": [{"sha256": hash_key(key)}]}
-                    for name, key in KEYS.items()}})
+    return gateway_config(
+        redis_url, context={"max_context_tokens": 700, "reserve_completion_tokens": 100,
+                            **context},
+        tenant={"memory": {"compaction": {"min_rounds": 2, "recent_window_turns": 1}}})
 
 
 @pytest.fixture

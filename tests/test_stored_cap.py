@@ -26,7 +26,7 @@ from gateway.store.archive import movable
 from gateway.store.codec import decode_stored, encode_stored
 from gateway.store.keys import KeySpace
 from gateway.store.redis_store import RedisStore
-from tests.support.gateway import KEYS, MODELS, forwarded, running_gateway
+from tests.support.gateway import KEYS, MODELS, forwarded, gateway_config, running_gateway
 
 CAP = 8
 USER = "ada-3F"
@@ -35,16 +35,9 @@ USER = "ada-3F"
 def _config(redis_url: str, cap: int = CAP) -> Any:
     """Memory on (compaction after two rounds beyond one recent turn), inline recording, and
     acme's conversations capped at `cap` live messages."""
-    tenant = {"models": MODELS,
-              "memory": {"compaction": {"min_rounds": 2, "recent_window_turns": 1}},
-              "context": {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
-    return parse_config({
-        "store": redis_url, "recorder": {"mode": "inline"},
-        "memory": {"embedder": {"kind": "hash"}},
-        "tenants": {name: {**tenant, "api_keys": [{"sha256": hash_key(key)}],
-                           **({"request_limits": {"max_stored_messages": cap}}
-                              if name == "acme" else {})}
-                    for name, key in KEYS.items()}})
+    return gateway_config(
+        redis_url, tenant={"memory": {"compaction": {"min_rounds": 2, "recent_window_turns": 1}}},
+        per_tenant={"acme": {"request_limits": {"max_stored_messages": cap}}})
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import openai
 import pytest
 import respx
 
-from gateway.config import hash_key, parse_config
-from tests.support.gateway import KEYS, MODELS, running_gateway
+from tests.support.gateway import KEYS, gateway_config, running_gateway
 
 ALICE, MALLORY = "alice-T1", "mallory-T2"
 MARATHON = [
@@ -40,20 +39,17 @@ TOPICS_BASE = "http://topics.test/v1"
 
 def config(redis_url: str, topics: dict[str, Any] | None = None,
            memory: dict[str, Any] | None = None) -> Any:
-    tenant = {"models": {**MODELS, "classifier": {"model": "openai/gpt-4o-mini",
-                                                  "api_base": TOPICS_BASE}},
-              # Summaries only when a topic ends (min_rounds is out of reach): the chunk made
-              # is the finished topic's.
-              "memory": {"compaction": {"min_rounds": 50, "min_tokens": 100_000,
-                                        "recent_window_turns": 1},
-                         # The test embedder's scale: related texts here score >= 0.2.
-                         "topics": {"similarity": 0.2, **(topics or {})}, **(memory or {})},
-              "context": {"max_context_tokens": 4000, "reserve_completion_tokens": 200}}
-    return parse_config({
-        "store": redis_url, "recorder": {"mode": "inline"},
-        "memory": {"embedder": {"kind": "hash"}},
-        "tenants": {name: {**tenant, "api_keys": [{"sha256": hash_key(key)}]}
-                    for name, key in KEYS.items()}})
+    return gateway_config(
+        redis_url,
+        models={"classifier": {"model": "openai/gpt-4o-mini", "api_base": TOPICS_BASE}},
+        context={"max_context_tokens": 4000, "reserve_completion_tokens": 200},
+        # Summaries only when a topic ends (min_rounds is out of reach): the chunk made is
+        # the finished topic's.
+        tenant={"memory": {"compaction": {"min_rounds": 50, "min_tokens": 100_000,
+                                          "recent_window_turns": 1},
+                           # The test embedder's scale: related texts here score >= 0.2.
+                           "topics": {"similarity": 0.2, **(topics or {})},
+                           **(memory or {})}})
 
 
 @pytest.fixture

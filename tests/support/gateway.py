@@ -25,9 +25,14 @@ MODELS = {
 
 def gateway_config(store: str, *, context: dict[str, Any] | None = None,
                    recorder: dict[str, Any] | None = None,
-                   models: dict[str, Any] | None = None, **top: Any) -> Config:
-    tenant = {"models": {**MODELS, **(models or {})},
-              "context": context or {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
+                   models: dict[str, Any] | None = None, tenant: dict[str, Any] | None = None,
+                   per_tenant: dict[str, dict[str, Any]] | None = None, **top: Any) -> Config:
+    """Every tenant of KEYS with the fake models (plus `models`), `context` and the keys of
+    `tenant` (e.g. `memory`), and tenant `name` also those of `per_tenant[name]`; `top`: the
+    config's other top-level keys."""
+    common = {"models": {**MODELS, **(models or {})},
+              "context": context or {"max_context_tokens": 2000, "reserve_completion_tokens": 200},
+              **(tenant or {})}
     # The test embedder: memory works the same, without loading a model per app start.
     top.setdefault("memory", {"embedder": {"kind": "hash"}})
     # A data dir of its own: a record journal written at one test's shutdown (its store gone)
@@ -36,7 +41,8 @@ def gateway_config(store: str, *, context: dict[str, Any] | None = None,
     return parse_config({
         "store": store,
         "recorder": recorder or {"mode": "inline"},
-        "tenants": {name: {**tenant, "api_keys": [{"sha256": hash_key(key)}]}
+        "tenants": {name: {**common, **(per_tenant or {}).get(name, {}),
+                           "api_keys": [{"sha256": hash_key(key)}]}
                     for name, key in KEYS.items()},
         **top,
     })
