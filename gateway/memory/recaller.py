@@ -396,14 +396,15 @@ def _at(item: Recollection, position: int) -> Recollection:
 
 def _usable(items: dict[str, Recollection],
             exclude_ids: frozenset[str]) -> dict[str, Recollection]:
+    if not exclude_ids:
+        return items
     return {i: item for i, item in items.items() if not _excluded(item, exclude_ids)}
 
 
 def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:
-    if item.id in exclude_ids:
-        return True
     # An item that only stems from turns the request shows verbatim adds nothing.
-    return bool(item.source_ids) and all(s in exclude_ids for s in item.source_ids)
+    return item.id in exclude_ids or (bool(item.source_ids)
+                                      and exclude_ids.issuperset(item.source_ids))
 
 
 def _scored(item: Recollection, score: float) -> Recollection:
