@@ -218,7 +218,7 @@ async def erase(request: Request) -> Response:
 
 
 async def list_pins(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     pins = await _control(gateway).pins(key)
     if pins is None:
@@ -227,7 +227,7 @@ async def list_pins(request: Request) -> Response:
 
 
 async def put_pin(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     message_id = _name(request, "message_id")
     try:
@@ -243,7 +243,7 @@ async def put_pin(request: Request) -> Response:
 
 
 async def delete_pin(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     message_id = _name(request, "message_id")
     if not await _control(gateway).unpin(key, message_id):

@@ -49,10 +49,13 @@ def seen(client: openai.OpenAI, text: str = "What do you know?") -> list[dict[st
     return forwarded(reply.choices[0].message.content)
 
 
-def memory_api(url: str, method: str, path: str, user: str = ALICE,
+def memory_api(url: str, method: str, path: str, user: str | None = ALICE,
                tenant: str = "acme") -> httpx.Response:
-    return httpx.request(method, url + "/v1/memory" + path, timeout=30,
-                         headers={"Authorization": f"Bearer {KEYS[tenant]}", "X-User-Id": user})
+    """`user` None: no user header (the tenant's anonymous conversations)."""
+    headers = {"Authorization": f"Bearer {KEYS[tenant]}"}
+    if user is not None:
+        headers["X-User-Id"] = user
+    return httpx.request(method, url + "/v1/memory" + path, timeout=30, headers=headers)
 
 
 def block(messages: list[dict[str, Any]], tag: str) -> str | None:
@@ -107,6 +110,27 @@ def test_a_stateless_client_pins_by_marker_and_the_pin_holds_the_stored_id(url):
     transcript = memory_api(url, "GET", "/conversations/stateless").json()["messages"]
     pins = memory_api(url, "GET", "/conversations/stateless/pins").json()["data"]
     assert [p["id"] for p in pins] == [transcript[2]["id"]]
+
+
+def test_an_anonymous_conversations_pins_are_listed_and_unpinned_with_the_tenant_key(url):
+    # Without a user header the conversation endpoints reach the tenant's anonymous
+    # conversations (as for chunks and topics): their pins must be visible and removable too.
+    anonymous = openai.OpenAI(base_url=url + "/v1", api_key=KEYS["acme"], max_retries=0,
+                              default_headers={"X-Conversation-Id": "no-user"})
+    say(anonymous, {"role": "user", "content": RULE, "x_gateway_pin": True})
+    listed = memory_api(url, "GET", "/conversations/no-user/pins", user=None)
+    assert listed.status_code == 200
+    pins = listed.json()["data"]
+    assert [p["message"]["content"] for p in pins] == [RULE]
+    # A named user does not reach the anonymous conversation's pins.
+    assert memory_api(url, "GET", "/conversations/no-user/pins").status_code == 404
+    assert memory_api(url, "DELETE", f"/conversations/no-user/pins/{pins[0]['id']}"
+                      ).status_code == 404
+    assert memory_api(url, "DELETE", f"/conversations/no-user/pins/{pins[0]['id']}",
+                      user=None).json()["deleted"] is True
+    assert memory_api(url, "GET", "/conversations/no-user/pins", user=None).json()["data"] == []
+    assert memory_api(url, "PUT", f"/conversations/no-user/pins/{pins[0]['id']}",
+                      user=None).json()["source"] == "api"
 
 
 def test_a_stored_message_is_pinned_through_the_api_and_shown_as_a_rule(url):
