@@ -9,7 +9,6 @@ keys are named by `api_key_env`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -18,7 +17,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+# ApiKey and hash_key are re-exported: callers import them from gateway.config.
+from gateway.config.access import AdminConfig, RateLimitsConfig, TenantApiKey
+from gateway.config.access import ApiKey as ApiKey
+from gateway.config.access import hash_key as hash_key
 from gateway.config.memory import MemoryConfig, TenantMemoryConfig
+from gateway.config.operations import ConsoleConfig, TracingConfig
 from gateway.config.strict import Strict
 from gateway.core.ids import valid_id
 from gateway.core.one_shot import OneShotPolicy
@@ -86,71 +90,6 @@ class RequestLimitsConfig(Strict):
     reconciles). Beyond it the oldest are not refused and never lost: once memory has indexed
     and compacted them they move to the conversation's archive (still recalled, exported and
     erased with it). A request whose new messages alone exceed it gets a 400 (`messages`)."""
-
-
-class ApiKey(Strict):
-    env: str | None = None
-    sha256: str | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> ApiKey:
-        if (self.env is None) == (self.sha256 is None):
-            raise ValueError("give exactly one of `env` (an environment variable name) "
-                             "or `sha256` (the hex digest of the key)")
-        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
-            raise ValueError("sha256 must be 64 lowercase hex characters")
-        return self
-
-    def digest(self, where: str) -> str:
-        if self.sha256 is not None:
-            return self.sha256
-        value = os.environ.get(self.env or "")
-        if not value:
-            raise ConfigError(f"{where}.env: environment variable {self.env} is not set")
-        return hash_key(value)
-
-
-class RateLimitsConfig(Strict):
-    """Rate limits over any 60 seconds, counted in the store (shared by every replica).
-    None: no limit of that kind."""
-
-    requests_per_minute: int | None = Field(None, ge=1)
-    tokens_per_minute: int | None = Field(None, ge=1)
-    """Prompt tokens as forwarded upstream (after the rewrite), plus completion tokens once
-    the answer is known (debited after the fact: they delay the next requests)."""
-
-
-class TenantApiKey(ApiKey):
-    rate_limits: RateLimitsConfig = RateLimitsConfig()
-    """Limits of this key alone, on top of the tenant's (which all its keys share)."""
-
-
-class AdminConfig(Strict):
-    """Operator access: the user-control API across every tenant's users, and `/metrics`."""
-
-    keys: list[ApiKey] = Field(default_factory=list)
-    """Admin keys, in the same forms as tenant keys. None: no admin access exists, and
-    `/metrics` stays public as before."""
-    metrics_public: bool = False
-    """Serve `/metrics` without a key even when admin keys are set (a scraper inside a
-    private network)."""
-
-
-class ConsoleConfig(Strict):
-    """The memory console (`/console`, gateway/console/): HTML pages for operators signed in
-    with an admin key. Off by default; on, it needs `admin.keys`."""
-
-    enabled: bool = False
-    session_ttl_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)
-    """A console session lasts this long after sign-in (then sign in again)."""
-    secure_cookie: bool = True
-    """Mark the session cookie `Secure` (sent over https only). Set false only to use the
-    console over plain http (a gateway on your own machine)."""
-    request_log_entries: int = Field(1000, ge=10, le=100_000)
-    """Requests kept per tenant in its request-log stream (trimmed approximately, XADD
-    MAXLEN ~); also what the request view and chart can show."""
-    last_request_ttl_seconds: int = Field(30 * 24 * 3600, ge=60)
-    """How long a conversation's last-request diagnostics are kept after that request."""
 
 
 class ModelConfig(Strict):
@@ -277,50 +216,6 @@ class TenantConfig(Strict):
         return self
 
 
-class TracingConfig(Strict):
-    """OpenTelemetry spans for requests and memory jobs, exported over OTLP/HTTP
-    (gateway/tracing.py). Off: nothing of OpenTelemetry is even imported."""
-
-    enabled: bool = False
-    endpoint: str | None = None
-    """The OTLP/HTTP traces URL (`http://localhost:4318/v1/traces`); unset: the exporter's
-    own OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT variables."""
-    headers_env: str | None = None
-    """An environment variable holding the export's headers as `key=value,...` (the
-    OTEL_EXPORTER_OTLP_HEADERS format; values URL-encoded): credentials stay out of the file."""
-    service_name: str = Field("context-gateway", min_length=1)
-    sample_ratio: float = Field(1.0, ge=0, le=1)
-    """The share of new traces kept; a client's sampled `traceparent` is always followed."""
-
-    @field_validator("enabled")
-    @classmethod
-    def _installed(cls, value: bool) -> bool:
-        from gateway.tracing import missing_packages  # imports nothing of OpenTelemetry
-
-        missing = missing_packages() if value else []
-        if missing:
-            raise ValueError(f"tracing needs {', '.join(missing)}: install the `otel` extra "
-                             "(pip install 'context-gateway[otel]') or set it to false")
-        return value
-
-    @field_validator("endpoint")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
-        return value
-
-    def headers(self) -> str | None:
-        """The headers variable's value; ConfigError if it is named and not set."""
-        if self.headers_env is None:
-            return None
-        value = os.environ.get(self.headers_env)
-        if not value:
-            raise ConfigError(
-                f"tracing.headers_env: environment variable {self.headers_env} is not set")
-        return value
-
-
 class StoreClusterConfig(Strict):
     """The store is a Redis Cluster (README, "Redis Cluster"); `store` is the URL of any of
     its nodes, the others are discovered."""
@@ -435,10 +330,6 @@ class Config(Strict):
             encryption = self.encryption_for(name)
             if encryption is not None:
                 encryption[0].keys(encryption[1])
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def interpolate(value: Any, where: str = "") -> Any:
