@@ -9,6 +9,7 @@ import re
 import time
 
 import httpx
+import markupsafe
 import pytest
 import redis
 
@@ -281,3 +282,15 @@ def test_a_conversations_pins_are_shown_escaped(url):
     pins = page[page.index("<h2>Pinned messages</h2>"):page.index("<h2>Summary chunks</h2>")]
     assert "Never quote &lt;b&gt;prices&lt;/b&gt; in Quillon dollars." in pins
     assert "pinned by client" in pins
+
+
+def test_a_conversations_topics_are_listed_with_the_current_one_marked(url):
+    topics = httpx.get(url + "/v1/memory/conversations/chat-1/topics", timeout=10, headers={
+        "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN}).json()["data"]
+    assert topics  # the memory worker tracked the conversation's topic(s)
+    page = signed_in(url).get(USER_PAGE + "/c/chat-1").text
+    shown = page[page.index("<h2>Topics</h2>"):page.index("<h2>Summary chunks</h2>")]
+    assert shown.count('class="topic"') == len(topics)
+    assert shown.count("(current)") == 1
+    for topic in topics:
+        assert str(markupsafe.escape(topic["label"] or "(no label yet)")) in shown

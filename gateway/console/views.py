@@ -106,9 +106,9 @@ async def user_view(control: MemoryControl, tenant: str, user: str) -> Json:
 
 async def conversation_view(control: MemoryControl, redis: aioredis.Redis,
                             key: ConversationKey) -> Json | None:
-    """The transcript, its summary chunks, and its last request with the recalled items
-    resolved to their text where the store still has them; None if there is no such
-    conversation."""
+    """The transcript, its summary chunks, pins and topics, and its last request with the
+    recalled items resolved to their text where the store still has them; None if there is
+    no such conversation."""
     view = await control.conversation(key)
     if view is None:
         return None
@@ -126,8 +126,9 @@ async def conversation_view(control: MemoryControl, redis: aioredis.Redis,
                       for i, e in zip(others, entries) if e})
     recalled = [{**item, "text": texts.get(item.get("id", ""))}
                 for item in (last or {}).get("recalled_items", [])]
+    topics = await control.topics(key) or {}
     return {**view, "chunks": chunks, "pins": pins, "last_request": last,
-            "recalled": recalled}
+            "recalled": recalled, "topics": topics.get("data", [])}
 
 
 async def request_log(redis: aioredis.Redis, keys: KeySpace, tenant: str,
