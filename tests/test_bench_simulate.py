@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bench.locomo.data import load
 from bench.locomo.meter import PromptMeter
-from bench.locomo.simulate import Knobs, VectorCache, build_corpus, prompt, recall, simulate
+from bench.locomo.simulate import (SPEAKER_LABEL, Knobs, VectorCache, build_corpus, prompt, recall,
+                                   simulate)
 from gateway.memory.embedders.hashing import HashEmbedder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "zh-conversations.json"
@@ -30,3 +31,18 @@ def test_simulated_prompts_fit_the_budget_and_end_with_the_question(tmp_path):
     # Questions answered by the turn after a recalled question need successors.
     without = simulate(corpora, 300, Knobs(successors=False))
     assert without.recall != result.recall
+
+
+def test_inference_knobs_change_only_questions_that_ask_for_an_inference(tmp_path):
+    cache = VectorCache(tmp_path, HashEmbedder())
+    conversation = load(FIXTURE)[0]
+    corpus = build_corpus(conversation, cache)
+    inference, fact = "王磊可能喜欢什么样的音乐？", conversation.questions[0].question
+    corpus.query_vectors.update(zip([inference], cache.embed([inference])))
+    knobs = Knobs(inference_successors_of="none", inference_lexical_weight=0.0,
+                  inference_speaker_boost=3.0)
+    assert recall(corpus, fact, knobs) == recall(corpus, fact, Knobs())
+    changed = recall(corpus, inference, knobs)
+    assert changed != recall(corpus, inference, Knobs())
+    # The question names 王磊: with his turns boosted, the best recalled turn is his.
+    assert SPEAKER_LABEL.findall(changed[0].text) == ["王磊"]

@@ -66,3 +66,16 @@ def test_fuse_does_not_mutate_its_inputs():
 ])
 def test_a_turn_asks_when_it_holds_a_question_mark(text, expected):
     assert asks(text) is expected
+
+
+def test_a_ranking_weighs_by_its_weight():
+    scores = reciprocal_rank_fusion([["a", "b"], ["b"]], k=10, weights=[1.0, 0.5])
+    assert scores == pytest.approx({"a": 1 / 11, "b": 1 / 12 + 0.5 / 11})
+    # Weight 0: the ranking's items are kept (at score 0) but it never reorders the others.
+    assert [i for i, _ in fuse([["a", "b"], ["b", "c"]], {}, weights=[1.0, 0.0])] == [
+        "a", "b", "c"]
+
+
+def test_weights_must_match_the_rankings():
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([["a"], ["b"]], weights=[1.0])

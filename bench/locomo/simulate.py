@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from gateway.core.lexical import tokens
 from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message, chain
 from gateway.core.policy import ContextPolicy
+from gateway.core.question_form import asks_inference
 from gateway.core.recall import Recollection
 from gateway.core.rewrite import RewriteRequest, rewrite
 from gateway.memory.bm25 import Bm25
@@ -66,6 +68,15 @@ class Knobs:
     successors_of: str = "questions"
     """"all" turns recalled, or only those that ask something ("questions")."""
     context: bool = True
+    # For a question that asks for an inference (`gateway.core.question_form.asks_inference`)
+    # only; the defaults leave it recalled like any other (README, "Open-domain (category 3)").
+    inference_successors_of: str = "questions"
+    """"all", "questions" or "none": which recalled turns bring the turn after them."""
+    inference_lexical_weight: float = 1.0
+    """The BM25 ranking's weight in the fusion (the dense ranking's is 1)."""
+    inference_speaker_boost: float = 1.0
+    """Fused scores of the turns spoken by a person the question names (a line-initial
+    `Name:` label, as the LoCoMo client renders turns) are multiplied by this."""
 
 
 @dataclass(slots=True)
@@ -154,6 +165,8 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
 
 def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     """`Recaller.recall` for a conversation namespace, over the simulated indexes."""
+    inference = asks_inference(query)
+    successors_of = knobs.inference_successors_of if inference else knobs.successors_of
     depth = max(knobs.top_k, 20)
     q = corpus.query_vectors[query]
     sims = corpus.vectors @ q
@@ -167,15 +180,37 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     positions = {e.id: e.position for e in corpus.entries}
     ranked_dense = with_context(dense, corpus.previous) if knobs.context else dense
     fused = fuse([ranked_dense, lexical], positions, k=knobs.rrf_k,
-                 recency_weight=knobs.recency_weight)[:knobs.top_k]
+                 recency_weight=knobs.recency_weight,
+                 weights=(1.0, knobs.inference_lexical_weight if inference else 1.0))
+    if inference and knobs.inference_speaker_boost != 1.0:
+        fused = _speakers_first(corpus, query, fused, knobs.inference_speaker_boost)
+    fused = fused[:knobs.top_k]
     following = {i: corpus.following[i] for i, _ in fused
-                 if knobs.successors and i in corpus.following
-                 and (knobs.successors_of == "all" or asks(corpus.entries[corpus.by_id[i]].text))}
+                 if knobs.successors and successors_of != "none" and i in corpus.following
+                 and (successors_of == "all" or asks(corpus.entries[corpus.by_id[i]].text))}
     out = []
     for i, score in with_successors(fused, following):
         e = corpus.entries[corpus.by_id[i]]
         out.append(Recollection("turn", e.id, e.text, (e.id,), e.position, score))
     return out
+
+
+SPEAKER_LABEL = re.compile(r"^(?:\[[^\]\n]*\] )?([^\W\d][\w .'-]{0,39})[:：]", re.MULTILINE)
+"""A line's speaker label (`Ada: ...`, `王磊：...`, after the session date `[<date>] ` if any)."""
+LATIN = "A-Za-z0-9\u00c0-\u024f"
+
+
+def _speakers_first(corpus: Corpus, query: str, fused: list[tuple[str, float]],
+                    boost: float) -> list[tuple[str, float]]:
+    """`fused` with the scores of turns spoken by a person `query` names times `boost`."""
+    def named(item: str) -> bool:
+        labels = SPEAKER_LABEL.findall(corpus.entries[corpus.by_id[item]].text)
+        # Whole words in Latin script; Chinese and Japanese names border other characters.
+        return any(re.search(rf"(?<![{LATIN}]){re.escape(label)}(?![{LATIN}])", query)
+                   for label in labels)
+
+    boosted = [(i, score * boost if named(i) else score) for i, score in fused]
+    return sorted(boosted, key=lambda pair: -pair[1])
 
 
 Recall = Callable[[Corpus, str, Knobs], list[Recollection]]

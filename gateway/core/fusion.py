@@ -30,26 +30,29 @@ QUESTION_MARKS = frozenset("?\uff1f\u061f")
 """ASCII, full-width (Chinese, Japanese) and Arabic question marks."""
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], *,
-                           k: int = RRF_K) -> dict[str, float]:
-    """Id -> summed 1 / (k + rank) over the rankings (each best first; a repeated id within
-    one ranking counts at its best rank only)."""
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], *, k: int = RRF_K,
+                           weights: Sequence[float] | None = None) -> dict[str, float]:
+    """Id -> summed weight / (k + rank) over the rankings (each best first; a repeated id
+    within one ranking counts at its best rank only). `weights`: one per ranking (default:
+    1 each)."""
     scores: dict[str, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings), strict=True):
         seen: set[str] = set()
         for rank, item in enumerate(ranking, start=1):
             if item in seen:
                 continue
             seen.add(item)
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     return scores
 
 
 def fuse(rankings: Sequence[Sequence[str]], positions: Mapping[str, int], *,
-         k: int = RRF_K, recency_weight: float = RECENCY_WEIGHT) -> list[tuple[str, float]]:
+         k: int = RRF_K, recency_weight: float = RECENCY_WEIGHT,
+         weights: Sequence[float] | None = None) -> list[tuple[str, float]]:
     """Ids with their fused, recency-weighted scores, best first. `positions` gives each
-    item's place in the conversation (missing or negative: no place)."""
-    scores = reciprocal_rank_fusion(rankings, k=k)
+    item's place in the conversation (missing or negative: no place); `weights`, one per
+    ranking, scale each ranking's share (default: 1 each)."""
+    scores = reciprocal_rank_fusion(rankings, k=k, weights=weights)
     placed = [p for i in scores if (p := positions.get(i, -1)) >= 0]
     lo, hi = (min(placed), max(placed)) if placed else (0, 0)
     span = hi - lo
