@@ -1,10 +1,10 @@
-"""Whether a question asks for an inference (gateway/core/question_form.py): a modal or
+"""Whether a question asks for an inference (bench/locomo/question_form.py): a modal or
 hedging word of its language, in English, Chinese and the embedder's other common languages;
 never the month "May" or a word that merely contains a hedge."""
 
 import pytest
 
-from gateway.core.question_form import asks_inference
+from bench.locomo.question_form import asks_inference
 
 
 @pytest.mark.parametrize("question", [

@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from bench.locomo.data import CATEGORIES, Conversation, load
+from bench.locomo.question_form import asks_inference
 from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
@@ -46,7 +47,6 @@ from gateway.core.lexical import tokens
 from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message, chain
 from gateway.core.policy import ContextPolicy
-from gateway.core.question_form import asks_inference
 from gateway.core.recall import Recollection
 from gateway.core.rewrite import RewriteRequest, rewrite
 from gateway.memory.bm25 import Bm25
@@ -68,7 +68,7 @@ class Knobs:
     successors_of: str = "questions"
     """"all" turns recalled, or only those that ask something ("questions")."""
     context: bool = True
-    # For a question that asks for an inference (`gateway.core.question_form.asks_inference`)
+    # For a question that asks for an inference (`bench.locomo.question_form.asks_inference`)
     # only; the defaults leave it recalled like any other (README, "Open-domain (category 3)").
     inference_successors_of: str = "questions"
     """"all", "questions" or "none": which recalled turns bring the turn after them."""
