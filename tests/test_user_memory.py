@@ -23,7 +23,7 @@ from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import Bm25LexicalIndex
-from gateway.memory.recaller import Recaller
+from gateway.memory.recaller import Recaller, queue_namespaces, read_namespaces
 from gateway.memory.turn_index import TurnIndexer
 from gateway.memory.user_index import UserRecallIndex, qualified_id
 from gateway.memory.vector_index import FaissVectorIndex
@@ -197,6 +197,29 @@ async def test_user_namespace_is_searched_only_for_the_user_and_never_another(me
         assert await memory.recaller.recall(other, "secret word Zephyr", k=10) == []
     found = await memory.recaller.recall(key("b", "victor"), "secret word Zephyr", k=10)
     assert [r.text for r in found][:1] == ["Victor's secret word is Zephyr."]
+
+
+async def namespaces(redis: Any, conversation: ConversationKey) -> Any:
+    async with redis.pipeline(transaction=False) as pipe:
+        queue_namespaces(pipe, MemoryKeySpace(), conversation)
+        return read_namespaces(conversation, await pipe.execute())
+
+
+async def test_the_user_namespace_is_searched_only_when_it_holds_another_conversation(memory,
+                                                                                      redis_client):
+    # Only this conversation mirrored: the user namespace has nothing to offer it (its items
+    # would all be left out), so it is not searched; a second conversation makes it count.
+    await memory.add(key("a"), ["The harbour gate code is 1312.", "ok"], 1.0)
+    assert (await namespaces(redis_client, key("a"))).user is None
+    assert (await namespaces(redis_client, key("b"))).user is not None  # "a" is other to "b"
+    await memory.add(key("b"), ["Lunch was pasta.", "ok"], 2.0)
+    found = await namespaces(redis_client, key("a"))
+    assert found.user is not None and found.user_version is not None
+    recalled = await memory.recaller.recall(key("b"), "harbour gate code", k=5)
+    assert "The harbour gate code is 1312." in [r.text for r in recalled]
+    # Deleting "b" from the mirror leaves "a" alone there again.
+    await memory.user_index.remove_conversation(key("b"))
+    assert (await namespaces(redis_client, key("a"))).user is None
 
 
 async def test_user_index_sync_is_idempotent_and_follows_deletions(memory, redis_client):

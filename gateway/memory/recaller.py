@@ -68,12 +68,13 @@ class Namespaces:
     """None: the conversation has no indexed turn or chunk yet."""
     conversation_version: str | None
     user: Namespace | None
-    """None: an anonymous user, or nothing in the user's recall index yet."""
+    """None: an anonymous user, nothing in the user's recall index yet, or only the current
+    conversation there (whose items the user namespace's search leaves out anyway)."""
     user_version: str | None
 
 
 def queue_namespaces(pipe: Any, keys: MemoryKeySpace, key: ConversationKey) -> None:
-    """Queue the reads `read_namespaces` decodes (2 commands, 4 for an identified user)."""
+    """Queue the reads `read_namespaces` decodes (2 commands, 6 for an identified user)."""
     ck = keys.conversation(key)
     pipe.exists(ck.turns, ck.chunks)
     pipe.get(ck.version)
@@ -81,11 +82,17 @@ def queue_namespaces(pipe: Any, keys: MemoryKeySpace, key: ConversationKey) -> N
         uk = keys.user(key.tenant, key.user)
         pipe.exists(uk.recall)
         pipe.get(uk.recall_version)
+        pipe.hlen(uk.recall_synced)
+        pipe.hexists(uk.recall_synced, key.conversation)
 
 
 def read_namespaces(key: ConversationKey, replies: Sequence[Any]) -> Namespaces:
     own, own_version, *user = replies
-    has_user = bool(user) and bool(user[0])
+    # A user whose recall index mirrors only this conversation (its one synced conversation
+    # is this one) has nothing there to recall: searching it would find this conversation's
+    # items and leave them all out. A conversation being mirrored for the first time is not
+    # synced yet (`recall_synced` is written last): it is searched from its next request on.
+    has_user = bool(user) and bool(user[0]) and not (int(user[2]) == 1 and bool(user[3]))
     return Namespaces(Namespace.of_conversation(key) if own else None, own_version,
                       Namespace.of_user(key.tenant, key.user) if has_user else None,
                       user[1] if has_user else None)
