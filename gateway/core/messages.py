@@ -65,6 +65,11 @@ class Message:
                    extra=freeze(rest) if rest else _NO_EXTRA)
 
     @classmethod
+    def plain(cls, role: str, content: str) -> Message:
+        """`from_openai({"role": role, "content": content})`, for a string content."""
+        return cls(role, content, _NO_EXTRA)
+
+    @classmethod
     def of(cls, role: str, content: Any = None, **extra: Any) -> Message:
         return cls(role=role, content=freeze(content), extra=freeze(extra))
 
@@ -110,6 +115,8 @@ class Message:
     def key(self) -> tuple[Any, ...]:
         """A hashable value equal for messages that say the same (the same rule as
         `canonical`, without encoding JSON: what reconciliation compares, per message)."""
+        if not self.extra:  # most messages: role and content only (no generator to run)
+            return (self.role, self.content, ())
         return (self.role, self.content,
                 tuple((k, v) for k, v in self.extra if v is not None and v != ()))
 
