@@ -174,10 +174,13 @@ def reading_key(item: Recollection) -> tuple[int, int]:
     return (0, 0) if item.kind == "fact" else (1, item.position)
 
 
+_NEWLINE_RUN = re.compile(r"\s*\n\s*")
+
+
 def one_line(text: str) -> str:
     """`text` stripped, each newline (with the blanks around it) made one space."""
     text = text.strip()
-    return re.sub(r"\s*\n\s*", " ", text) if "\n" in text else text
+    return _NEWLINE_RUN.sub(" ", text) if "\n" in text else text
 
 
 def block_frame(header: str, tag: str) -> tuple[str, str]:
