@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import RequestLimitsConfig
-from gateway.core.messages import ROLES, Message
+from gateway.core.messages import INSTRUCTION_ROLES, ROLES, Message
 from gateway.core.one_shot import MARKER
 from gateway.core.pinned import MARKER as PIN_MARKER
 from gateway.errors import BadRequest
@@ -39,15 +39,18 @@ class ChatRequest:
     """Indexes into `messages` of those the client pinned (gateway/core/pinned.py); likewise
     consumed here."""
 
-    @property
-    def instructions(self) -> tuple[Message, ...]:
-        """The client's system/developer messages, in order."""
-        return tuple(m for m in self.messages if m.is_instruction)
+    instructions: tuple[Message, ...] = field(init=False, repr=False, compare=False)
+    """The client's system/developer messages, in order."""
+    incoming: tuple[Message, ...] = field(init=False, repr=False, compare=False)
+    """Every other message: the conversation as this client sends it."""
 
-    @property
-    def incoming(self) -> tuple[Message, ...]:
-        """Every other message: the conversation as this client sends it."""
-        return tuple(m for m in self.messages if not m.is_instruction)
+    def __post_init__(self) -> None:
+        # Split once: the pipeline reads both several times, for up to thousands of messages.
+        instructions, incoming = [], []
+        for m in self.messages:
+            (instructions if m.role in INSTRUCTION_ROLES else incoming).append(m)
+        object.__setattr__(self, "instructions", tuple(instructions))
+        object.__setattr__(self, "incoming", tuple(incoming))
 
 
 MAX_JSON_DEPTH = 100

@@ -63,4 +63,4 @@ def count_messages(messages: list[Message] | tuple[Message, ...], tokenizer: Tok
     """Prompt tokens of a chat request made of `messages` (0 for no messages)."""
     if not messages:
         return 0
-    return REPLY_PRIMING + sum(count_message(m, tokenizer) for m in messages)
+    return REPLY_PRIMING + sum(count_each(messages, tokenizer))
