@@ -131,7 +131,14 @@ def render_recalled(items: Sequence[Recollection]) -> Message | None:
     kept = recalled_in_reading_order(r for r in items if r.text.strip())
     if not kept:
         return None
-    return _block(RECALLED_HEADER, RECALLED_TAG, "\n".join(_dated_lines(kept)))
+    return recalled_block([split_anchor(one_line(r.text)) for r in kept])
+
+
+def recalled_block(lines: Sequence[tuple[str | None, str]]) -> Message:
+    """The recalled block of items given as (date anchor, rest of the line) — `split_anchor`
+    of each one's one-line text — in reading order: what `render_recalled` renders, for a
+    caller that split the items' texts already."""
+    return _block(RECALLED_HEADER, RECALLED_TAG, "\n".join(_dated_lines(lines)))
 
 
 _ANCHOR = re.compile(r"\[([^\[\]\n]{1,60})\] ")
@@ -151,12 +158,11 @@ def date_line(anchor: str) -> str:
     return f"[{anchor}]"
 
 
-def _dated_lines(items: Sequence[Recollection]) -> list[str]:
+def _dated_lines(items: Sequence[tuple[str | None, str]]) -> list[str]:
     """One line per item; items carrying the same date anchor as the one before it share one
     `[date]` line above them instead of repeating it (dates are many tokens each)."""
     lines, current = [], None
-    for item in items:
-        anchor, rest = split_anchor(one_line(item.text))
+    for anchor, rest in items:
         if anchor is not None and anchor != current:
             lines.append(date_line(anchor))
         current = anchor

@@ -31,6 +31,7 @@ from gateway.core.memory import (
     item_line,
     one_line,
     reading_key,
+    recalled_block,
     recalled_in_reading_order,
     render_profile,
     render_recalled,
@@ -207,13 +208,13 @@ def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
         return Packed()
     prices = _RecalledPrices(usable, tokenizer)
     chosen, price = prices.pack(limit)
-    # Measured as rendered: the block chosen, or when none is, the best item's block.
-    kept = [usable[i].item for i in chosen or [0]]
-    block = render_recalled(kept)
-    assert block is not None
+    # Measured as rendered: the block chosen, or when none is, the best item's block —
+    # rendered from the lines already split (what `render_recalled` of their items gives).
+    kept = sorted((usable[i] for i in chosen or [0]), key=lambda line: reading_key(line.item))
+    block = recalled_block([(line.anchor, line.rest) for line in kept])
     if count_message(block, tokenizer) != (price if chosen else prices.alone(0)):
         return _pack_recalled_by_measure([line.item for line in usable], limit, tokenizer)
-    return Packed(block, price, recalled_in_reading_order(kept)) if chosen else Packed()
+    return Packed(block, price, tuple(line.item for line in kept)) if chosen else Packed()
 
 
 def _pack_recalled_by_measure(usable: list[Recollection], limit: int,
