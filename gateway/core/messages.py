@@ -74,6 +74,8 @@ class Message:
         return cls(role=role, content=freeze(content), extra=freeze(extra))
 
     def to_openai(self) -> dict[str, Any]:
+        if not self.extra and type(self.content) is str:  # the common message: nothing to thaw
+            return {"role": self.role, "content": self.content}
         out: dict[str, Any] = {"role": self.role}
         if self.content is not None or self.role == "assistant":
             out["content"] = thaw(self.content)
