@@ -10,6 +10,8 @@ across lines (the arithmetic is then caught out and the definition applies).
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +20,7 @@ from gateway.core.memory import (
     SUMMARY_HEADER,
     SUMMARY_TAG,
     block_frame,
+    one_line,
     render_recalled,
     render_summary,
     summary_parts,
@@ -247,3 +250,10 @@ def test_a_longer_history_costs_the_rewrite_one_count_per_message_more():
         return len(tok.counted)
 
     assert counts(300) - counts(50) == 250
+
+
+@given(st.text(alphabet=st.sampled_from("ab \n\r\t\u00a0\u2028\u3000\x1c\x0b-"), max_size=40))
+@example(" a \n\n b \r\n\tc ")
+def test_one_line_is_its_regular_expression(text):
+    """`one_line` by string methods is the substitution it is defined as."""
+    assert one_line(text) == re.sub(r"\s*\n\s*", " ", text.strip())
