@@ -373,3 +373,27 @@ def test_a_round_is_never_a_single_burst_of_one_request_per_slot(
                 rounds=rounds)
     assert (plan.rounds_at(concurrency), plan.per_round(concurrency)) == expected
     assert plan.per_round(concurrency) >= 2 * concurrency or plan.rounds_at(concurrency) == 1
+
+
+async def test_the_worker_counts_as_idle_only_once_its_group_has_read_and_acked_every_record(
+        redis_client):
+    # The worker process starts after the server is ready: a stream it has not read yet (no
+    # consumer group) is work to come, not idleness — measuring then would time the gateway
+    # while its worker indexes the conversation just stored.
+    from bench.overhead.conversation import _idle
+    from gateway.store.keys import KeySpace
+
+    keys = KeySpace()
+    await redis_client.delete(keys.records, keys.memory_dirty)
+    assert await _idle(redis_client, keys)  # nothing recorded yet
+    await redis_client.xadd(keys.records, {"turn": "1"})
+    assert not await _idle(redis_client, keys)  # no consumer group yet
+    await redis_client.xgroup_create(keys.records, "recorders", id="0")
+    assert not await _idle(redis_client, keys)  # not delivered
+    delivered = await redis_client.xreadgroup("recorders", "c1", {keys.records: ">"}, count=1)
+    assert not await _idle(redis_client, keys)  # delivered, pending
+    await redis_client.xack(keys.records, "recorders", delivered[0][1][0][0])
+    assert await _idle(redis_client, keys)
+    await redis_client.zadd(keys.memory_dirty, {"conversation": 1.0})
+    assert not await _idle(redis_client, keys)  # the memory worker has a conversation to do
+    await redis_client.delete(keys.records, keys.memory_dirty)

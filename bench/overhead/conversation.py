@@ -156,10 +156,13 @@ async def _idle(client: Any, keys: Any) -> bool:
         return False
     if not await client.exists(keys.records):
         return True
-    for group in await client.xinfo_groups(keys.records):
-        if group["pending"] or group.get("lag"):
-            return False
-    return True
+    # A stream without its consumer group yet is not idle: the worker process (started after
+    # the server is ready) has not read it. Every group must have delivered the stream's last
+    # entry and have none pending (`lag` may be unknown: compare the ids instead).
+    last = (await client.xinfo_stream(keys.records))["last-generated-id"]
+    groups = await client.xinfo_groups(keys.records)
+    return bool(groups) and all(not g["pending"] and g["last-delivered-id"] == last
+                                for g in groups)
 
 
 async def _transcript(session: Any, stack: Stack, conversation: str,
