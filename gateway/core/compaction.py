@@ -235,10 +235,21 @@ def message_dates(texts: Sequence[str]) -> list[date | None]:
     """The calendar date each message of a conversation (oldest first) belongs to: the last
     complete date written at or before it (gateway.core.dates.anchor_dates), None before the
     first one."""
+    return dates_of(anchor_dates(texts))
+
+
+def dates_of(anchors: Sequence[str | None]) -> list[date | None]:
+    """`message_dates` from the messages' anchors (gateway.core.dates.carried)."""
+    parsed: dict[str, date | None] = {}  # a conversation repeats few anchors, many times
     out: list[date | None] = []
-    for anchor in anchor_dates(texts):
-        mentions = find_dates(anchor) if anchor else []
-        out.append(mentions[0].date if mentions else None)
+    for anchor in anchors:
+        if anchor is None:
+            out.append(None)
+            continue
+        if anchor not in parsed:
+            mentions = find_dates(anchor)
+            parsed[anchor] = mentions[0].date if mentions else None
+        out.append(parsed[anchor])
     return out
 
 

@@ -95,12 +95,23 @@ def anchor_dates(texts: Sequence[str], initial: str | None = None) -> list[str |
     date written at or before it (within the message, the last one), as written; `initial`
     (the anchor carried in from earlier messages, None at the start) until the conversation
     writes a date. `len(result) == len(texts)`."""
+    return carried([last_written(text) for text in texts], initial)
+
+
+def last_written(text: str) -> str | None:
+    """The last complete date written in `text`, as written; None if it writes none."""
+    mentions = find_dates(text)
+    return mentions[-1].written if mentions else None
+
+
+def carried(written: Sequence[str | None], initial: str | None = None) -> list[str | None]:
+    """`anchor_dates` from each message's `last_written` date (a caller that keeps those per
+    message need not search its texts again)."""
     anchors: list[str | None] = []
     current = initial
-    for text in texts:
-        mentions = find_dates(text)
-        if mentions:
-            current = mentions[-1].written
+    for found in written:
+        if found is not None:
+            current = found
         anchors.append(current)
     return anchors
 

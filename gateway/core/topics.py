@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import AbstractSet, Iterable, Literal, Mapping, Sequence
 
 from gateway.core.lexical import CHINESE_FUNCTION_CHARS, tokens
 
@@ -167,8 +167,16 @@ def topic_label(texts: Iterable[str], words: int = 3, *,
     a single CJK character is used only when no bigram is left; a CJK bigram overlapping one
     already chosen ("京天" beside "北京" in "北京天气") is skipped. Words are joined with
     spaces, CJK ones with "、"."""
-    messages = [tokens(t) for t in texts if t.strip()]
-    others = [set(tokens(t)) for t in background if t.strip()]
+    return label_of_tokens([tokens(t) for t in texts if t.strip()], words,
+                           background=[frozenset(tokens(t)) for t in background if t.strip()])
+
+
+def label_of_tokens(messages: Sequence[Sequence[str]], words: int = 3, *,
+                    background: Sequence[AbstractSet[str]] = ()) -> str:
+    """`topic_label` of messages already tokenised (`gateway.core.lexical.tokens` of each
+    non-blank text; the background's as sets): what a caller that keeps tokens per message
+    labels with, without tokenising them again."""
+    others = background
     spread: Counter[str] = Counter()
     often: Counter[str] = Counter()
     first: dict[str, int] = {}

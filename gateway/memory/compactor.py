@@ -29,14 +29,16 @@ import numpy as np
 
 from gateway.core.compaction import (
     CompactionPolicy, Span, SummaryChunk, chunk_id, chunks_on_branch, covered_until,
-    is_topic_shift, merged_chunk, message_dates, plan_compaction, plan_merge,
+    dates_of, is_topic_shift, merged_chunk, plan_compaction, plan_merge,
     recent_window_start, span_dates)
+from gateway.core.dates import carried, last_written
 from gateway.core.extractive import Utterance, utterances_from_summary
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.core.pii import redact as redact_pii
 from gateway.core.tokens import Tokenizer, count_message
 from gateway.memory.chunk_store import ChunkStore
+from gateway.memory.message_memo import MessageMemo
 from gateway.memory.summarizer import Summarizer
 
 log = logging.getLogger("gateway.memory")
@@ -71,7 +73,10 @@ class Compactor:
     def __init__(self, chunk_store: ChunkStore, summarizer: Summarizer, embed: Embed,
                  tokenizer: Tokenizer, policy: CompactionPolicy | None = None, *,
                  related_threshold: float, clock: Callable[[], float] = time.time,
-                 redact: Callable[[str], str] = redact_pii, max_new_chunks: int = 10) -> None:
+                 redact: Callable[[str], str] = redact_pii, max_new_chunks: int = 10,
+                 memo: MessageMemo | None = None) -> None:
+        """`memo`: the dates written in each message, kept across runs (a run dates the whole
+        transcript: searching 600 messages again each time grew with the conversation)."""
         self.store = chunk_store
         self.summarizer = summarizer
         self.embed = embed
@@ -81,6 +86,7 @@ class Compactor:
         self.clock = clock
         self.redact = redact
         self.max_new_chunks = max_new_chunks
+        self.memo = memo if memo is not None else MessageMemo()
 
     async def process(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
                       topic_start: int | None = None) -> CompactionResult:
@@ -141,11 +147,14 @@ class Compactor:
         return [count_message(m.message, self.tokenizer) if i >= start else 0
                 for i, m in enumerate(transcript)]
 
-    @staticmethod
-    def _dates(transcript: tuple[StoredMessage, ...]) -> list[date | None]:
+    def _dates(self, transcript: tuple[StoredMessage, ...]) -> list[date | None]:
         """The date of each message: from dates written in the conversation when it has
         any (a session marker such as "1:56 pm on 8 May, 2023"), else when it was recorded."""
-        written = message_dates([m.message.text for m in transcript])
+        # "": the message writes no date (the memo holds no None).
+        found = [self.memo.derive("date_written", m.id,
+                                  lambda m=m: last_written(m.message.text) or "")
+                 for m in transcript]
+        written = dates_of(carried([f or None for f in found]))
         if any(written):
             return written
         return [datetime.fromtimestamp(m.created_at, timezone.utc).date()

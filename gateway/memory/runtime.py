@@ -31,6 +31,7 @@ from gateway.memory.importance_pins import ImportancePinner
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.knowledge import KnowledgeProcessor
 from gateway.memory.lexical_index import Bm25LexicalIndex
+from gateway.memory.message_memo import MessageMemo
 from gateway.memory.pin_store import PinStore
 from gateway.memory.profile_store import ProfileStore
 from gateway.memory.recaller import Recaller
@@ -125,12 +126,14 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     user_index = UserRecallIndex(redis, keys, **sealed)
     pins = PinStore(redis, keys, **sealed)
     pinner = ImportancePinner(pins)
+    # What compaction and topic tracking derive per message (both redact with the default).
+    memo = MessageMemo()
     compactors = {name: _compactor(name, t, chunks, embedding, upstream, tenants, clock,
-                                   embedder.topic_shift_threshold)
+                                   embedder.topic_shift_threshold, memo)
                   for name, t in enabled.items()}
     topic_store = TopicStore(redis, keys, **sealed)
     trackers = {name: _tracker(name, t, topic_store, embedding, upstream, tenants,
-                               embedder.topic_shift_threshold)
+                               embedder.topic_shift_threshold, memo)
                 for name, t in enabled.items() if t.memory.topics.enabled}
     knowledge = {name: KnowledgeProcessor(facts[name], profiles,
                                           _extractor(name, t, upstream, tenants), clock)
@@ -217,7 +220,7 @@ def _fact_policy(tenant: TenantConfig) -> FactPolicy:
 def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                embedding: EmbeddingService, upstream: Upstream,
                tenants: TenantDirectory, clock: Callable[[], float],
-               topic_shift_threshold: float) -> Compactor:
+               topic_shift_threshold: float, memo: MessageMemo) -> Compactor:
     c = tenant.memory.compaction
     llm = None
     if tenant.memory.summarizer_model is not None:
@@ -236,12 +239,12 @@ def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                                       topic_shift_min_rounds=c.topic_shift_min_rounds),
                      related_threshold=c.topic_shift_similarity
                      if c.topic_shift_similarity is not None else topic_shift_threshold,
-                     clock=clock)
+                     clock=clock, memo=memo)
 
 
 def _tracker(name: str, tenant: TenantConfig, store: TopicStore, embedding: EmbeddingService,
              upstream: Upstream, tenants: TenantDirectory,
-             topic_shift_threshold: float) -> TopicTracker:
+             topic_shift_threshold: float, memo: MessageMemo) -> TopicTracker:
     t, c = tenant.memory.topics, tenant.memory.compaction
     classifier = None
     if t.classifier and tenant.memory.summarizer_model is not None:
@@ -254,7 +257,7 @@ def _tracker(name: str, tenant: TenantConfig, store: TopicStore, embedding: Embe
     return TopicTracker(store, embedding, TopicPolicy(window_turns=t.window_turns,
                                                       min_turns=t.min_turns,
                                                       label_words=t.label_words),
-                        threshold=threshold, classifier=classifier)
+                        threshold=threshold, classifier=classifier, memo=memo)
 
 
 def _extractor(name: str, tenant: TenantConfig, upstream: Upstream,

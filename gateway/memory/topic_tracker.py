@@ -28,9 +28,10 @@ from gateway.core.lexical import tokens
 from gateway.core.messages import StoredMessage
 from gateway.core.pii import redact as redact_pii
 from gateway.core.topics import (
-    TopicPolicy, TopicSegment, counted_turn, is_switch, labelled, may_switch, on_branch, started,
-    switched, topic_label)
+    TopicPolicy, TopicSegment, counted_turn, is_switch, label_of_tokens, labelled, may_switch,
+    on_branch, started, switched)
 from gateway.memory.embedding import EmbeddingService
+from gateway.memory.message_memo import MessageMemo
 from gateway.memory.topic_classifier import LlmTopicClassifier
 from gateway.memory.topic_store import TopicState, TopicStore
 
@@ -50,8 +51,12 @@ class TopicTracker:
 
     def __init__(self, store: TopicStore, embedding: EmbeddingService, policy: TopicPolicy, *,
                  threshold: float, classifier: LlmTopicClassifier | None = None,
-                 redact: Callable[[str], str] = redact_pii) -> None:
+                 redact: Callable[[str], str] = redact_pii,
+                 memo: MessageMemo | None = None) -> None:
+        """`memo`: what is derived per message (redacted text, its words, its vector), kept
+        across walks — shared with other processors only if they redact with `redact` too."""
         self.store = store
+        self.memo = memo if memo is not None else MessageMemo()
         self.embedding = embedding
         self.policy = policy
         self.threshold = threshold
@@ -72,7 +77,7 @@ class TopicTracker:
             return state
         if not segments:
             segments = started(transcript[0].id)
-        texts = _Redacted(transcript, self.redact)
+        texts = _Redacted(transcript, self.redact, self.memo)
         walked_from = through
         segments = await self._walk(segments, transcript, texts, through)
         segments = self._labelled(segments, texts, walked_from)
@@ -90,15 +95,15 @@ class TopicTracker:
                  if transcript[p].message.role == "user" and texts.has(p)]
         vectors = await self._vectors(texts, segments[-1].start, start, users)
         for p in users:
-            if not may_switch(segments, self.policy) or len(tokens(texts[p])) < MIN_WORDS:
+            if not may_switch(segments, self.policy) or len(texts.words(p)) < MIN_WORDS:
                 segments = counted_turn(segments)
                 continue
             window = self._window(texts, segments[-1].start, p)
             decided = None
             if self.classifier is not None and window:
                 decided = await self.classifier.new_topic(
-                    segments[-1].label or topic_label([texts[i] for i in window],
-                                                      self.policy.label_words),
+                    segments[-1].label or label_of_tokens([texts.words(i) for i in window],
+                                                          self.policy.label_words),
                     [texts[i] for i in window], texts[p])
             method = "llm" if decided is not None else "embedding"
             if decided is None:
@@ -113,13 +118,23 @@ class TopicTracker:
     async def _vectors(self, texts: _Redacted, segment_start: int, start: int,
                        users: list[int]) -> dict[int, np.ndarray]:
         """The vectors a walk may compare, by position: the new user messages, every message
-        after them, and the current segment's last window before the walk — one batch."""
+        after them, and the current segment's last window before the walk — those not
+        embedded by an earlier walk (the memo's) in one batch."""
         if not users:
             return {}
         earlier = self._window(texts, segment_start, start)
         wanted = earlier + [p for p in range(users[0], len(texts)) if texts.has(p)]
-        matrix = await self.embedding.embed([texts[p] for p in wanted])
-        return {p: np.asarray(v, dtype=np.float32) for p, v in zip(wanted, matrix)}
+        vectors: dict[int, np.ndarray] = {}
+        for p in wanted:
+            known = self.memo.get("topic_vector", texts.id(p))
+            if known is not None:
+                vectors[p] = known  # type: ignore[assignment]
+        missing = [p for p in wanted if p not in vectors]
+        matrix = await self.embedding.embed([texts[p] for p in missing])
+        for p, v in zip(missing, matrix):
+            vectors[p] = np.asarray(v, dtype=np.float32)
+            self.memo.put("topic_vector", texts.id(p), vectors[p])
+        return vectors
 
     def _window(self, texts: _Redacted, segment_start: int, position: int) -> list[int]:
         """Positions of the segment's latest `window_turns` messages with text before
@@ -139,10 +154,10 @@ class TopicTracker:
                 continue
             inside = [p for p in range(segment.start, end + 1) if texts.has(p)][-LABEL_MESSAGES:]
             # Background words only weigh rarity and never become a label: not redacted.
-            outside = [texts.raw(p) for p in (*range(segment.start), *range(end + 1, len(texts)))
-                       if texts.has(p)]
-            label = topic_label([texts[p] for p in inside], self.policy.label_words,
-                                background=outside[-BACKGROUND_MESSAGES:])
+            outside = [p for p in (*range(segment.start), *range(end + 1, len(texts)))
+                       if texts.has(p)][-BACKGROUND_MESSAGES:]
+            label = label_of_tokens([texts.words(p) for p in inside], self.policy.label_words,
+                                    background=[texts.raw_words(p) for p in outside])
             if label != segment.label:
                 segments = labelled(segments, i, label)
         return segments
@@ -156,15 +171,17 @@ def _still_there(state: TopicState, ids: Sequence[str]) -> bool:
 
 
 class _Redacted:
-    """The transcript's texts by position, redacted when first read: a walk reads the new
-    messages and the current topic's, not the whole conversation. Instructions and blank
-    messages have no text ("")."""
+    """The transcript's texts by position, redacted (and tokenised) when first read — by this
+    walk or, through the memo, an earlier one: a walk reads the new messages and the current
+    topic's, not the whole conversation. Instructions and blank messages have no text ("")."""
 
-    def __init__(self, transcript: Sequence[StoredMessage], redact: Callable[[str], str]):
+    def __init__(self, transcript: Sequence[StoredMessage], redact: Callable[[str], str],
+                 memo: MessageMemo):
         self._raw = [m.message.text if not m.message.is_instruction and m.message.text.strip()
                      else "" for m in transcript]
+        self._ids = [m.id for m in transcript]
         self._redact = redact
-        self._done: dict[int, str] = {}
+        self._memo = memo
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -175,8 +192,21 @@ class _Redacted:
     def raw(self, position: int) -> str:
         return self._raw[position]
 
+    def id(self, position: int) -> str:
+        return self._ids[position]
+
     def __getitem__(self, position: int) -> str:
-        if position not in self._done:
-            self._done[position] = self._redact(self._raw[position]) if self._raw[position] \
-                else ""
-        return self._done[position]
+        raw = self._raw[position]
+        if not raw:
+            return ""
+        return self._memo.derive("redacted", self._ids[position], lambda: self._redact(raw))
+
+    def words(self, position: int) -> list[str]:
+        """The lexical tokens of the redacted text (what labels are made of)."""
+        return self._memo.derive("redacted_words", self._ids[position],
+                                 lambda: tokens(self[position]))
+
+    def raw_words(self, position: int) -> frozenset[str]:
+        """The lexical tokens of the text as written (a label's background)."""
+        return self._memo.derive("raw_words", self._ids[position],
+                                 lambda: frozenset(tokens(self._raw[position])))
