@@ -70,12 +70,18 @@ class _Lexical:
     """Live id -> row."""
     tokens: dict[str, list[str]] = field(default_factory=dict)
     """Live id -> its tokens (to tell whether a rewritten chunk changed)."""
+    texts: dict[str, str] = field(default_factory=dict)
+    """Live chunk id -> the text its tokens are of: a refresh reads every chunk again (they
+    may be rewritten under their id) and tokenises only those whose text changed."""
     grouped: bool = False
     """User namespaces: rows are masked by conversation."""
     masks: dict[str, np.ndarray] = field(default_factory=dict)
     """Made on first use and extended as rows are added: conversation -> its rows."""
 
-    def add(self, item: str, words: list[str]) -> None:
+    def add(self, item: str, words: list[str], text: str | None = None) -> None:
+        """`text`: a chunk's text (kept to skip tokenising it again while unchanged)."""
+        if text is not None:
+            self.texts[item] = text
         old = self.rows.get(item)
         if old is not None:
             if self.tokens[item] == words:
@@ -90,6 +96,7 @@ class _Lexical:
         if row is not None:
             self.bm25.remove(row)
             del self.tokens[item]
+            self.texts.pop(item, None)
 
     def compacted(self) -> _Lexical:
         """Itself, or — once removed rows outnumber live ones — a rebuild of the live ones."""
@@ -97,7 +104,7 @@ class _Lexical:
             return self
         fresh = _Lexical(grouped=self.grouped)
         for item in sorted(self.rows, key=self.rows.__getitem__):
-            fresh.add(item, self.tokens[item])
+            fresh.add(item, self.tokens[item], self.texts.get(item))
         return fresh
 
     def mask(self, conversation: str) -> np.ndarray | None:
@@ -111,6 +118,11 @@ class _Lexical:
             mask = tail if mask is None else np.concatenate([mask, tail])
             self.masks[conversation] = mask
         return mask
+
+
+def _chunk_text(item: str, text: str) -> str | None:
+    """What `_Lexical.texts` keeps of a document: chunks' texts (turns never change)."""
+    return text if is_chunk(item) or item.startswith(CHUNK_PREFIX) else None
 
 
 def chunk_id(raw_id: str) -> str:
@@ -210,7 +222,8 @@ class Bm25LexicalIndex:
             for item in [i for i in old.rows if i not in present]:
                 old.remove(item)
             for item, text in fresh.items():
-                old.add(item, self._tokens(text))
+                if old.texts.get(item) != text:  # a chunk read again unchanged: no tokens
+                    old.add(item, self._tokens(text), _chunk_text(item, text))
             lexical = old.compacted()
         self._cache.put(namespace, Cached(version, lexical, lexical.bm25.live))
         return lexical
@@ -221,7 +234,7 @@ class Bm25LexicalIndex:
         for item, words in base.items():
             lexical.add(item, words)
         for item, text in fresh.items():
-            lexical.add(item, self._tokens(text))
+            lexical.add(item, self._tokens(text), _chunk_text(item, text))
         return lexical
 
     async def _conversation_texts(
