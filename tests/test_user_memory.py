@@ -9,6 +9,7 @@ received, recalled memory included, and a stored copy of that answer would be re
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterator
 
 import httpx
@@ -239,6 +240,33 @@ async def test_user_index_sync_is_idempotent_and_follows_deletions(memory, redis
     assert not await redis_client.exists(uk.recall, uk.recall_vectors,
                                          uk.recall_members("a"))
     assert await memory.recaller.recall(key("b"), "lighthouse code", k=5) == []
+
+
+async def test_a_sync_writes_again_only_the_chunks_that_changed(memory, redis_client):
+    from gateway.core.compaction import SummaryChunk
+    from gateway.memory.chunk_store import ChunkStore
+    texts = ["We moved the pottery class to Thursdays.", "Noted.", "Anna turns 30 in May.", "ok"]
+    transcript = stored(texts, 1.0)
+    chunks = ChunkStore(redis_client, space=memory.embedding.space)
+    first = SummaryChunk(id="c1", text="pottery class on Thursdays",
+                         source_ids=tuple(m.id for m in transcript[:2]), first_position=0,
+                         last_position=1, start_date=None, end_date=None, tokens=5,
+                         created_at=1.0, method="extractive")
+    assert await chunks.append(key("a"), first, np.ones(memory.embedding.dim, np.float32))
+    await memory.indexer.sync(key("a"), transcript[:2])
+    assert await memory.user_index.sync(key("a"), transcript[:2]) == 3  # 2 turns + the chunk
+    uk = MemoryKeySpace().user("acme", "ursula")
+    version = await redis_client.get(uk.recall_version)
+    # A new turn: only it is written; the unchanged chunk is not written again.
+    await memory.indexer.sync(key("a"), transcript[:3])
+    assert await memory.user_index.sync(key("a"), transcript[:3]) == 1
+    assert int(await redis_client.get(uk.recall_version)) == int(version) + 1
+    # The chunk rewritten under its id: mirrored again, with its new text.
+    rewritten = replace(first, text="pottery class moved to Fridays")
+    assert await chunks.replace(key("a"), (first,), (rewritten,))
+    await memory.indexer.sync(key("a"), transcript)
+    assert await memory.user_index.sync(key("a"), transcript) == 2  # the new turn, the chunk
+    assert "Fridays" in await redis_client.hget(uk.recall, qualified_id("a", "chunk:c1"))
 
 
 async def test_excluding_a_conversation_masks_it_in_both_indexes(memory):

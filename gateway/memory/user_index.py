@@ -25,8 +25,9 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import redis.asyncio as aioredis
@@ -64,9 +65,14 @@ def is_chunk(qualified: str) -> bool:
 class Synced:
     version: str | None
     started_at: float
+    chunks: dict[str, str] = field(default_factory=dict, compare=False)
+    """Chunk item id -> fingerprint of the entry mirrored for it (`_fingerprint`): a sync
+    writes again only the chunks that changed (rewriting all ~30 on every turn made the user
+    namespace change, and its caches refresh, on every turn)."""
 
     def to_json(self) -> str:
-        return json.dumps({"version": self.version, "started_at": self.started_at})
+        return json.dumps({"version": self.version, "started_at": self.started_at,
+                           "chunks": self.chunks})
 
     @classmethod
     def parse(cls, raw: str | None) -> Synced | None:
@@ -74,8 +80,11 @@ class Synced:
         if data is None:
             return None
         version = data.get("version")
+        chunks = data.get("chunks")
         return cls(version if isinstance(version, str) else None,
-                   float(data.get("started_at") or 0.0))
+                   float(data.get("started_at") or 0.0),
+                   {str(k): str(v) for k, v in chunks.items()} if isinstance(chunks, dict)
+                   else {})
 
 
 class UserRecallIndex:
@@ -102,7 +111,8 @@ class UserRecallIndex:
         if not transcript:  # deleted (or erased) meanwhile: nothing of it stays
             return await self.remove_conversation(key) if raw_synced is not None else 0
         synced = Synced(version, transcript[0].created_at)
-        if Synced.parse(raw_synced) == synced:
+        previous = Synced.parse(raw_synced)
+        if previous == synced:
             return 0
         members_key = uk.recall_members(key.conversation)
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -116,15 +126,21 @@ class UserRecallIndex:
             if render_chunk(chunk):
                 chunks[CHUNK_PREFIX + chunk.id] = chunk
         wanted = {qualified_id(key.conversation, i) for i in [*turn_ids, *chunks]}
-        stale = sorted(m for m in members if m not in wanted or is_chunk(m))
+        stale = sorted(m for m in members if m not in wanted)
         changed = len(stale)
         if stale:
             await self._delete(uk, key.conversation, stale)
-        # Chunks are few and mutable: written again each time; turns only when new.
-        new = [*chunks, *(i for i in turn_ids if qualified_id(key.conversation, i) not in members)]
+        # Chunks are mutable: written again when their entry changed (or is missing);
+        # turns never change: written when new.
+        fingerprints = {item: _fingerprint(chunk) for item, chunk in chunks.items()}
+        known = previous.chunks if previous is not None else {}
+        new = [*(i for i in chunks if qualified_id(key.conversation, i) not in members
+                 or known.get(i) != fingerprints[i]),
+               *(i for i in turn_ids if qualified_id(key.conversation, i) not in members)]
         for start in range(0, len(new), PAGE):
             changed += await self._copy(key, uk, new[start:start + PAGE], chunks)
-        await self.redis.hset(uk.recall_synced, key.conversation, synced.to_json())
+        await self.redis.hset(uk.recall_synced, key.conversation,
+                              Synced(version, synced.started_at, fingerprints).to_json())
         return changed
 
     async def _copy(self, key: ConversationKey, uk: UserMemoryKeys, item_ids: list[str],
@@ -179,6 +195,13 @@ class UserRecallIndex:
         """Forget one summary chunk (deleted by the user) without waiting for the next sync."""
         await self._delete(self.keys.user(key.tenant, key.user), key.conversation,
                            [qualified_id(key.conversation, CHUNK_PREFIX + chunk_id)])
+
+
+def _fingerprint(chunk: SummaryChunk) -> str:
+    """What a chunk's mirrored entry is made of (its vector is of its text), digested."""
+    content = json.dumps([render_chunk(chunk), list(chunk.source_ids), chunk.first_position],
+                         ensure_ascii=False)
+    return hashlib.sha1(content.encode()).hexdigest()[:16]
 
 
 def _entry(conversation: str, item: str, chunk: SummaryChunk | None,
