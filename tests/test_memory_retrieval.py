@@ -18,9 +18,11 @@ from gateway.memory.chunk_store import ChunkStore
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
+from gateway.core.recall import Recollection
 from gateway.memory.embedders import build_embedder
 from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.embedding import EmbeddingService
+from gateway.memory.entry_cache import EntryCache, Link
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import Bm25LexicalIndex
 from gateway.memory.namespace_cache import Cached, NamespaceCache
@@ -31,6 +33,7 @@ from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.vector_store import delete_vectors, put_vectors, space_of
 from gateway.store.codec import encode_stored
 from gateway.store.keys import KeySpace
+from gateway.store.versions import REMOVAL_STEP, only_added, random_start
 
 KEYS = MemoryKeySpace()
 KEY = ConversationKey("acme", "alice", "c1")
@@ -583,3 +586,65 @@ async def test_decoded_entries_are_read_again_after_the_namespace_changes(redis_
     await memory.indexer.sync(KEY, forked)
     texts_now = [r.text for r in await memory.recaller.recall(KEY, "locker number", k=10)]
     assert any("5120" in t for t in texts_now) and not any("4417" in t for t in texts_now)
+
+
+def test_a_counter_grown_only_by_additions_is_told_from_one_that_lost_turns():
+    start = random_start()
+    assert only_added(str(start), str(start + 3))
+    assert not only_added(str(start), str(start))  # the same version: nothing to carry
+    assert not only_added(str(start), str(start + REMOVAL_STEP + 1))  # a fork on the way
+    assert not only_added(str(start + 5), str(start))  # never backwards
+    assert not only_added(str(start), str(random_start()))  # erased and written again
+    assert not only_added("not-a-number", str(start))
+
+
+def test_a_conversations_turns_are_carried_over_additions_and_nothing_else():
+    cache = EntryCache()
+    own, user = Namespace.of_conversation(KEY), Namespace.of_user("acme", "alice")
+    turn = Recollection("turn", "t1", "I keep bees.", ("t1",), 0, 0.0)
+    last = Recollection("turn", "t2", "Do you?", ("t2",), 1, 0.0)
+    start = random_start()
+    for namespace in (own, user):
+        entries = cache.entries(namespace, str(start))
+        entries.turns = {"t1": (turn, Link(None, "t2")), "t2": (last, Link("t1", None))}
+        entries.chunks = {}
+    carried = cache.entries(own, str(start + 2))
+    # Turns kept; a turn that had a successor keeps it, the last one's is read again.
+    assert carried.turns["t1"] == (turn, Link(None, "t2"))
+    assert carried.turns["t2"] == (last, None) and carried.unlinked == {"t2": "t1"}
+    assert carried.chunks is None  # chunks may have been rewritten or deleted
+    assert cache.entries(user, str(start + 2)).turns == {}  # a deleted conversation's items
+    assert cache.entries(own, str(start + 2 + REMOVAL_STEP)).turns == {}  # a fork
+
+
+async def test_a_turn_carried_over_a_new_turn_brings_its_new_answer(redis_client, memory):
+    texts = filler(79) + ["Which locker did I rent last week?"]
+    transcript = conversation(texts)
+    await memory.indexer.sync(KEY, transcript)
+    first = await memory.recaller.recall(KEY, "rent locker last week", k=3)
+    assert first[0].text.startswith("Which locker") and len(first) == 3  # no answer yet
+    answered = transcript + conversation(["Locker 4417, by the pool."],
+                                         parent=transcript[-1].id, first_role="assistant")
+    await memory.indexer.sync(KEY, answered)
+    version = await redis_client.get(KEYS.conversation(KEY).version)
+    known = memory.recaller.entries.entries(Namespace.of_conversation(KEY), version)
+    assert transcript[-1].id in known.unlinked  # carried: only its successor is read again
+    again = [r.text for r in await memory.recaller.recall(KEY, "rent locker last week", k=3)]
+    assert again[:2] == ["Which locker did I rent last week?", "Locker 4417, by the pool."]
+
+
+async def test_a_forked_away_turn_is_never_served_from_cached_entries(redis_client, memory):
+    # Large enough that the indexes may answer from their previous state while they refresh:
+    # a stale hit on the edited turn must find no cached entry for it.
+    texts = filler(80)
+    texts[7] = "My locker number is 4417."
+    transcript = conversation(texts)
+    await memory.indexer.sync(KEY, transcript)
+    assert (await memory.recaller.recall(KEY, "locker number", k=3))[0].id == transcript[7].id
+    forked = transcript[:7] + conversation(["My locker number is 5120."] + texts[8:],
+                                           parent=transcript[6].id, first_role="assistant")
+    await memory.indexer.sync(KEY, forked)
+    for _ in range(3):  # while the indexes refresh, and after
+        texts_now = [r.text for r in await memory.recaller.recall(KEY, "locker number", k=10)]
+        assert not any("4417" in t for t in texts_now)
+        await asyncio.sleep(0.05)

@@ -8,11 +8,21 @@ namespace's version counter — every writer of turns, links and chunks bumps it
 transaction — so a map id -> decoded item, started afresh whenever the version a request read
 differs from the one it was filled under, serves them without a round trip.
 
+A conversation namespace changes mostly by additions — each recorded turn bumps its counter,
+so every request after a turn would start afresh and read ~100 entries again. A turn's entry
+never changes under its id (the id is a hash of the turn and everything before it), so when
+the counter only grew by additions (`versions.only_added`: removals of turns jump it) the new
+map starts with the old one's turns, and with the links that cannot have changed (a turn
+that had a successor keeps it; the last turn's gets one: read again). Chunks (rewritten and
+deletable by the user) and user namespaces (a deleted conversation's items leave them with an
+ordinary bump) always start afresh.
+
 Invariants: a map is only used for the namespace and the version it was filled under; a
 namespace without a version counter is never cached; an item is cached as the store held it
-at that version or later (items are read after the version), never older; a turn whose entry
-was missing is not cached (it is read again next time); bounded like the search indexes'
-caches (least recently used namespaces first).
+at that version or later (items are read after the version), never older — except a
+conversation's turns carried over additions, which are what the store holds at the new
+version too; a turn whose entry was missing is not cached (it is read again next time);
+bounded like the search indexes' caches (least recently used namespaces first).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from dataclasses import dataclass, field
 from gateway.core.recall import Recollection
 from gateway.memory.namespace_cache import Cached, NamespaceCache
 from gateway.memory.ports import Namespace
+from gateway.store.versions import only_added
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,9 @@ class Entries:
     """Chunk id -> chunk, every readable chunk of the namespace; None: not read yet."""
     started: dict[str, float] = field(default_factory=dict)
     """User namespaces: conversation id -> when it started (orders its items)."""
+    unlinked: dict[str, str | None] = field(default_factory=dict)
+    """Turns carried over additions whose successor must be read again (their link is None
+    in `turns`) -> the turn before them, which cannot have changed."""
 
     @property
     def size(self) -> int:
@@ -62,7 +76,16 @@ class EntryCache:
         if cached is not None and cached.version == version:
             return cached.value
         entries = Entries(version)
-        self._cache.put(namespace, Cached(version, entries, 0))
+        if cached is not None and namespace.kind == "conversation" \
+                and only_added(cached.version, version):
+            for i, (turn, link) in cached.value.turns.items():
+                if link is not None and link.following is None:
+                    entries.unlinked[i] = link.previous  # the last turn may have a successor now
+                    link = None
+                entries.turns[i] = (turn, link)
+            entries.unlinked.update((i, p) for i, p in cached.value.unlinked.items()
+                                    if i in entries.turns)
+        self._cache.put(namespace, Cached(version, entries, entries.size))
         return entries
 
     def grew(self, namespace: Namespace, entries: Entries) -> None:

@@ -290,12 +290,21 @@ class Recaller:
         known = self.entries.entries(namespace, version)
         if known is None:
             known = Entries("")  # no version to key by: read everything, keep nothing
-        turn_ids = [i for i in candidates if not i.startswith(CHUNK_PREFIX)
-                    and ((hit := known.turns.get(i)) is None or (linked and hit[1] is None))]
+        turn_ids, link_ids = [], []
+        for i in candidates:
+            if i.startswith(CHUNK_PREFIX):
+                continue
+            if (hit := known.turns.get(i)) is None:
+                turn_ids.append(i)
+            elif linked and hit[1] is None:
+                # A turn carried over new turns needs only its successor; one read without
+                # its link needs its entry again (the turn before it is in the entry).
+                (link_ids if i in known.unlinked else turn_ids).append(i)
         wants_chunks = known.chunks is None and any(i.startswith(CHUNK_PREFIX)
                                                     for i in candidates)
-        if turn_ids or wants_chunks:
-            await self._read(key, known, turn_ids, linked=linked, chunks=wants_chunks)
+        if turn_ids or link_ids or wants_chunks:
+            await self._read(key, known, turn_ids, linked=linked, chunks=wants_chunks,
+                             link_ids=link_ids)
             if version is not None:
                 self.entries.grew(namespace, known)
         items: dict[str, Recollection] = {}
@@ -311,24 +320,31 @@ class Recaller:
         return _Own(items, links)
 
     async def _read(self, key: ConversationKey, known: Entries, turn_ids: list[str], *,
-                    linked: bool, chunks: bool) -> None:
-        """Read the entries of `turn_ids` (with their links if `linked`) and, if `chunks`,
-        every summary chunk, into `known`."""
+                    linked: bool, chunks: bool, link_ids: Sequence[str] = ()) -> None:
+        """Read the entries of `turn_ids` (with their links if `linked`), the successors of
+        the known turns `link_ids` (in `known.unlinked`), and, if `chunks`, every summary
+        chunk, into `known`."""
         ck = self.keys.conversation(key)
         async with self.redis.pipeline(transaction=False) as pipe:
             if turn_ids:
                 pipe.hmget(ck.turns, turn_ids)
-                if linked:
-                    pipe.hmget(ck.following, turn_ids)
+            if (turn_ids and linked) or link_ids:
+                pipe.hmget(ck.following, [*(turn_ids if linked else ()), *link_ids])
             if chunks:
                 pipe.lrange(ck.chunks, 0, -1)
             results = list(await pipe.execute())
         raw_turns = results.pop(0) if turn_ids else []
-        raw_following = results.pop(0) if turn_ids and linked else [None] * len(turn_ids)
+        following = results.pop(0) if (turn_ids and linked) or link_ids else []
+        raw_following = following[:len(turn_ids)] if linked else [None] * len(turn_ids)
+        for item_id, after in zip(link_ids, following[len(turn_ids) if linked else 0:]):
+            known.turns[item_id] = (known.turns[item_id][0],
+                                    Link(known.unlinked.pop(item_id), after))
         for item_id, raw, after in zip(turn_ids, raw_turns, raw_following):
             entry = json_object(self.encryption.open_or_none(key.tenant, raw))
             if entry is not None and isinstance(entry.get("text"), str):
                 before = entry.get("prev")
+                if linked:
+                    known.unlinked.pop(item_id, None)
                 known.turns[item_id] = (
                     Recollection("turn", item_id, entry["text"], (item_id,),
                                  int(entry.get("position", -1)), 0.0),

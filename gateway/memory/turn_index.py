@@ -214,7 +214,8 @@ class TurnIndexer:
             if stale:
                 pipe.hdel(k.turns, *stale)
                 pipe.hdel(k.vectors, *stale)
-                bump_version(pipe, k.version)
+                # Caches that keep turns across additions must drop them (entry_cache.py).
+                bump_version(pipe, k.version, removed=True)
             await pipe.execute()
         missing = [e for e in wanted if e.id not in existing]
         await self._add(tenant, k, missing)

@@ -20,7 +20,30 @@ def random_start() -> int:
     return secrets.randbits(START_BITS)
 
 
-def bump_version(pipe: Any, key: str) -> None:
-    """Queue a bump of the version counter `key` on a pipeline or transaction (2 commands)."""
+REMOVAL_STEP = 1 << 24
+"""What a write that removes turns adds to its namespace's counter (others add 1): a cache can
+tell a counter that only grew by additions since it read it (`only_added`) from one that may
+have lost an item on the way."""
+
+
+def bump_version(pipe: Any, key: str, *, removed: bool = False) -> None:
+    """Queue a bump of the version counter `key` on a pipeline or transaction (2 commands).
+    `removed`: the write removes turn entries (a forked-away branch): the counter jumps by
+    REMOVAL_STEP."""
     pipe.set(key, random_start(), nx=True)
-    pipe.incr(key)
+    if removed:
+        pipe.incrby(key, REMOVAL_STEP)
+    else:
+        pipe.incr(key)
+
+
+def only_added(old: str, new: str) -> bool:
+    """Whether counter value `new` follows `old` by writes that removed no turn: it grew by
+    less than REMOVAL_STEP. A deleted namespace restarts at random (`random_start`): from any
+    value it held before, that is growth below REMOVAL_STEP with probability 2^-38; growth beyond it
+    (16.7M additions between two reads) only costs a cache its turns."""
+    try:
+        grown = int(new) - int(old)
+    except ValueError:
+        return False
+    return 0 < grown < REMOVAL_STEP
