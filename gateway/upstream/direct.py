@@ -29,6 +29,7 @@ import asyncio
 import json
 import logging
 import os
+import urllib.request
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -131,10 +132,11 @@ class DirectUpstream:
             connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=0,
                                              keepalive_timeout=KEEPALIVE_SECONDS,
                                              resolver=self._resolver)
-            # trust_env: proxies from the environment are used, as httpx (and the openai
-            # SDK under litellm) did.
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=True,
-                                                  auto_decompress=True)
+            # Proxies from the environment (HTTPS_PROXY, NO_PROXY …) are used, as httpx and
+            # the openai SDK under litellm use them; only when one is set, since aiohttp
+            # re-reads the environment (and ~/.netrc) for every request when asked to.
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=bool(urllib.request.getproxies()))
         return self._session
 
 

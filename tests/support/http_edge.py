@@ -34,6 +34,7 @@ class Edge:
     def __init__(self) -> None:
         self.router: respx.Router = respx.MockRouter()
         self.connections = 0
+        self._serving: set[asyncio.Task[None]] = set()
         self.url = ""
         self.port = 0
 
@@ -44,6 +45,9 @@ class Edge:
     async def serve_connection(self, reader: asyncio.StreamReader,
                                writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving.add(task)
         try:
             while (request := await _read_request(reader)) is not None:
                 try:
@@ -58,7 +62,13 @@ class Edge:
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
             return
         finally:
+            self._serving.discard(task)
             writer.close()
+
+    async def close_connections(self) -> None:
+        for task in list(self._serving):
+            task.cancel()
+        await asyncio.gather(*self._serving, return_exceptions=True)
 
 
 @contextmanager
@@ -77,6 +87,7 @@ def http_edge() -> Iterator[Edge]:
         yield edge
     finally:
         loop.call_soon_threadsafe(server.close)
+        asyncio.run_coroutine_threadsafe(edge.close_connections(), loop).result(timeout=5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
         loop.close()
