@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
 
 import httpx
 import respx
@@ -59,7 +59,7 @@ class Edge:
                     return  # hang up without an answer
                 if not await _write_response(writer, response):
                     return
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             return
         finally:
             self._serving.discard(task)
@@ -129,7 +129,7 @@ async def _write_response(writer: asyncio.StreamWriter, response: httpx.Response
     return True
 
 
-async def _pieces(response: httpx.Response) -> Any:
+async def _pieces(response: httpx.Response) -> AsyncIterator[bytes]:
     stream = response.stream
     if isinstance(stream, httpx.AsyncByteStream):
         async for piece in stream:
