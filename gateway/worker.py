@@ -163,7 +163,13 @@ def serve_worker(config: Config, url: str, upstream: Upstream) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await run_worker(config, url, upstream, stop)
+        try:
+            await run_worker(config, url, upstream, stop)
+        finally:
+            # The direct path's pooled client (an unclosed aiohttp session is logged at exit).
+            close = getattr(upstream, "aclose", None)
+            if close is not None:
+                await step("upstream connections", close())
 
     asyncio.run(main())
 

@@ -1,7 +1,7 @@
 """Topic state end to end: the real gateway over HTTP, a real store, inline recording (the
 recorder and the memory worker have run when a reply returns), the real openai SDK as client,
 the fake upstream, and the test embedder (hashed words: texts sharing no words are unrelated).
-The optional LLM classifier is answered at the HTTP edge (respx)."""
+The optional LLM classifier is answered at the HTTP edge (respx routes served on loopback)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 import respx
 
 from tests.support.gateway import KEYS, gateway_config, running_gateway
+from tests.support.http_edge import Edge, http_edge
 
 ALICE, MALLORY = "alice-T1", "mallory-T2"
 MARATHON = [
@@ -38,10 +39,10 @@ TOPICS_BASE = "http://topics.test/v1"
 
 
 def config(redis_url: str, topics: dict[str, Any] | None = None,
-           memory: dict[str, Any] | None = None) -> Any:
+           memory: dict[str, Any] | None = None, classifier_base: str = TOPICS_BASE) -> Any:
     return gateway_config(
         redis_url,
-        models={"classifier": {"model": "openai/gpt-4o-mini", "api_base": TOPICS_BASE}},
+        models={"classifier": {"model": "openai/gpt-4o-mini", "api_base": classifier_base}},
         context={"max_context_tokens": 4000, "reserve_completion_tokens": 200},
         # Summaries only when a topic ends (min_rounds is out of reach): the chunk made is
         # the finished topic's.
@@ -166,11 +167,11 @@ def test_with_topics_off_no_header_no_log_field_and_no_state(redis_url, caplog):
 
 
 @pytest.fixture
-def classifier_edge() -> Iterator[respx.MockRouter]:
-    """The classifier model's HTTP edge; everything else (the gateway itself) goes through."""
-    with respx.mock(assert_all_called=False) as router:
-        router.route(host="127.0.0.1").pass_through()
-        yield router
+def classifier_edge() -> Iterator[Edge]:
+    """The classifier model's HTTP edge: a loopback server answering from `edge.router`."""
+    with http_edge() as edge:
+        edge.router = respx.MockRouter(assert_all_called=False)
+        yield edge
 
 
 def answer(text: str) -> dict[str, Any]:
@@ -182,11 +183,12 @@ def answer(text: str) -> dict[str, Any]:
 def test_the_llm_classifier_decides_when_it_answers(redis_url, classifier_edge):
     """It calls a switch the embedding would not (the texts share words), and its prompt
     carries the current topic and the new message."""
-    route = classifier_edge.post(f"{TOPICS_BASE}/chat/completions").mock(
+    route = classifier_edge.router.post(f"{classifier_edge.url}/v1/chat/completions").mock(
         side_effect=lambda request: httpx.Response(200, json=answer(
             "NEW" if "new subject" in request.content.decode() else "SAME")))
     with running_gateway(config(redis_url, {"classifier": True},
-                                {"summarizer_model": "classifier"})) as base:
+                                {"summarizer_model": "classifier"},
+                                classifier_base=classifier_edge.url + "/v1")) as base:
         client = sdk(base, "classified")
         for text in [*MARATHON, "A new subject about the marathon long runs shoes."]:
             say(client, text)
@@ -198,11 +200,12 @@ def test_the_llm_classifier_decides_when_it_answers(redis_url, classifier_edge):
 
 
 def test_the_llm_classifier_failing_falls_back_to_embedding_drift(redis_url, classifier_edge):
-    classifier_edge.post(f"{TOPICS_BASE}/chat/completions").respond(
+    classifier_edge.router.post(f"{classifier_edge.url}/v1/chat/completions").respond(
         500, json={"error": {"message": "down", "type": "server_error", "param": None,
                              "code": None}})
     with running_gateway(config(redis_url, {"classifier": True},
-                                {"summarizer_model": "classifier"})) as base:
+                                {"summarizer_model": "classifier"},
+                                classifier_base=classifier_edge.url + "/v1")) as base:
         client = sdk(base, "fallback")
         for text in [*MARATHON, *SOURDOUGH]:
             response = say(client, text)

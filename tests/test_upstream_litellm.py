@@ -4,12 +4,14 @@ OpenAI's shape, upstream errors keep their status and body, timeouts are 504s, a
 not reached is a 502 retried once, streams refuse before their first chunk.
 
 respx mocks the HTTP edge (conftest sets DISABLE_AIOHTTP_TRANSPORT so litellm goes through
-httpx); the last tests talk to the standalone fake server over real loopback HTTP.
+httpx); the direct path's aiohttp session gets the same routes' answers over real loopback HTTP
+(tests/support/http_edge.py). The last tests talk to the standalone fake server.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 
@@ -22,6 +24,7 @@ from gateway.ports import RawChunk, UpstreamCall, chunk_data
 from gateway.upstream.direct import DirectUpstream
 from gateway.upstream.fake_server import create_fake_app
 from gateway.upstream.litellm_upstream import LitellmUpstream
+from tests.support.http_edge import Edge, http_edge
 from tests.support.servers import closed_port, serve
 
 BASE = "http://upstream.test/v1"
@@ -62,13 +65,24 @@ def litellm_upstream() -> LitellmUpstream:
     return LitellmUpstream()
 
 
+@pytest.fixture(scope="module")
+def edge():
+    with http_edge() as served:
+        yield served
+
+
+def direct_upstream(edge: Edge) -> DirectUpstream:
+    """The direct path, its requests to upstream.test answered by the `mock` routes."""
+    return DirectUpstream(resolver=edge.resolver("upstream.test"))
+
+
 @pytest.fixture(params=["direct", "litellm"])
-async def upstream(request, litellm_upstream):
+async def upstream(request, litellm_upstream, edge):
     """Each case runs through both paths a call to an OpenAI-compatible upstream may take."""
     if request.param == "litellm":
         yield litellm_upstream
         return
-    direct = DirectUpstream()
+    direct = direct_upstream(edge)
     yield direct
     await direct.aclose()
 
@@ -78,8 +92,9 @@ async def chunks_of(stream) -> list[dict]:
 
 
 @pytest.fixture
-def mock():
+def mock(edge):
     with respx.mock(assert_all_called=True) as router:
+        edge.router = router
         yield router
 
 
@@ -107,11 +122,11 @@ def without_nulls(message: dict) -> dict:
     return {k: v for k, v in message.items() if v is not None}
 
 
-async def test_direct_path_returns_the_upstream_answer_unchanged(mock):
+async def test_direct_path_returns_the_upstream_answer_unchanged(mock, edge):
     answer = {**COMPLETION, "x_vendor": {"kept": [1, None]}, "choices": [
         {**COMPLETION["choices"][0], "x_choice_extra": "é"}]}
     mock.post(URL).respond(200, json=answer)
-    direct = DirectUpstream()
+    direct = direct_upstream(edge)
     try:
         assert await direct.complete(call()) == answer
     finally:
@@ -201,7 +216,7 @@ async def test_stream_false_in_the_body_is_not_sent(upstream, mock):
                                 "stream_options": None}
 
 
-async def test_direct_path_forwards_the_upstream_stream_bytes_as_they_are(mock):
+async def test_direct_path_forwards_the_upstream_stream_bytes_as_they_are(mock, edge):
     # Spacing, key order and escapes as the upstream chose them; comments and CRLFs skipped.
     events = [(b'{"id": "s1", "object": "chat.completion.chunk", "choices": '
                b'[{"index": 0, "delta": {"role": "assistant", "content": "caf\\u00e9 "}}]}'),
@@ -210,7 +225,7 @@ async def test_direct_path_forwards_the_upstream_stream_bytes_as_they_are(mock):
     body = (b": keep-alive\r\n\r\ndata: " + events[0] + b"\r\n\r\ndata:" + events[1]
             + b"\n\ndata: [DONE]\n\n")
     mock.post(URL).respond(200, content=body, headers={"content-type": "text/event-stream"})
-    direct = DirectUpstream()
+    direct = direct_upstream(edge)
     try:
         chunks = [c async for c in direct.stream(call(stream=True))]
     finally:
@@ -262,7 +277,7 @@ async def test_upstream_error_without_openai_body_keeps_status(upstream, mock):
 async def test_timeout_becomes_504(upstream, mock):
     mock.post(URL).mock(side_effect=httpx.ReadTimeout("too slow"))
     with pytest.raises(UpstreamTimeout) as caught:
-        await upstream.complete(call())
+        await upstream.complete(dataclasses.replace(call(), timeout=0.3))
     assert caught.value.status == 504
 
 
