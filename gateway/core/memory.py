@@ -181,7 +181,7 @@ def reading_key(item: Recollection) -> tuple[int, int]:
 
 
 def one_line(text: str) -> str:
-    """`text` stripped, each newline (with the blanks around it) made one space: what
+    r"""`text` stripped, each newline (with the blanks around it) made one space: what
     `re.sub(r"\s*\n\s*", " ", text.strip())` gives (str.strip and the pattern's `\s` strip
     the same characters), as string methods: recall shows ~100 candidates a request."""
     text = text.strip()
