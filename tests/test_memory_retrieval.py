@@ -627,7 +627,7 @@ async def test_a_turn_carried_over_a_new_turn_brings_its_new_answer(redis_client
                                          parent=transcript[-1].id, first_role="assistant")
     await memory.indexer.sync(KEY, answered)
     version = await redis_client.get(KEYS.conversation(KEY).version)
-    known = memory.recaller.entries.entries(Namespace.of_conversation(KEY), version)
+    known = memory.recaller.reader.cache.entries(Namespace.of_conversation(KEY), version)
     assert transcript[-1].id in known.unlinked  # carried: only its successor is read again
     again = [r.text for r in await memory.recaller.recall(KEY, "rent locker last week", k=3)]
     assert again[:2] == ["Which locker did I rent last week?", "Locker 4417, by the pool."]
