@@ -23,7 +23,7 @@ from gateway.config.access import ApiKey as ApiKey
 from gateway.config.access import hash_key as hash_key
 from gateway.config.memory import MemoryConfig, TenantMemoryConfig
 from gateway.config.operations import ConsoleConfig, TracingConfig
-from gateway.config.strict import Strict
+from gateway.config.strict import Strict, required_env
 from gateway.core.ids import valid_id
 from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
@@ -105,11 +105,7 @@ class ModelConfig(Strict):
     def api_key(self, where: str) -> str | None:
         if self.api_key_env is None:
             return None
-        value = os.environ.get(self.api_key_env)
-        if not value:
-            raise ConfigError(
-                f"{where}.api_key_env: environment variable {self.api_key_env} is not set")
-        return value
+        return required_env(self.api_key_env, f"{where}.api_key_env")
 
 
 class ContextConfig(Strict):
@@ -176,9 +172,7 @@ class EncryptionConfig(Strict):
         from gateway.store.crypto import parse_key
 
         def read(field: str, name: str) -> bytes:
-            value = os.environ.get(name)
-            if not value:
-                raise ConfigError(f"{where}.{field}: environment variable {name} is not set")
+            value = required_env(name, f"{where}.{field}")
             try:
                 return parse_key(value)
             except ValueError as exc:

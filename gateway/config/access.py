@@ -4,13 +4,11 @@ environment variable or a sha256 digest) and rate limits."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 
 from pydantic import Field, model_validator
 
-from gateway.config.strict import Strict
-from gateway.errors import ConfigError
+from gateway.config.strict import Strict, required_env
 
 
 class ApiKey(Strict):
@@ -29,10 +27,7 @@ class ApiKey(Strict):
     def digest(self, where: str) -> str:
         if self.sha256 is not None:
             return self.sha256
-        value = os.environ.get(self.env or "")
-        if not value:
-            raise ConfigError(f"{where}.env: environment variable {self.env} is not set")
-        return hash_key(value)
+        return hash_key(required_env(self.env or "", f"{where}.env"))
 
 
 class RateLimitsConfig(Strict):

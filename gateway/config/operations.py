@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from pydantic import Field, field_validator
 
-from gateway.config.strict import Strict
-from gateway.errors import ConfigError
+from gateway.config.strict import Strict, required_env
 
 
 class ConsoleConfig(Strict):
@@ -64,8 +61,4 @@ class TracingConfig(Strict):
         """The headers variable's value; ConfigError if it is named and not set."""
         if self.headers_env is None:
             return None
-        value = os.environ.get(self.headers_env)
-        if not value:
-            raise ConfigError(
-                f"tracing.headers_env: environment variable {self.headers_env} is not set")
-        return value
+        return required_env(self.headers_env, "tracing.headers_env")
