@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import RequestLimitsConfig
-from gateway.core.messages import INSTRUCTION_ROLES, ROLES, Message
+from gateway.core.messages import ROLES, Message
 from gateway.core.one_shot import MARKER
 from gateway.core.pinned import MARKER as PIN_MARKER
 from gateway.errors import BadRequest
@@ -48,7 +48,7 @@ class ChatRequest:
         # Split once: the pipeline reads both several times, for up to thousands of messages.
         instructions, incoming = [], []
         for m in self.messages:
-            (instructions if m.role in INSTRUCTION_ROLES else incoming).append(m)
+            (instructions if m.is_instruction else incoming).append(m)
         object.__setattr__(self, "instructions", tuple(instructions))
         object.__setattr__(self, "incoming", tuple(incoming))
 
