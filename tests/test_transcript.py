@@ -112,6 +112,29 @@ def test_retried_record_is_a_no_op():
     assert twice.append == () and twice.keep == len(once)
 
 
+class _LastOnly(tuple):
+    """A transcript that refuses to be read anywhere but at its end."""
+
+    def __getitem__(self, index):
+        if index not in (-1, len(self) - 1):
+            raise AssertionError(f"read position {index}")
+        return tuple.__getitem__(self, index)
+
+    def __iter__(self):
+        raise AssertionError("scanned the whole transcript")
+
+
+def test_a_turn_that_follows_the_last_message_is_applied_without_scanning_the_transcript():
+    # Every read of a conversation applies its pending turns on top of the transcript: each
+    # must cost the same at 10 messages as at 10,000 (a lagging recorder leaves many).
+    stored = stored_of(*HISTORY)
+    turn = reconcile(HISTORY + (u("bye"),), stored).record([a("see you")])
+    edit = apply_turn(_LastOnly(stored), turn)
+    assert edit.keep == len(stored)
+    assert [m.message.text for m in edit.append] == ["bye", "see you"]
+    assert edit.append[0].parent_id == stored[-1].id
+
+
 def test_stateless_turns_recorded_late_are_stored_once():
     # The client sends turn 2 before turn 1 was applied: both records start at the same parent.
     stored = stored_of(u("hi"), a("hello"))

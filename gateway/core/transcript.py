@@ -196,6 +196,11 @@ class TranscriptEdit:
 
 def apply_turn(stored: Sequence[StoredMessage], record: TurnRecord) -> TranscriptEdit:
     """The edit that records `record` on the transcript `stored` (its active branch)."""
+    if record.mode != "append" and stored and record.parent_id is not None \
+            and stored[-1].id == record.parent_id:
+        # The common case, a turn that follows the branch's last message, without the scans
+        # below: they made each pending turn a reader applies cost O(transcript).
+        return TranscriptEdit(len(stored), _chained(record.parent_id, record))
     if record.mode == "append" or (
         record.parent_id is not None and all(s.id != record.parent_id for s in stored)
     ) or (record.parent_id is None and stored and stored[0].parent_id is not None):
