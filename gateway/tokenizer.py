@@ -123,6 +123,14 @@ class TiktokenTokenizer:
 
     __slots__ = ("_counts", "_encoding", "_truncations", "encoding_name")
 
+    adds_up_by_line = True
+    """Text made of lines that neither start nor end with a blank, nor start with "/", costs
+    the sum of its lines, each counted with its newline: tiktoken's pre-tokenizer (cl100k and
+    o200k alike) ends a piece at the newline after a line's last non-blank character, and the
+    next line starts a new one (o200k alone carries a "/" right after the newline into the
+    piece before). gateway/core/packing.py prices recalled blocks on it (their lines start
+    with "- " or "["); tests/test_packing.py checks it on random texts in both encodings."""
+
     def __init__(self, encoding_name: str, *, count_entries: int = COUNT_CACHE_ENTRIES,
                  count_chars: int = COUNT_CACHE_CHARS,
                  truncate_entries: int = TRUNCATE_CACHE_ENTRIES,

@@ -5,7 +5,9 @@ Each packer is compared with its definition (the `_by_measure` functions, which 
 measure the block for every candidate) over random chunks and recollections — tags of the
 blocks split across items, stray `<`, date anchors, CJK, emoji, text starting with `/` — with
 the word-counting fake and both tiktoken encodings, and with a tokenizer that does not add up
-across lines (the arithmetic is then caught out and the definition applies).
+across lines (the arithmetic is then caught out and the definition applies). tiktoken declares
+that one-line texts add up by line, so its recalled blocks are priced and never measured: the
+claim itself is checked here too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from gateway.core.memory import (
     SUMMARY_HEADER,
     SUMMARY_TAG,
     block_frame,
+    item_line,
     one_line,
     render_recalled,
     render_summary,
@@ -29,6 +32,7 @@ from gateway.core.messages import Message
 from gateway.core.packing import (
     _pack_recalled_by_measure,
     _pack_summary_by_measure,
+    adds_up_by_line,
     pack_recalled,
     pack_summary,
     recall_reservation,
@@ -66,6 +70,7 @@ class RecordingTokenizer:
 
     def __init__(self, inner=None) -> None:
         self.inner = inner or WordTokenizer()
+        self.adds_up_by_line = adds_up_by_line(self.inner)
         self.counted: list[str] = []
 
     def count(self, text: str) -> int:
@@ -116,14 +121,15 @@ def check_summary(chunks: list[str], limit: int, tok, adds_up: bool = True) -> N
 
 
 def check_recalled(items: list[Recollection], limit: int, tok) -> None:
-    """Likewise: besides the frame, only the block chosen (or the best item's) is measured."""
+    """Likewise: besides the frame, only the block chosen (or the best item's) is measured —
+    and not even that with a tokenizer that adds up by line (tiktoken)."""
     recording = RecordingTokenizer(tok)
     lines = recalled_lines(items, recording)
     packed = pack_recalled(lines, limit, recording)
     usable = [r for r in items if r.text.strip()]
     assert packed == _pack_recalled_by_measure(usable, limit, tok)
     assert packed.cost <= limit
-    assert recording.blocks_measured(RECALLED_HEADER) <= 2
+    assert recording.blocks_measured(RECALLED_HEADER) <= (1 if adds_up_by_line(tok) else 2)
     whole = render_recalled(usable)
     expected = 0 if whole is None else min(limit, count_message(whole, tok))
     assert recall_reservation(lines, limit, tok) == expected
@@ -157,6 +163,31 @@ def test_recalled_block_packed_by_arithmetic_is_the_block_packed_by_measure(item
 def test_recalled_block_packed_by_arithmetic_is_exact_with_tiktoken(items, limit):
     check_recalled(items, limit, CL100K)
     check_recalled(items, limit, O200K)
+
+
+one_line_texts = texts.map(one_line).filter(lambda t: bool(t) and not t.startswith("/"))
+
+
+@REAL
+@given(st.lists(one_line_texts | one_line_texts.map(item_line), min_size=1, max_size=8))
+@example(["done!", "- /etc/hosts", "[1 May, 2023]", "- item"])
+@example(["数据。", "[2023年5月8日]", "- 👍🏽 ?"])
+def test_tiktoken_adds_up_by_line_on_one_line_texts(lines):
+    # The claim the recalled block's price rests on (TiktokenTokenizer.adds_up_by_line).
+    for tok in (CL100K, O200K):
+        assert adds_up_by_line(tok)
+        text = "".join(line + "\n" for line in lines)
+        assert tok.count(text) == sum(tok.count(line + "\n") for line in lines)
+        assert tok.count(text + "</memory>") == tok.count(text) + tok.count("</memory>")
+
+
+def test_a_line_starting_with_a_slash_is_the_exception_the_claim_names():
+    # o200k joins punctuation, newlines and "/" into one piece; no block line starts so.
+    assert O200K.count("done!\n/etc\n") != O200K.count("done!\n") + O200K.count("/etc\n")
+
+
+def test_word_counting_fakes_do_not_declare_adding_up_by_line():
+    assert not adds_up_by_line(WORDS) and not adds_up_by_line(RunOnTokenizer())
 
 
 @FAST

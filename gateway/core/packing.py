@@ -9,7 +9,10 @@ next line (tiktoken's encodings split text before tokenising it; so does countin
 a block costs its frame plus the sum of its items. Each item is counted once (the tokenizer
 may cache the count), so packing is linear in the candidates. The block chosen is rendered
 once and measured as rendered: the budget holds exactly whatever the tokenizer; should a
-tokenizer not add up (the measure differs from the price), the definition is applied.
+tokenizer not add up (the measure differs from the price), the definition is applied. A
+tokenizer that declares it adds up by line (`adds_up_by_line`) is not measured for the
+recalled block, whose lines are one-line texts (summary chunks span several lines: still
+measured).
 """
 
 from __future__ import annotations
@@ -208,6 +211,14 @@ def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
         return Packed()
     prices = _RecalledPrices(usable, tokenizer)
     chosen, price = prices.pack(limit)
+    if adds_up_by_line(tokenizer):
+        # The price is the count (the block's lines are one-line texts): nothing to measure.
+        # A new question recalls a new block, so measuring it was a full count per request.
+        if not chosen:
+            return Packed()
+        kept = sorted((usable[i] for i in chosen), key=lambda line: reading_key(line.item))
+        return Packed(recalled_block([(line.anchor, line.rest) for line in kept]), price,
+                      tuple(line.item for line in kept))
     # Measured as rendered: the block chosen, or when none is, the best item's block —
     # rendered from the lines already split (what `render_recalled` of their items gives).
     kept = sorted((usable[i] for i in chosen or [0]), key=lambda line: reading_key(line.item))
@@ -215,6 +226,15 @@ def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
     if count_message(block, tokenizer) != (price if chosen else prices.alone(0)):
         return _pack_recalled_by_measure([line.item for line in usable], limit, tokenizer)
     return Packed(block, price, tuple(line.item for line in kept)) if chosen else Packed()
+
+
+def adds_up_by_line(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` declares that text made of lines that neither start nor end with a
+    blank, nor start with "/", costs the sum of its lines, each counted with its newline
+    (`adds_up_by_line = True`, as the tiktoken adapter does): then a recalled block — its
+    lines are "- " + a one-line text or a "[date]", between a frame that ends and starts at a
+    line — costs exactly its price. Undeclared, the block is measured."""
+    return getattr(tokenizer, "adds_up_by_line", False) is True
 
 
 def _pack_recalled_by_measure(usable: list[Recollection], limit: int,
