@@ -19,7 +19,7 @@ from bench.overhead.conversation import VARIANTS, Conversation, question, seed_m
 from bench.overhead.goals import Goal, check, goals
 from bench.overhead.load import Bodies, new_session, request_body, run_load, \
     run_stateless_client
-from bench.overhead.processes import Pinning, descendants, describe_process
+from bench.overhead.processes import Pinning, cpu_seconds, descendants, describe_process
 from bench.overhead.report import markdown, write_all
 from bench.overhead.run import Plan, cell_entries
 from bench.overhead.stack import SOURCE_ROOT, Stack, Target, child_env
@@ -152,7 +152,8 @@ def meta_for_report() -> dict[str, Any]:
                                  "forwarded_body": {"tokens": 6000, "bytes": 35000,
                                                     "messages": 80}}},
         "persist": {"50": {"start_turns": 50, "requests": 10, "end_turns_expected": 60,
-                           "end_messages_stored": 120, "recorded_every_turn": True}},
+                           "end_messages_stored": 120, "recorded_every_turn": True,
+                           "cpu_ms_per_turn": {"server": 9.5, "worker": 17.25, "store": 1.0}}},
         "method": ["how it was measured"], "requests_per_cell": {"1": 2, "10": 2},
         "rounds": 1, "warmup": 0, "started": "2025-01-01T00:00:00+00:00", "duration_s": 1.0}
 
@@ -174,6 +175,7 @@ def test_report_writes_json_markdown_and_png_with_one_stem(tmp_path: Path) -> No
     assert "6,900 tokens" in md and "6,000 tokens" in md  # both bodies' sizes
     assert "embedded store (Valkey) on the load core" in md
     assert "## With persistence on" in md and "every turn recorded" in md
+    assert "server 9.5 ms, memory worker 17.25 ms, store 1.0 ms" in md
     assert paths[2].read_bytes()[:4] == b"\x89PNG"
 
 
@@ -358,6 +360,23 @@ def test_placement_finds_a_childs_children_and_their_cores() -> None:
             os.kill(pid, 9)
         parent.kill()
         parent.wait()
+
+
+def test_cpu_seconds_count_a_process_s_work_and_nothing_once_it_is_gone() -> None:
+    busy = subprocess.Popen([sys.executable, "-c",
+                             "import time\nend = time.process_time() + 0.3\n"
+                             "while time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        for _ in range(200):
+            used = cpu_seconds(busy.pid)
+            if used >= 0.3:
+                break
+            time.sleep(0.05)
+        assert 0.3 <= used < 5
+    finally:
+        busy.kill()
+        busy.wait()
+    assert cpu_seconds(busy.pid) == 0.0
 
 
 @pytest.mark.parametrize("requests, rounds, concurrency, expected", [

@@ -103,6 +103,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time `pid` has used so far (user + system, all its threads); 0 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def describe_process(pid: int, role: str) -> dict[str, object]:
     """{role, pid, command, cpus}: where a process may run (the union over its threads)."""
     try:

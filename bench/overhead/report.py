@@ -140,6 +140,11 @@ def markdown(meta: dict[str, Any], results: Sequence[Row],
                 "NOT every turn recorded"
             parts.append(f"- {turns} turns: {p['requests']} requests (warm-up included) → "
                          f"{p['end_messages_stored']} messages stored, {recorded}.")
+            cpu = p.get("cpu_ms_per_turn")
+            if cpu:
+                parts.append(f"  CPU per recorded turn (from /proc, until the worker was idle "
+                             f"again): server {cpu['server']} ms, memory worker "
+                             f"{cpu['worker']} ms, store {cpu['store']} ms.")
         parts.append("")
     if meta.get("errors"):
         parts += ["## Errors", "", "```", json.dumps(meta["errors"], indent=2), "```", ""]

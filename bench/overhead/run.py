@@ -188,6 +188,7 @@ async def _persist_cell(stack: Stack, plan: Plan, conv: Conversation, outcome: O
 
     per_round = math.ceil(plan.persist_requests / plan.rounds)
     results = [LoadResult(), LoadResult()]
+    cpu_before = stack.gateway_cpu()
     async with new_session(1, plan.request_timeout_s) as session:
         if plan.warmup:
             await run_stateless_client(session, gateway, history, questions(plan.warmup),
@@ -208,11 +209,16 @@ async def _persist_cell(stack: Stack, plan: Plan, conv: Conversation, outcome: O
     memory = Entry(gateway, conv.full_bodies(False), "full", "forwarded", conv.tokens_full)
     rows = _rows(cell, [direct, memory], results, outcome)
     await wait_idle(stack)
+    # Until the worker is idle again: the CPU of every turn recorded, also what it caught up on
+    # after the last request (the direct rounds between cost the gateway nothing).
+    cpu_after = stack.gateway_cpu()
     stored = await stored_messages(stack, conv)
     outcome.persist[str(conv.turns)] = {
         "start_turns": conv.turns, "requests": asked, "end_turns_expected": conv.turns + asked,
         "end_messages_stored": stored,
-        "recorded_every_turn": stored == 2 * (conv.turns + asked)}
+        "recorded_every_turn": stored == 2 * (conv.turns + asked),
+        "cpu_ms_per_turn": {part: round((cpu_after[part] - cpu_before[part]) * 1e3 / asked, 1)
+                            for part in cpu_before}}
     return rows
 
 

@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.overhead.processes import (ChildServer, ChildServers, Pinning, descendants,
-                                      describe_process, free_port, pin_threads,
+from bench.overhead.processes import (ChildServer, ChildServers, Pinning, cpu_seconds,
+                                      descendants, describe_process, free_port, pin_threads,
                                       stop_pidfile_process)
 
 TARGETS = ("direct", "gateway-passthrough", "gateway-memory", "litellm-proxy",
@@ -157,6 +157,17 @@ class Stack:
                 if child not in self.pids.values():
                     out.append(describe_process(child, f"{role}: child"))
         return out
+
+    def gateway_cpu(self) -> dict[str, float]:
+        """CPU seconds used so far by the gateway's server process, its worker child(ren) and
+        its embedded store."""
+        server = self.pids.get("gateway", 0)
+        store = self.pids.get("store (embedded Valkey)", 0)
+        workers = [p for p in descendants(server) if p not in self.pids.values()] if server \
+            else []
+        return {"server": cpu_seconds(server) if server else 0.0,
+                "worker": sum(cpu_seconds(p) for p in workers),
+                "store": cpu_seconds(store) if store else 0.0}
 
     # -- servers ---------------------------------------------------------------------------
 
