@@ -76,8 +76,7 @@ def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_pat
         assert Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[-1].split()[1] \
             == str(gateway.pid)
         # Background work at a lower priority, every thread of it (Linux nices per thread).
-        nices = [int(Path(task, "stat").read_text().rsplit(")", 1)[-1].split()[16])
-                 for task in Path(f"/proc/{worker}/task").iterdir()]
+        nices = _thread_nices(worker)
         assert nices and min(nices) >= 10, nices
         code = gateway.terminate(30)
         report(f"worker child ({store})", turns_applied=counts["stored"],
@@ -147,3 +146,16 @@ def test_external_mode_leaves_turns_to_a_gateway_worker_run_on_its_own(tmp_path)
         assert counts["stored"] == 3 and counts["lost"] == 0, counts
         assert code == 0, worker.log_tail()
         assert '"event": "worker_stopped"' in worker.log_text()
+
+
+def _thread_nices(pid: int) -> list[int]:
+    """The niceness of each thread of `pid` (a thread that ends while they are read — an idle
+    thread pool's worker — is left out)."""
+    nices = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = Path(task, "stat").read_text()
+        except FileNotFoundError:
+            continue
+        nices.append(int(stat.rsplit(")", 1)[-1].split()[16]))
+    return nices
