@@ -171,7 +171,6 @@ def _fail(message: str) -> NoReturn:
 
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
-    from uvicorn.config import LOGGING_CONFIG
 
     from gateway.app import CONFIG_ENV, STORE_URL_ENV, store_url
     from gateway.logs import uvicorn_log_config
@@ -213,7 +212,7 @@ def _serve(args: argparse.Namespace) -> None:
         # http/loop "auto": httptools and uvloop (dependencies) where they are installed.
         uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=args.log_level, access_log=False,
-                    log_config=uvicorn_log_config(config.server.log_format) or LOGGING_CONFIG,
+                    log_config=uvicorn_log_config(config.server.log_format),
                     http="auto", loop="auto",
                     timeout_graceful_shutdown=config.server.shutdown_timeout_seconds)
     except _Signalled as exc:

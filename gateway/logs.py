@@ -85,21 +85,50 @@ def configure_logging(level: str, log_format: LogFormat) -> None:
         threading.excepthook = _log_uncaught_in_thread
 
 
-def uvicorn_log_config(log_format: LogFormat) -> dict[str, Any] | None:
-    """uvicorn's `log_config`: its own loggers through the JSON formatter on stdout, or None
-    for `text` (the caller then passes uvicorn's default)."""
+FORCED_EXIT_MESSAGE = ("lifespan cancelled by a forced exit (SIGINT during shutdown); the "
+                       "gateway's shutdown ran in that cancellation")
+
+
+class ForcedExitFilter(logging.Filter):
+    """One warning line instead of a traceback logged as an error for a forced exit.
+
+    uvicorn's forced exit (SIGINT while it shuts down, e.g. a second Ctrl-C) skips the
+    lifespan's shutdown; the event loop's teardown then cancels the lifespan instead, the
+    gateway's shutdown runs in that cancellation (gateway.app: the store and worker stop as
+    usual), and starlette reports the CancelledError as a failed shutdown, which uvicorn logs
+    as an error: the traceback text as the message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and isinstance(record.msg, str) \
+                and record.msg.startswith("Traceback") \
+                and record.msg.rstrip().endswith("asyncio.exceptions.CancelledError"):
+            record.msg, record.args = FORCED_EXIT_MESSAGE, ()
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def uvicorn_log_config(log_format: LogFormat) -> dict[str, Any]:
+    """uvicorn's `log_config`: its own loggers through the JSON formatter on stdout (`json`)
+    or its default configuration (`text`), with `ForcedExitFilter` on `uvicorn.error`."""
+    filters = {"forced_exit": {"()": "gateway.logs.ForcedExitFilter"}}
     if log_format != "json":
-        return None
+        from uvicorn.config import LOGGING_CONFIG
+
+        config: dict[str, Any] = json.loads(json.dumps(LOGGING_CONFIG))  # a deep copy
+        config["filters"] = filters
+        config["loggers"]["uvicorn.error"]["filters"] = ["forced_exit"]
+        return config
     handler = {"class": "logging.StreamHandler", "formatter": "json",
                "stream": "ext://sys.stdout"}
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": "gateway.logs.JsonFormatter"}},
+        "filters": filters,
         "handlers": {"default": handler},
         "loggers": {
             "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
-            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.error": {"level": "INFO", "filters": ["forced_exit"]},
             "uvicorn.access": {"handlers": ["default"], "level": "INFO", "propagate": False},
         },
     }

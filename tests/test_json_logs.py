@@ -12,7 +12,8 @@ import warnings
 
 import httpx
 
-from gateway.logs import JsonFormatter, JsonMessage
+from gateway.logs import FORCED_EXIT_MESSAGE, ForcedExitFilter, JsonFormatter, JsonMessage, \
+    uvicorn_log_config
 from tests.support.processes import AUTH, Processes, gateway_config_file
 
 
@@ -101,3 +102,29 @@ def test_the_formatter_keeps_events_as_fields_and_tracebacks_in_the_line():
         plain = logging.LogRecord("py.warnings", logging.WARNING, __file__, 1, "{not json}",
                                   None, None)
         assert _format(plain)["message"] == "{not json}"
+
+
+def _record(level: int, msg: str) -> logging.LogRecord:
+    return logging.LogRecord("uvicorn.error", level, __file__, 1, msg, (), None)
+
+
+def test_a_forced_exit_s_cancelled_lifespan_is_one_warning_not_a_traceback():
+    starlette_report = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+                        "gateway.cli._Signalled: 2\n\nDuring handling of the above exception, "
+                        "another exception occurred:\n\nTraceback (most recent call last):\n"
+                        "  File \"routing.py\", line 668, in lifespan\n"
+                        "asyncio.exceptions.CancelledError\n")
+    forced = _record(logging.ERROR, starlette_report)
+    assert ForcedExitFilter().filter(forced)
+    assert (forced.getMessage(), forced.levelname) == (FORCED_EXIT_MESSAGE, "WARNING")
+    # Any other error, a traceback included, is left as it is.
+    other = _record(logging.ERROR, "Traceback (most recent call last):\nValueError: x\n")
+    assert ForcedExitFilter().filter(other)
+    assert other.levelname == "ERROR" and other.getMessage().endswith("ValueError: x\n")
+
+
+def test_both_log_formats_put_the_filter_on_uvicorn_s_error_logger():
+    for log_format in ("json", "text"):
+        config = uvicorn_log_config(log_format)  # type: ignore[arg-type]
+        assert config["loggers"]["uvicorn.error"]["filters"] == ["forced_exit"]
+        assert config["filters"]["forced_exit"] == {"()": "gateway.logs.ForcedExitFilter"}
