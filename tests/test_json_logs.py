@@ -12,8 +12,13 @@ import warnings
 
 import httpx
 
-from gateway.logs import FORCED_EXIT_MESSAGE, ForcedExitFilter, JsonFormatter, JsonMessage, \
-    uvicorn_log_config
+from gateway.logs import (
+    FORCED_EXIT_MESSAGE,
+    ForcedExitFilter,
+    JsonFormatter,
+    JsonMessage,
+    uvicorn_log_config,
+)
 from tests.support.processes import AUTH, Processes, gateway_config_file
 
 

@@ -5,6 +5,7 @@ a store that cannot be reached admits requests (fail open)."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from typing import Any
 
@@ -30,6 +31,9 @@ def limited_config(store: str, *, acme: dict[str, Any] | None = None,
     tenant = {"models": MODELS,
               "context": {"max_context_tokens": 2000, "reserve_completion_tokens": 200}}
     return parse_config({
+        # A temporary data dir: a turn the store cannot take goes to a record journal there,
+        # never into the working directory's ./data (which the next `gateway serve` replays).
+        "server": {"data_dir": tempfile.mkdtemp(prefix="gateway-test-")},
         "store": store, "recorder": {"mode": "inline"},
         **({"store_cluster": {"enabled": True, "shards": shards}} if shards else {}),
         "memory": {"embedder": {"kind": "hash"}},
