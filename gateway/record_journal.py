@@ -255,6 +255,8 @@ def process_identity(pid: int) -> str | None:
     clock ticks since boot from /proc (Linux); elsewhere 0, and a reused pid looks alive."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+    except ProcessLookupError:
+        return None  # it exited between the open and the read
     except FileNotFoundError:
         if Path("/proc/self/stat").exists():
             return None  # Linux, and no such process

@@ -150,12 +150,12 @@ def test_external_mode_leaves_turns_to_a_gateway_worker_run_on_its_own(tmp_path)
 
 def _thread_nices(pid: int) -> list[int]:
     """The niceness of each thread of `pid` (a thread that ends while they are read — an idle
-    thread pool's worker — is left out)."""
+    thread pool's worker — is left out: the read fails with ENOENT at open or ESRCH after)."""
     nices = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = Path(task, "stat").read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue
         nices.append(int(stat.rsplit(")", 1)[-1].split()[16]))
     return nices
