@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import AsyncIterator, Sequence
 
@@ -32,6 +33,7 @@ from gateway.memory.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entries
 from gateway.memory.vector_index import FaissVectorIndex
 from gateway.memory.vector_store import delete_vectors, put_vectors, space_of
 from gateway.store.codec import encode_stored
+from gateway.store.crypto import Encryption
 from gateway.store.keys import KeySpace
 from gateway.store.versions import REMOVAL_STEP, only_added, random_start
 
@@ -501,6 +503,61 @@ async def test_the_incremental_bm25_index_answers_as_a_fresh_build(redis_client,
             assert mine == pytest.approx(theirs, rel=1e-5), query
     finally:
         fresh.close()
+
+
+class CountingOpens(Encryption):
+    """No tenant encrypted; counts what each reader opens (stored text -> times)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: Counter[str] = Counter()
+
+    def open(self, tenant: str, text: str) -> str:
+        self.opened[text] += 1
+        return super().open(tenant, text)
+
+
+async def test_a_chunk_stored_as_before_is_not_opened_again_after_new_turns(redis_client):
+    # Every recorded turn moves the namespace's counter: the lexical index and the recalled
+    # entries read the chunk list again, but decode only the chunks stored differently.
+    lexical_opens, entry_opens = CountingOpens(), CountingOpens()
+    embedding = EmbeddingService(HashEmbedder())
+    vectors = FaissVectorIndex(redis_client, HashEmbedder().dim, KEYS, space=embedding.space)
+    lexical = Bm25LexicalIndex(redis_client, KEYS, encryption=lexical_opens)
+    recaller = Recaller(embedding, vectors, lexical, redis_client, KEYS,
+                        encryption=entry_opens)
+    indexer, store = TurnIndexer(redis_client, embedding, KEYS), ChunkStore(
+        redis_client, KEYS, space=embedding.space)
+    try:
+        texts = filler(12)
+        await indexer.sync(KEY, conversation(texts))
+        chunk = SummaryChunk(id="c1", text="Summary: the user adopted a tortoise named Sheldon.",
+                             source_ids=(conversation(texts)[0].id,), first_position=0,
+                             last_position=0, start_date="2023-05-08", end_date=None,
+                             tokens=12, created_at=0.0, method="extractive")
+        assert await store.append(KEY, chunk, HashEmbedder().embed([chunk.text])[0])
+        (raw,) = await redis_client.lrange(KEYS.conversation(KEY).chunks, 0, -1)
+        assert (await recaller.recall(KEY, "tortoise Sheldon", k=3))[0].id == "chunk:c1"
+        assert lexical_opens.opened[raw] == entry_opens.opened[raw] == 1
+        for n in (13, 14, 15):  # three recorded turns, a recall after each
+            await indexer.sync(KEY, conversation(filler(n)))
+            hits = await recaller.recall(KEY, "tortoise Sheldon", k=3)
+            assert hits[0].id == "chunk:c1" and hits[0].text == render_chunk(chunk)
+        assert lexical_opens.opened[raw] == entry_opens.opened[raw] == 1
+        # Rewritten under its id: decoded again, and its new text is what is recalled.
+        new = SummaryChunk(**{**{f: getattr(chunk, f) for f in chunk.__dataclass_fields__},
+                              "text": "Summary: the user sold the kettle to a tiger."})
+        assert await store.replace(KEY, [chunk], [new],
+                                   {"c1": HashEmbedder().embed([new.text])[0]})
+        (rewritten,) = await redis_client.lrange(KEYS.conversation(KEY).chunks, 0, -1)
+        hits = await recaller.recall(KEY, "kettle tiger", k=3)
+        assert hits[0].id == "chunk:c1" and hits[0].text == render_chunk(new)
+        assert lexical_opens.opened[rewritten] == entry_opens.opened[rewritten] == 1
+        assert await lexical.search(Namespace.of_conversation(KEY), "tortoise Sheldon", 3) == []
+    finally:
+        embedding.close()
+        vectors.close()
+        lexical.close()
 
 
 async def test_the_incremental_faiss_index_answers_as_a_fresh_build(redis_client, memory):

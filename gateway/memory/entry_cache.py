@@ -15,7 +15,9 @@ the counter only grew by additions (`versions.only_added`: removals of turns jum
 map starts with the old one's turns, and with the links that cannot have changed (a turn
 that had a successor keeps it; the last turn's gets one: read again). Chunks (rewritten and
 deletable by the user) and user namespaces (a deleted conversation's items leave them with an
-ordinary bump) always start afresh.
+ordinary bump) always start afresh — but a conversation's chunk list is read again as stored,
+and a chunk stored exactly as before is not opened and decoded again (`Entries.decoded`:
+stored text -> chunk, carried over any change of the counter, since it is keyed by content).
 
 Invariants: a map is only used for the namespace and the version it was filled under; a
 namespace without a version counter is never cached; an item is cached as the store held it
@@ -57,6 +59,9 @@ class Entries:
     unlinked: dict[str, str | None] = field(default_factory=dict)
     """Turns carried over additions whose successor must be read again (their link is None
     in `turns`) -> the turn before them, which cannot have changed."""
+    decoded: dict[str, Recollection | None] = field(default_factory=dict)
+    """Conversation namespaces: each chunk as stored when the list was last read -> what it
+    decodes to (None: unreadable or deleted); replaced at each read of the list."""
 
     @property
     def size(self) -> int:
@@ -76,15 +81,17 @@ class EntryCache:
         if cached is not None and cached.version == version:
             return cached.value
         entries = Entries(version)
-        if cached is not None and namespace.kind == "conversation" \
-                and only_added(cached.version, version):
-            for i, (turn, link) in cached.value.turns.items():
-                if link is not None and link.following is None:
-                    entries.unlinked[i] = link.previous  # the last turn may have a successor now
-                    link = None
-                entries.turns[i] = (turn, link)
-            entries.unlinked.update((i, p) for i, p in cached.value.unlinked.items()
-                                    if i in entries.turns)
+        if cached is not None and namespace.kind == "conversation":
+            entries.decoded = cached.value.decoded
+            if only_added(cached.version, version):
+                old = cached.value
+                entries.turns = dict(old.turns)
+                open_ended = [(i, turn, link) for i, (turn, link) in old.turns.items()
+                              if link is not None and link.following is None]
+                for i, turn, link in open_ended:  # the last turn may have a successor now
+                    entries.unlinked[i] = link.previous
+                    entries.turns[i] = (turn, None)
+                entries.unlinked.update(old.unlinked)
         self._cache.put(namespace, Cached(version, entries, entries.size))
         return entries
 

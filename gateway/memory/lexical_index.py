@@ -10,8 +10,8 @@ per search, a refresh when it moved. The index is incremental (`gateway.memory.b
 refresh reads the ids present (HKEYS), fetches and tokenises only the documents it does not
 have, adds them and removes the ones gone — a recorded turn costs its own tokens, not a
 rebuild of the conversation. Turn texts never change under their id; chunks may be rewritten
-under theirs, so they are read again and replaced when their text changed. Facts (at most a
-hundred) are rebuilt whole.
+under theirs, so they are read again — and opened, decoded and tokenised only when what is
+stored differs from what the last refresh read. Facts (at most a hundred) are rebuilt whole.
 
 A user namespace (the turns and chunks of all of a user's conversations) holds both in its
 `recall` hash (ids "<conversation>/<item id>"); a search may leave out one conversation's items
@@ -73,6 +73,9 @@ class _Lexical:
     texts: dict[str, str] = field(default_factory=dict)
     """Live chunk id -> the text its tokens are of: a refresh reads every chunk again (they
     may be rewritten under their id) and tokenises only those whose text changed."""
+    raws: dict[str, str] = field(default_factory=dict)
+    """Chunk id -> the chunk as stored (sealed JSON) when last read: read again unchanged, it
+    is not opened or decoded again (set by each refresh to what it read)."""
     grouped: bool = False
     """User namespaces: rows are masked by conversation."""
     masks: dict[str, np.ndarray] = field(default_factory=dict)
@@ -102,7 +105,7 @@ class _Lexical:
         """Itself, or — once removed rows outnumber live ones — a rebuild of the live ones."""
         if self.bm25.dead <= max(64, self.bm25.live):
             return self
-        fresh = _Lexical(grouped=self.grouped)
+        fresh = _Lexical(grouped=self.grouped, raws=self.raws)
         for item in sorted(self.rows, key=self.rows.__getitem__):
             fresh.add(item, self.tokens[item], self.texts.get(item))
         return fresh
@@ -205,8 +208,9 @@ class Bm25LexicalIndex:
         old = cached.value if cached is not None and namespace.kind != "facts" else None
         if namespace.kind == "facts":
             version, present, fresh = await self._fact_texts(namespace)
+            raws: dict[str, str] = {}
         else:
-            version, present, fresh = await self._conversation_texts(namespace, old)
+            version, present, fresh, raws = await self._conversation_texts(namespace, old)
         if old is None or len(fresh) > OFFLOAD_ABOVE:
             # A new index no search sees yet: built on the index's thread when it is large.
             grouped = namespace.kind == "user"
@@ -225,6 +229,7 @@ class Bm25LexicalIndex:
                 if old.texts.get(item) != text:  # a chunk read again unchanged: no tokens
                     old.add(item, self._tokens(text), _chunk_text(item, text))
             lexical = old.compacted()
+        lexical.raws = raws
         self._cache.put(namespace, Cached(version, lexical, lexical.bm25.live))
         return lexical
 
@@ -239,10 +244,10 @@ class Bm25LexicalIndex:
 
     async def _conversation_texts(
             self, namespace: Namespace, old: _Lexical | None,
-    ) -> tuple[str | None, set[str], dict[str, str]]:
+    ) -> tuple[str | None, set[str], dict[str, str], dict[str, str]]:
         """(version, every id present, texts to (re)tokenise by id: the turns `old` lacks and
-        every chunk). A conversation keeps its chunks in a list; a user namespace keeps them
-        beside the turns."""
+        the chunks not stored as `old` read them, every chunk id -> as stored). A conversation
+        keeps its chunks in a list; a user namespace keeps them beside the turns."""
         nk = namespace_keys(self.keys, namespace)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.get(nk.version)
@@ -252,31 +257,47 @@ class Bm25LexicalIndex:
             version, turn_ids, *rest = await pipe.execute()
         raw_chunks = rest[0] if rest else []
         known = old.rows if old is not None else {}
-        mutable = is_chunk if namespace.kind == "user" else (lambda _: False)
-        wanted = [i for i in turn_ids if i not in known or mutable(i)]
+        read_before = old.raws if old is not None else {}
+        user = namespace.kind == "user"
+        if user:  # its chunks are mutable: read again
+            wanted = [i for i in turn_ids if i not in known or is_chunk(i)]
+        else:
+            wanted = [i for i in turn_ids if i not in known]
         present = set(turn_ids)
         fresh: dict[str, str] = {}
+        raws: dict[str, str] = {}
         foreign = 0
         for item, raw in zip(wanted, await self.redis.hmget(nk.documents, wanted)
                              if wanted else []):
+            if user and raw is not None and is_chunk(item):
+                raws[item] = raw
+                if read_before.get(item) == raw and item in known:
+                    continue  # unchanged since the last refresh read it
             entry = json_object(self.encryption.open_or_none(namespace.tenant, raw))
             if entry is None or not isinstance(entry.get("text"), str):
                 foreign += raw is not None  # None: deleted since HKEYS; not an error
                 present.discard(item)
                 continue
             fresh[item] = entry["text"]
+        unchanged = {raw: item for item, raw in read_before.items()
+                     if item in known} if raw_chunks else {}
         for raw in raw_chunks:
+            if (item := unchanged.get(raw)) is not None:
+                raws[item] = raw
+                present.add(item)
+                continue  # as the last refresh read it: neither opened nor decoded again
             chunk = json_object(self.encryption.open(namespace.tenant, raw))
             if chunk is None or not isinstance(chunk.get("text"), str) or "id" not in chunk:
                 foreign += 1
                 continue
             item = chunk_id(str(chunk["id"]))
             fresh[item] = chunk["text"]
+            raws[item] = raw
             present.add(item)
         if foreign:
             log.warning("skipped %d unreadable memory entries in a conversation namespace",
                         foreign)
-        return version, present, fresh
+        return version, present, fresh, raws
 
     async def _fact_texts(self, namespace: Namespace,
                           ) -> tuple[str | None, set[str], dict[str, str]]:

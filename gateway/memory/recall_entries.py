@@ -207,14 +207,23 @@ class EntryReader:
                     Link(before if isinstance(before, str) else None, after) if linked
                     else None)
         if chunks:
-            known.chunks = {}
+            known.chunks, decoded = {}, {}
             for raw in results.pop(0):
-                try:
-                    chunk = chunk_from_json(self.encryption.open(key.tenant, raw))
-                except ValueError:
-                    continue  # unreadable: left out, like a vanished turn
-                text = render_chunk(chunk)  # with its date span; "" once deleted by the user
-                if text:
-                    known.chunks[chunk_id(chunk.id)] = Recollection(
-                        "chunk", chunk_id(chunk.id), text, chunk.source_ids,
-                        chunk.first_position, 0.0)
+                chunk = known.decoded[raw] if raw in known.decoded else self._chunk(key, raw)
+                decoded[raw] = chunk
+                if chunk is not None:
+                    known.chunks[chunk.id] = chunk
+            known.decoded = decoded
+
+    def _chunk(self, key: ConversationKey, raw: str) -> Recollection | None:
+        """A stored chunk as recall shows it; None if unreadable (left out, like a vanished
+        turn) or deleted by the user (blank)."""
+        try:
+            chunk = chunk_from_json(self.encryption.open(key.tenant, raw))
+        except ValueError:
+            return None
+        text = render_chunk(chunk)  # with its date span; "" once deleted by the user
+        if not text:
+            return None
+        return Recollection("chunk", chunk_id(chunk.id), text, chunk.source_ids,
+                            chunk.first_position, 0.0)
