@@ -153,6 +153,7 @@ def meta_for_report() -> dict[str, Any]:
                                                     "messages": 80}}},
         "persist": {"50": {"start_turns": 50, "requests": 10, "end_turns_expected": 60,
                            "end_messages_stored": 120, "recorded_every_turn": True,
+                           "caught_up_s": 1.2,
                            "cpu_ms_per_turn": {"server": 9.5, "worker": 17.25, "store": 1.0}}},
         "method": ["how it was measured"], "requests_per_cell": {"1": 2, "10": 2},
         "rounds": 1, "warmup": 0, "started": "2025-01-01T00:00:00+00:00", "duration_s": 1.0}
@@ -176,6 +177,7 @@ def test_report_writes_json_markdown_and_png_with_one_stem(tmp_path: Path) -> No
     assert "embedded store (Valkey) on the load core" in md
     assert "## With persistence on" in md and "every turn recorded" in md
     assert "server 9.5 ms, memory worker 17.25 ms, store 1.0 ms" in md
+    assert "was done 1.2 s after the last persisted request" in md
     assert paths[2].read_bytes()[:4] == b"\x89PNG"
 
 

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from gateway.store.keys import KeySpace
+from gateway.worker import nice_autogroup
 from tests.support.processes import (STORES, Child, Ledger, Processes, alive, consumers,
                                      gateway_config_file, report, send_turn, shared_store,
                                      transcripts, wait_all_applied)
@@ -78,6 +79,13 @@ def test_serve_applies_turns_in_a_worker_child_and_stops_it_after_itself(tmp_pat
         # Background work at a lower priority, every thread of it (Linux nices per thread).
         nices = _thread_nices(worker)
         assert nices and min(nices) >= 10, nices
+        # And its autogroup (Linux schedules a session as one group: thread nices weigh only
+        # inside it), which holds the worker alone — the server's keeps its priority.
+        if Path(f"/proc/{worker}/autogroup").exists():
+            assert Path(f"/proc/{worker}/autogroup").read_text().split()[-1] == "10"
+            assert Path(f"/proc/{worker}/autogroup").read_text().split()[0] != \
+                Path(f"/proc/{gateway.pid}/autogroup").read_text().split()[0]
+            assert Path(f"/proc/{gateway.pid}/autogroup").read_text().split()[-1] == "0"
         code = gateway.terminate(30)
         report(f"worker child ({store})", turns_applied=counts["stored"],
                worker_pid_differs=True,
@@ -159,3 +167,13 @@ def _thread_nices(pid: int) -> list[int]:
             continue
         nices.append(int(stat.rsplit(")", 1)[-1].split()[16]))
     return nices
+
+
+def test_an_autogroup_is_niced_by_the_increment_up_to_19(tmp_path):
+    group = tmp_path / "autogroup"
+    group.write_text("/autogroup-41 nice 3\n")
+    assert nice_autogroup(10, group) == 13 and group.read_text() == "13"
+    group.write_text("/autogroup-41 nice 15\n")
+    assert nice_autogroup(10, group) == 19 and group.read_text() == "19"
+    # No autogroups (another OS, or a kernel without them): nothing to nice, no error.
+    assert nice_autogroup(10, tmp_path / "absent") is None
