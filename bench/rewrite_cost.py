@@ -23,6 +23,13 @@ history per case instead (what a per-conversation transcript cache would hand th
 the texts keep their hash), only the recollections change per run.
 `--before FILE` adds the figures of an earlier run of this benchmark (the same script run on
 an older commit) side by side.
+
+The history's costs come as the request path gets them (gateway/history_costs.py): each
+timed run is a stateless client's next request — a memo holding the costs of the history
+without its last two messages (the previous request's, filled untimed), the costs of this
+request's history taken from it (timed: the lookup, counting the two new messages) and passed
+to the rewrite. `--recount` measures the rewrite counting every history message itself (the
+request path before that memo).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall import Recollection
 from gateway.core.rewrite import RewriteRequest, rewrite
+from gateway.history_costs import HistoryCosts
 from gateway.tokenizer import O200K, TiktokenTokenizer, tokenizer_for_encoding
 
 TURNS = (50, 300)
@@ -145,7 +153,7 @@ def request(data: str, budget: int, variant: int = 0) -> RewriteRequest:
 
 
 def measure(cases: list[tuple[int, str, int]], runs: int,
-            same_objects: bool = False) -> list[dict[str, Any]]:
+            same_objects: bool = False, recount: bool = False) -> list[dict[str, Any]]:
     """Median times of rewriting each (turns, label, budget) case, the runs interleaved."""
     tokenizer = tokenizer_for_encoding(O200K)
     data = {turns: json.dumps(scenario(turns, seed=turns, tokenizer=TiktokenTokenizer(O200K)),
@@ -165,7 +173,13 @@ def measure(cases: list[tuple[int, str, int]], runs: int,
             req = request(data[case[0]], case[2], variant=run)
             if same_objects:
                 req = dataclasses.replace(base[case], memory=req.memory)
+            memo = HistoryCosts()
+            if not recount:  # the previous request, two messages shorter
+                memo.costs(req.history[:-2], req.history_ids[:-2], tokenizer)
             started = time.perf_counter()
+            if not recount:
+                req = dataclasses.replace(req, history_costs=memo.costs(
+                    req.history, req.history_ids, tokenizer))
             last[case] = rewrite(req, tokenizer)
             if run >= 0:
                 times[case].append((time.perf_counter() - started) * 1e3)
@@ -201,6 +215,9 @@ def markdown(result: dict[str, Any]) -> str:
              f"{m['cores']} cores, {m['cpu_model']}, Python {m['python']}; o200k_base; "
              f"median of {result['runs']} warm runs"
              + (", one decoded history per case reused" if result.get("same_objects") else "")
+             + ("; the history's costs carried from the previous request (gateway/"
+                "history_costs.py), the lookup timed" if result.get("costs_carried")
+                else "; every history message counted in the rewrite")
              + f"; commit {result.get('commit') or '?'}"
              + (f", before: {result['before'].get('commit') or '?'}" if before else "") + ".",
              ""]
@@ -236,16 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", default=None, help="the commit measured, for the record")
     parser.add_argument("--same-objects", action="store_true",
                         help="reuse one decoded history per case (see the docstring)")
+    parser.add_argument("--recount", action="store_true",
+                        help="the rewrite counts every history message (no costs carried)")
     parser.add_argument("--before", type=Path, default=None,
                         help="an earlier result of this benchmark, shown side by side")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     rows = measure([(turns, label, budget) for turns in args.turns for label, budget in BUDGETS],
-                   args.runs, args.same_objects)
+                   args.runs, args.same_objects, args.recount)
     result: dict[str, Any] = {"benchmark": "rewrite_cost", "machine": machine(),
                               "runs": args.runs, "commit": args.commit,
-                              "same_objects": args.same_objects, "rows": rows,
+                              "same_objects": args.same_objects,
+                              "costs_carried": not args.recount, "rows": rows,
                               "ratios": ratios(rows)}
     if args.before is not None:
         result["before"] = json.loads(args.before.read_text())

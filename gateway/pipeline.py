@@ -28,6 +28,7 @@ from gateway.core.pinned import marked_pins
 from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.tokens import Tokenizer, count_message, count_messages
+from gateway.history_costs import HistoryCosts
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import BadRequest, UpstreamError
 from gateway.memory.service import MemorySnapshot, RecallSettings
@@ -98,6 +99,8 @@ class Pipeline:
         self.memory = memory
         self.recall_settings = recall_settings or {}
         """Per tenant with memory enabled; others get the transcript's recent turns only."""
+        self.history_costs = HistoryCosts()
+        """Each history's token costs, kept by chained id between requests."""
         self.clock = clock
         self.buffer = buffer
         """Turns the store could not take; None: they are logged and not recorded."""
@@ -184,11 +187,14 @@ class Pipeline:
         history, current = split_current(conversation)
         memory = await self._recall(key, tenant, current, snapshot, log)
         started = time.perf_counter()
+        history_ids = reconciliation.conversation_ids[:len(history)]
+        # The ids name the kept form: restored one-shot messages are counted as they are.
+        costs = self.history_costs.costs(history, history_ids, tokenizer) \
+            if kept is incoming and len(history_ids) == len(history) else None
         result = rewrite(RewriteRequest(
             instructions=chat.instructions, history=history, current=current,
-            policy=tenant.policy,
-            memory=memory, history_ids=reconciliation.conversation_ids[:len(history)]),
-            tokenizer)
+            policy=tenant.policy, memory=memory, history_ids=history_ids,
+            history_costs=costs), tokenizer)
         log.rewrite_ms = log.step("rewrite", started)
         log.reconcile = reconciliation.kind
         log.recalled, log.summary_chunks = result.recalled, result.summary_chunks

@@ -89,12 +89,18 @@ class RewriteRequest:
     history_ids: tuple[str | None, ...] = ()
     """The stored message id of each history message (None for one not stored yet); empty when
     unknown, and then no recollection can be recognised as already in the window."""
+    history_costs: tuple[int, ...] | None = None
+    """`count_message` of each history message when the caller knows them (the pipeline keeps
+    them by chained id: gateway/history_costs.py); None: counted here."""
 
     def __post_init__(self) -> None:
         for name in ("instructions", "history", "current", "history_ids"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.history_ids and len(self.history_ids) != len(self.history):
             raise ValueError(f"history_ids has {len(self.history_ids)} ids for "
+                             f"{len(self.history)} history messages")
+        if self.history_costs is not None and len(self.history_costs) != len(self.history):
+            raise ValueError(f"history_costs has {len(self.history_costs)} costs for "
                              f"{len(self.history)} history messages")
 
 
@@ -147,13 +153,15 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     """The messages to forward upstream for `request` (see the module docstring).
 
     Each history message is counted once (`count_each`; the tokenizer may cache counts by
-    text, so a message seen before costs a lookup), and the counts are reused; beyond that,
-    only the newest turns are looked at. Memory blocks are priced in one pass over their
+    text, so a message seen before costs a lookup) unless the request brings the counts, and
+    the counts are reused; beyond that, only the newest turns are looked at. Memory blocks are priced in one pass over their
     items (gateway/core/packing.py)."""
     policy = request.policy
     fixed = request.instructions + request.current
     fixed_cost = _sum_cost(fixed, tokenizer)
-    costs = count_each(request.history, tokenizer)
+    costs = request.history_costs
+    if costs is None:
+        costs = count_each(request.history, tokenizer)
     tokens_original = _total(fixed_cost + sum(costs), bool(fixed or request.history))
 
     if _total(fixed_cost, bool(fixed)) > policy.prompt_budget:

@@ -26,17 +26,24 @@ class Tokenizer(Protocol):
 
 
 def count_message(message: Message, tokenizer: Tokenizer) -> int:
+    """The message's prompt tokens. A function of what the message says (`Message.canonical`):
+    fields that are null or an empty list count nothing, as OpenAI reads them as absent, and
+    structured fields are counted as JSON with sorted keys — so two messages with one chained
+    id always cost the same (the pipeline keeps a history's costs by id: gateway/
+    history_costs.py)."""
     n = PER_MESSAGE + tokenizer.count(message.role) + tokenizer.count(message.text)
     if message.content is not None and not isinstance(message.content, str):
         n += PER_NON_TEXT_PART * sum(
             1 for part in thaw(message.content)
             if not (isinstance(part, dict) and part.get("type") == "text"))
     for key, frozen in message.extra:
+        value = thaw(frozen)
+        if value is None or value == []:
+            continue
         if key == "name":
             n += PER_NAME
-        value = thaw(frozen)
         n += tokenizer.count(value if isinstance(value, str)
-                             else json.dumps(value, ensure_ascii=False))
+                             else json.dumps(value, ensure_ascii=False, sort_keys=True))
     return n
 
 
