@@ -154,8 +154,8 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
 
     Each history message is counted once (`count_each`; the tokenizer may cache counts by
     text, so a message seen before costs a lookup) unless the request brings the counts, and
-    the counts are reused; beyond that, only the newest turns are looked at. Memory blocks are priced in one pass over their
-    items (gateway/core/packing.py)."""
+    the counts are reused; beyond that, only the newest turns are looked at. Memory blocks are
+    priced in one pass over their items (gateway/core/packing.py)."""
     policy = request.policy
     fixed = request.instructions + request.current
     fixed_cost = _sum_cost(fixed, tokenizer)
