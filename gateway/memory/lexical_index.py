@@ -105,7 +105,7 @@ class _Lexical:
         """Itself, or — once removed rows outnumber live ones — a rebuild of the live ones."""
         if self.bm25.dead <= max(64, self.bm25.live):
             return self
-        fresh = _Lexical(grouped=self.grouped, raws=self.raws)
+        fresh = _Lexical(grouped=self.grouped)
         for item in sorted(self.rows, key=self.rows.__getitem__):
             fresh.add(item, self.tokens[item], self.texts.get(item))
         return fresh
