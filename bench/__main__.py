@@ -11,6 +11,7 @@ import sys
 BENCHMARKS = {
     "locomo": "bench.locomo.cli",
     "locomo-ablation": "bench.locomo.ablation",
+    "locomo-ranker": "bench.locomo.ranker",
     "locomo-rescore": "bench.locomo.rescore",
     "locomo-simulate": "bench.locomo.simulate",
     "overhead": "bench.overhead.cli",

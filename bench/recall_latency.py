@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from bench.output import write_result
+from gateway.config.memory import TenantMemoryConfig
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
 from gateway.memory.embedders import build_embedder
@@ -103,7 +104,8 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
         lexical = Bm25LexicalIndex(redis, keys)
         recaller = Recaller(embedding, vectors, lexical, redis, keys)
         recall = functools.partial(recaller.recall, k=settings.top_k,
-                                   successors_of=settings.successors_of)
+                                   successors_of=settings.successors_of,
+                                   ranker=settings.ranker)
         questions = [sentence(rng) for _ in range(queries)]
         started = time.perf_counter()
         await recall(key, questions[0])
@@ -171,7 +173,7 @@ async def _with_user_namespace(redis: Any, indexer: TurnIndexer, keys: MemoryKey
 def markdown(result: dict[str, Any]) -> str:
     lines = ["# Recall latency (request path)", "",
              f"{result['machine']}; embedder `{result['embedder']}`; k={result['k']}, "
-             f"successors of {result['successors_of']}; "
+             f"successors of {result['successors_of']}; ranking: {result['ranking']}; "
              "embedded Valkey on a unix socket.", "",
              "| turns | index turns/s | cold ms | warm p50 ms | warm p99 ms | after-turn p50 ms "
              "| after-turn p99 ms | embed query p50 ms "
@@ -203,6 +205,7 @@ async def run(sizes: tuple[int, ...], queries: int, url: str,
         embedding.close()
     return {"benchmark": "recall_latency", "embedder": embedder.name, "k": settings.top_k,
             "successors_of": settings.successors_of,
+            "ranking": "fusion" if settings.ranker is None else "learned",
             "machine": f"{platform.machine()}, {platform.python_implementation()} "
                        f"{platform.python_version()}",
             "sizes": rows}
@@ -218,8 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--successors-of", choices=("questions", "all"),
                         default=RecallSettings().successors_of,
                         help="which recalled turns bring the next (default: the gateway's)")
+    parser.add_argument("--ranking", choices=("learned", "fusion"), default="learned",
+                        help="re-rank the fused candidates with the shipped learned ranking "
+                             "(the gateway's default) or not")
     args = parser.parse_args(argv)
-    settings = RecallSettings(top_k=args.k, successors_of=args.successors_of)
+    ranker = TenantMemoryConfig(recall_ranking=args.ranking).ranker()
+    settings = RecallSettings(top_k=args.k, successors_of=args.successors_of, ranker=ranker)
     with tempfile.TemporaryDirectory(prefix="cgrecall-") as tmp:
         server = EmbeddedRedis(Path(tmp))
         server.start()

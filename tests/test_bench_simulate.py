@@ -8,8 +8,8 @@ from pathlib import Path
 
 from bench.locomo.data import load
 from bench.locomo.meter import PromptMeter
-from bench.locomo.simulate import (SPEAKER_LABEL, Knobs, VectorCache, build_corpus, prompt, recall,
-                                   simulate)
+from bench.locomo.simulate import Knobs, VectorCache, build_corpus, prompt, recall, simulate
+from gateway.core.ranking import SPEAKER_LABEL
 from gateway.memory.embedders.hashing import HashEmbedder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "zh-conversations.json"
@@ -39,10 +39,11 @@ def test_inference_knobs_change_only_questions_that_ask_for_an_inference(tmp_pat
     corpus = build_corpus(conversation, cache)
     inference, fact = "王磊可能喜欢什么样的音乐？", conversation.questions[0].question
     corpus.query_vectors.update(zip([inference], cache.embed([inference])))
-    knobs = Knobs(inference_successors_of="none", inference_lexical_weight=0.0,
-                  inference_speaker_boost=3.0)
-    assert recall(corpus, fact, knobs) == recall(corpus, fact, Knobs())
+    fusion = Knobs(ranking="fusion")
+    knobs = Knobs(ranking="fusion", inference_successors_of="none",
+                  inference_lexical_weight=0.0, inference_speaker_boost=3.0)
+    assert recall(corpus, fact, knobs) == recall(corpus, fact, fusion)
     changed = recall(corpus, inference, knobs)
-    assert changed != recall(corpus, inference, Knobs())
+    assert changed != recall(corpus, inference, fusion)
     # The question names 王磊: with his turns boosted, the best recalled turn is his.
     assert SPEAKER_LABEL.findall(changed[0].text) == ["王磊"]

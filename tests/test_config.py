@@ -10,6 +10,8 @@ import yaml
 from gateway.config import ContextConfig, hash_key, load_config, parse_config
 from gateway.config.memory import CompactionConfig
 from gateway.core.compaction import CompactionPolicy
+from gateway.core.ranker_weights import DEV_WEIGHTS
+from gateway.core.ranking import FEATURES, Ranker
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ConfigError
 from gateway.tenants import TenantDirectory
@@ -49,9 +51,24 @@ def test_the_shipped_config_is_valid_and_has_the_demo_tenant():
     (minimal(api_keys=[{"env": "A", "sha256": hash_key("x")}]), "tenants.acme.api_keys.0"),
     (minimal(headers={"conversation_id": "bad header"}), "tenants.acme.headers.conversation_id"),
     ({"tenants": {}}, "tenants"),
+    (minimal(memory={"recall_ranking": "magic"}), "tenants.acme.memory.recall_ranking"),
+    (minimal(memory={"recall_ranker_weights": {"length": 1.0}}),
+     "tenants.acme.memory.recall_ranker_weights"),
 ])
 def test_invalid_config_names_the_dotted_key(data, key):
     assert key in error_of(data)
+
+
+def test_the_learned_ranking_is_on_by_default_with_the_shipped_weights():
+    weights = {f: 0.5 for f in FEATURES}
+    tenants = parse_config(minimal()).tenants
+    assert tenants["acme"].memory.ranker() == Ranker.of(DEV_WEIGHTS)
+    own = parse_config(minimal(memory={"recall_ranker_weights": weights})).tenants
+    assert own["acme"].memory.ranker() == Ranker.of(weights)
+    off = parse_config(minimal(memory={"recall_ranking": "fusion"})).tenants
+    assert off["acme"].memory.ranker() is None
+    message = error_of(minimal(memory={"recall_ranker_weights": {**weights, "mood": 1}}))
+    assert "unknown ['mood']" in message
 
 
 def test_reserve_must_leave_room_for_the_prompt():

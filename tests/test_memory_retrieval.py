@@ -19,6 +19,8 @@ from gateway.memory.chunk_store import ChunkStore
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
+from gateway.core.ranker_weights import DEV_WEIGHTS
+from gateway.core.ranking import FEATURES, Ranker
 from gateway.core.recall import Recollection
 from gateway.memory.embedders import build_embedder
 from gateway.memory.embedders.hashing import HashEmbedder
@@ -329,6 +331,23 @@ async def test_a_recalled_statement_brings_no_turn_after_it_unless_all_are_asked
     assert [r.id for r in recalled] == [transcript[20].id]
     every = await memory.recaller.recall(KEY, query, k=1, successors_of="all")
     assert [r.id for r in every] == [transcript[20].id, transcript[21].id]
+
+
+async def test_the_learned_ranking_reorders_the_fused_turns(memory):
+    transcript = conversation(filler(20) + ["Where do you walk on Sundays?",
+                                            "Along the lake, with Rex."] + filler(10))
+    await memory.indexer.sync(KEY, transcript)
+    query = "Where do you walk on Sundays?"
+    fused = await memory.recaller.recall(KEY, query, k=1)
+    assert [r.id for r in fused] == [transcript[20].id, transcript[21].id]
+    # Weighing only whether the turn before a candidate asks something: the answer leads
+    # (it asks nothing itself, so it brings no successor).
+    answers = Ranker.of({f: float(f == "answers") for f in FEATURES})
+    ranked = await memory.recaller.recall(KEY, query, k=1, ranker=answers)
+    assert [r.id for r in ranked] == [transcript[21].id]
+    # The default weights keep the question and its answer on top here.
+    default = await memory.recaller.recall(KEY, query, k=2, ranker=Ranker.of(DEV_WEIGHTS))
+    assert {transcript[20].id, transcript[21].id} <= {r.id for r in default}
 
 
 async def test_a_recalled_chinese_question_brings_its_answer(memory):
@@ -688,6 +707,23 @@ async def test_a_turn_carried_over_a_new_turn_brings_its_new_answer(redis_client
     assert transcript[-1].id in known.unlinked  # carried: only its successor is read again
     again = [r.text for r in await memory.recaller.recall(KEY, "rent locker last week", k=3)]
     assert again[:2] == ["Which locker did I rent last week?", "Locker 4417, by the pool."]
+
+
+async def test_concurrent_recalls_link_a_carried_over_turn_without_failing(redis_client, memory):
+    # Both requests find the carried-over turn unlinked before either has read its successor:
+    # the second to finish must not fail on the link the first one set.
+    texts = filler(79) + ["Which locker did I rent last week?"]
+    transcript = conversation(texts)
+    await memory.indexer.sync(KEY, transcript)
+    await memory.recaller.recall(KEY, "rent locker last week", k=3)
+    answered = transcript + conversation(["Locker 4417, by the pool."],
+                                         parent=transcript[-1].id, first_role="assistant")
+    await memory.indexer.sync(KEY, answered)
+    both = await asyncio.gather(*(memory.recaller.recall(KEY, "rent locker last week", k=3)
+                                  for _ in range(2)))
+    for recalled in both:
+        assert [r.text for r in recalled][:2] == ["Which locker did I rent last week?",
+                                                  "Locker 4417, by the pool."]
 
 
 async def test_a_forked_away_turn_is_never_served_from_cached_entries(redis_client, memory):

@@ -20,6 +20,7 @@ import pytest
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
 from gateway.core.memory import recalled_in_reading_order
+from gateway.core.ranking import FEATURES, Ranker
 from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
@@ -198,6 +199,24 @@ async def test_user_namespace_is_searched_only_for_the_user_and_never_another(me
         assert await memory.recaller.recall(other, "secret word Zephyr", k=10) == []
     found = await memory.recaller.recall(key("b", "victor"), "secret word Zephyr", k=10)
     assert [r.text for r in found][:1] == ["Victor's secret word is Zephyr."]
+
+
+async def test_the_learned_ranking_weighs_other_conversations_turns_by_their_neighbours(
+        memory):
+    answer = "By the red lighthouse, past the fish market."
+    await memory.add(key("old"), ["Where is the harbour gate?", answer, "ok", "fine"], 1.0)
+    await memory.add(key("old", "victor"), ["Where is the harbour gate?",
+                                            "Victor's canary: behind the station.", "ok"], 1.0)
+    await memory.add(key("now"), ["Lunch was pasta.", "ok"], 2.0)
+    answers = Ranker.of({f: float(f == "answers") for f in FEATURES})
+    recalled = await memory.recaller.recall(key("now"), "Where is the harbour gate?", k=1,
+                                            ranker=answers)
+    # The answer is known to answer through its link to the question, in the user namespace.
+    assert [r.text for r in recalled] == [answer]
+    assert recalled[0].id.startswith("old/")
+    everything = await memory.recaller.recall(key("now"), "Where is the harbour gate?",
+                                              k=50, ranker=answers)
+    assert not any("canary" in r.text for r in everything)
 
 
 async def namespaces(redis: Any, conversation: ConversationKey) -> Any:

@@ -22,24 +22,26 @@ from typing import Any, Sequence
 
 from bench.locomo import cli
 
+FUSION = "memory.recall_ranking=fusion"
 STEPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("a0_hybrid", "gateway, hybrid recall only (BM25 + USE, RRF k=60, whole turns)",
      ("config.memory.index.stemming=false", "config.memory.index.context_vectors=false",
-      "memory.recall_successors=false", "memory.recall_rrf_k=60", "memory.facts_k=0",
+      "memory.recall_successors=false", "memory.recall_rrf_k=60", FUSION, "memory.facts_k=0",
       "context.profile_share=0")),
     ("a1_stem", "+ English stemming in BM25",
      ("config.memory.index.context_vectors=false", "memory.recall_successors=false",
-      "memory.recall_rrf_k=60", "memory.facts_k=0", "context.profile_share=0")),
+      "memory.recall_rrf_k=60", FUSION, "memory.facts_k=0", "context.profile_share=0")),
     ("a2_ctx", "+ turns embedded after the turn before them",
-     ("memory.recall_successors=false", "memory.recall_rrf_k=60", "memory.facts_k=0",
+     ("memory.recall_successors=false", "memory.recall_rrf_k=60", FUSION, "memory.facts_k=0",
       "context.profile_share=0")),
     ("a3_succ", "+ each recalled turn brings the next",
-     ("memory.recall_rrf_k=60", "memory.facts_k=0", "context.profile_share=0")),
-    ("a4_k20", "+ RRF k=20 (= the defaults, less the 5 % profile share)",
+     ("memory.recall_rrf_k=60", FUSION, "memory.facts_k=0", "context.profile_share=0")),
+    ("a4_k20", "+ RRF k=20", (FUSION, "memory.facts_k=0", "context.profile_share=0")),
+    ("a5_ranker", "+ learned ranking, held out (= the defaults, less the 5 % profile share)",
      ("memory.facts_k=0", "context.profile_share=0")),
-    ("a5_facts", "+ 6 facts per request", ("memory.facts_k=6", "context.profile_share=0")),
-    ("a6_profile", "+ profile (5 % share)", ("memory.facts_k=6",)),
-    ("a7_summary", "+ summaries (10 % share)",
+    ("a6_facts", "+ 6 facts per request", ("memory.facts_k=6", "context.profile_share=0")),
+    ("a7_profile", "+ profile (5 % share)", ("memory.facts_k=6",)),
+    ("a8_summary", "+ summaries (10 % share)",
      ("memory.facts_k=6", "context.summary_share=0.1", "context.recall_share=0.85")),
 )
 CATEGORIES = ("1", "2", "3", "4", "5")

@@ -77,6 +77,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                              "tenant (context.summary_share=0.1, memory.facts_k=0) or, with "
                              "a leading `config.`, in the whole config "
                              "(config.memory.index.stemming=false); VALUE is YAML")
+    parser.add_argument("--ranker", choices=("held-out", "shipped"), default="held-out",
+                        help="the learned ranking's weights for each conversation: trained "
+                             "on the file's other conversations (held-out, the default: no "
+                             "conversation is scored by weights fitted to it), or those the "
+                             "gateway ships (trained on the dev split)")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
@@ -111,8 +116,10 @@ def _progress(text: str) -> None:
 
 def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes: Sequence[str],
         limit: int | None, store: str | None, concurrency: int, processes: int,
-        dump: PromptDump | None, overrides: Sequence[tuple[str, Any]] = ()) -> list[Outcome]:
-    """Start the store (unless given) and the gateway, replay and probe every conversation."""
+        dump: PromptDump | None, overrides: Sequence[tuple[str, Any]] = (),
+        folds: dict[str, dict[str, float]] | None = None) -> list[Outcome]:
+    """Start the store (unless given) and the gateway, replay and probe every conversation.
+    `folds`: per conversation, the learned ranking's weights its tenants use."""
     tmp = embedded = None
     if store is None:
         tmp = tempfile.mkdtemp(prefix="cgbench-")  # short: a unix socket path must fit
@@ -123,11 +130,12 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
                                  f"cgbench-fail-open-{os.getpid()}.log")
     data_dir = tempfile.mkdtemp(prefix="cgbench-data-")
     try:
-        with gateway_processes(gateway_config(store, budgets, overrides, data_dir), processes,
-                               fail_open_log) as urls:
+        config = gateway_config(store, budgets, overrides, data_dir, folds)
+        with gateway_processes(config, processes, fail_open_log) as urls:
             _progress(f"gateway serving at {', '.join(urls)} (child processes)")
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
-                                concurrency=concurrency, fail_open_log=fail_open_log)
+                                concurrency=concurrency, fail_open_log=fail_open_log,
+                                folds=folds is not None)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
         if tmp is None and os.path.exists(fail_open_log):
@@ -150,17 +158,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         conversations = [c for c in conversations if c.sample_id in args.conversations]
     _progress(f"{len(conversations)} conversations from {args.data}")
+    folds = None
+    if args.ranker == "held-out":
+        from bench.locomo.ranker import fold_weights
+        _progress("training the learned ranking without each conversation in turn")
+        trained = fold_weights(args.data)
+        if all(c.sample_id in trained for c in conversations):
+            folds = {c.sample_id: trained[c.sample_id] for c in conversations}
+        else:  # a file of one conversation: nothing else to train on
+            _progress("no other conversation to train on: the shipped ranking's weights")
     if args.dump_prompts is not None:
         args.dump_prompts.parent.mkdir(parents=True, exist_ok=True)
         with open(args.dump_prompts, "w", encoding="utf-8") as file:
             outcomes = run(conversations, budgets=args.budgets, modes=args.modes,
                            limit=args.limit, store=args.store, concurrency=args.concurrency,
                            processes=args.gateway_processes,
-                           dump=PromptDump(file), overrides=args.overrides)
+                           dump=PromptDump(file), overrides=args.overrides, folds=folds)
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
                        store=args.store, concurrency=args.concurrency,
-                       processes=args.gateway_processes, dump=None, overrides=args.overrides)
+                       processes=args.gateway_processes, dump=None, overrides=args.overrides,
+                       folds=folds)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
@@ -172,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "reserve_completion_tokens": 1000, "last_n_messages": 20,
                    "gateway_context": "gateway defaults besides the budget",
                    "overrides": {k: v for k, v in args.overrides},
+                   "ranker": "held-out" if folds is not None else "shipped",
+                   "ranker_folds": folds,
                    "retrieval_baselines": f"bm25s over gateway.core.lexical tokens; USE "
                                           f"multilingual v3; hybrid = RRF k={RRF_K}",
                    "concurrency": args.concurrency,

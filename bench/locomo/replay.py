@@ -34,7 +34,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence
 
 import httpx
 from redis.exceptions import ResponseError
@@ -60,32 +60,42 @@ Key = tuple[str, str | None, int | None]
 Chat = list[dict[str, Any]]
 
 
-def tenant(budget: int) -> str:
-    return f"b{budget}"
+def tenant(budget: int, fold: str | None = None) -> str:
+    return f"b{budget}" if fold is None else f"b{budget}-{fold}"
 
 
-def api_key(budget: int) -> str:
-    return f"bench-key-{budget}"
+def api_key(budget: int, fold: str | None = None) -> str:
+    return f"bench-key-{budget}" if fold is None else f"bench-key-{budget}-{fold}"
 
 
 def gateway_config(store: str, budgets: Sequence[int],
                    overrides: Sequence[tuple[str, Any]] = (),
-                   data_dir: str | None = None) -> dict[str, Any]:
+                   data_dir: str | None = None,
+                   folds: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The gateway's config (YAML dict form). One tenant per budget: prompt budget B =
     max_context_tokens - reserve; the rest is the gateway's default, except `overrides`:
     (dotted key, value) pairs set in every tenant (`context.summary_share`), or in the whole
     config with a leading `config.` (`config.memory.index.stemming`) — for ablations.
     `data_dir`: the gateway's own (a record journal left in the working directory's ./data by
-    another run must not be replayed into the benchmark's store, nor one left by it there)."""
+    another run must not be replayed into the benchmark's store, nor one left by it there).
+    `folds`: conversation id -> learned-ranking weights trained without it; then one tenant
+    per budget and conversation, recalling with its fold's weights (leave-one-out)."""
+    def tenant_config(budget: int, fold: str | None,
+                      weights: Mapping[str, float] | None) -> dict[str, Any]:
+        return {"api_keys": [{"sha256": hash_key(api_key(budget, fold))}],
+                "models": {MODEL: {"model": "fake/echo"}},
+                "context": {"max_context_tokens": budget + RESERVE,
+                            "reserve_completion_tokens": RESERVE},
+                **({"memory": {"recall_ranker_weights": dict(weights)}}
+                   if weights is not None else {})}
+
     config: dict[str, Any] = {
         "store": store,
         "recorder": {"mode": "background"},
         **({"server": {"data_dir": data_dir}} if data_dir is not None else {}),
-        "tenants": {tenant(b): {"api_keys": [{"sha256": hash_key(api_key(b))}],
-                                "models": {MODEL: {"model": "fake/echo"}},
-                                "context": {"max_context_tokens": b + RESERVE,
-                                            "reserve_completion_tokens": RESERVE}}
-                    for b in budgets},
+        "tenants": {tenant(b, fold): tenant_config(b, fold, weights)
+                    for b in budgets
+                    for fold, weights in (folds.items() if folds else [(None, None)])},
     }
     for key, value in overrides:
         if key.startswith("config."):
@@ -173,7 +183,8 @@ class Replayer:
                  modes: Sequence[str], *, progress: Callable[[str], None] = lambda _: None,
                  dump: PromptDump | None = None, concurrency: int = 24,
                  fail_open_log: str | None = None, retries: int = 3,
-                 drain_timeout: float = 600.0) -> None:
+                 drain_timeout: float = 600.0, folds: bool = False) -> None:
+        """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`)."""
         self.base_urls = tuple(base_urls)
         self.store_url = store_url
         self.budgets = tuple(budgets)
@@ -184,6 +195,7 @@ class Replayer:
         self.drain_timeout = drain_timeout
         self.fail_open_log = fail_open_log
         self.retries = retries
+        self.folds = folds
         self.meter = PromptMeter()
         self.run_id = uuid.uuid4().hex[:8]
         self.embedder = UseEmbedder(threads=1)
@@ -269,7 +281,8 @@ class Replayer:
 
     def _headers(self, sample_id: str, mode: str, budget: int, conversation: str, *,
                  persist: bool = True) -> dict[str, str]:
-        headers = {"Authorization": f"Bearer {api_key(budget)}",
+        fold = sample_id if self.folds else None
+        headers = {"Authorization": f"Bearer {api_key(budget, fold)}",
                    "X-User-Id": f"{sample_id}.{mode}.{self.run_id}",
                    "X-Conversation-Id": f"{sample_id}.{mode}.{conversation}.{self.run_id}"}
         if not persist:

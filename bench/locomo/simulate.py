@@ -48,6 +48,10 @@ from gateway.core.memory import MemoryContext
 from gateway.core.messages import Message, chain
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall import Recollection
+from gateway.core.ranker_weights import DEV_WEIGHTS
+from gateway.core.ranking import CANDIDATES as RANKED
+from gateway.core.ranking import DEPTH as RANKING_DEPTH
+from gateway.core.ranking import Candidate, Ranker, speaker_named
 from gateway.core.rewrite import RewriteRequest, rewrite
 from gateway.memory.bm25 import Bm25
 from gateway.memory.stemming import stemmed
@@ -77,6 +81,15 @@ class Knobs:
     inference_speaker_boost: float = 1.0
     """Fused scores of the turns spoken by a person the question names (a line-initial
     `Name:` label, as the LoCoMo client renders turns) are multiplied by this."""
+    ranking: str = "learned"
+    """"learned": the fused candidates re-ranked by `ranker` (`gateway.core.ranking`);
+    "fusion": the fused order."""
+    ranker: Ranker = Ranker.of(DEV_WEIGHTS)
+    """The gateway's by default — trained on the dev split: figures with it on the dev split
+    are in-sample (`python -m bench locomo-ranker` measures it held out)."""
+    depth: int | None = None
+    """Hits each search contributes (None: as the recaller, top_k and at least 20, and at
+    least the ranking's depth when it re-ranks)."""
 
 
 @dataclass(slots=True)
@@ -163,11 +176,12 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
     return corpus
 
 
-def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
-    """`Recaller.recall` for a conversation namespace, over the simulated indexes."""
+def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
+    """`Recaller.recall`'s candidates for a conversation namespace, in fused order, with what
+    the recaller knows of each (`gateway.core.ranking.Candidate`)."""
     inference = asks_inference(query)
-    successors_of = knobs.inference_successors_of if inference else knobs.successors_of
-    depth = max(knobs.top_k, 20)
+    depth = knobs.depth or max(knobs.top_k, 20, RANKING_DEPTH if knobs.ranking == "learned"
+                               else 0)
     q = corpus.query_vectors[query]
     sims = corpus.vectors @ q
     order = np.argsort(-sims, kind="stable")[:depth]
@@ -184,32 +198,45 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
                  weights=(1.0, knobs.inference_lexical_weight if inference else 1.0))
     if inference and knobs.inference_speaker_boost != 1.0:
         fused = _speakers_first(corpus, query, fused, knobs.inference_speaker_boost)
-    fused = fused[:knobs.top_k]
-    following = {i: corpus.following[i] for i, _ in fused
+    similarity = {corpus.entries[i].id: float(sims[i]) for i in order}
+    dense_rank = {item: rank for rank, item in enumerate(ranked_dense, start=1)}
+    best = float(scores[top[0]]) if lexical else 1.0
+    lexical_score = {corpus.entries[i].id: float(scores[i]) / best for i in top if scores[i] > 0}
+    lexical_rank = {item: rank for rank, item in enumerate(lexical, start=1)}
+    out = []
+    for item, score in fused[:RANKED if knobs.ranking == "learned" else None]:
+        e = corpus.entries[corpus.by_id[item]]
+        before = corpus.previous.get(item)
+        out.append(Candidate(
+            item, e.text, e.position, score, similarity.get(item), dense_rank.get(item),
+            lexical_score.get(item), lexical_rank.get(item), before,
+            corpus.following.get(item)))
+    return out
+
+
+def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
+    """`Recaller.recall` for a conversation namespace, over the simulated indexes."""
+    successors_of = knobs.inference_successors_of if asks_inference(query) \
+        else knobs.successors_of
+    found = candidates(corpus, query, knobs)
+    ranked = knobs.ranker.rank(query, found) if knobs.ranking == "learned" \
+        else [(c.id, c.fused) for c in found]
+    ranked = ranked[:knobs.top_k]
+    following = {i: corpus.following[i] for i, _ in ranked
                  if knobs.successors and successors_of != "none" and i in corpus.following
                  and (successors_of == "all" or asks(corpus.entries[corpus.by_id[i]].text))}
     out = []
-    for i, score in with_successors(fused, following):
+    for i, score in with_successors(ranked, following):
         e = corpus.entries[corpus.by_id[i]]
         out.append(Recollection("turn", e.id, e.text, (e.id,), e.position, score))
     return out
 
 
-SPEAKER_LABEL = re.compile(r"^(?:\[[^\]\n]*\] )?([^\W\d][\w .'-]{0,39})[:：]", re.MULTILINE)
-"""A line's speaker label (`Ada: ...`, `王磊：...`, after the session date `[<date>] ` if any)."""
-LATIN = "A-Za-z0-9\u00c0-\u024f"
-
-
 def _speakers_first(corpus: Corpus, query: str, fused: list[tuple[str, float]],
                     boost: float) -> list[tuple[str, float]]:
     """`fused` with the scores of turns spoken by a person `query` names times `boost`."""
-    def named(item: str) -> bool:
-        labels = SPEAKER_LABEL.findall(corpus.entries[corpus.by_id[item]].text)
-        # Whole words in Latin script; Chinese and Japanese names border other characters.
-        return any(re.search(rf"(?<![{LATIN}]){re.escape(label)}(?![{LATIN}])", query)
-                   for label in labels)
-
-    boosted = [(i, score * boost if named(i) else score) for i, score in fused]
+    boosted = [(i, score * boost if speaker_named(corpus.entries[corpus.by_id[i]].text, query)
+                else score) for i, score in fused]
     return sorted(boosted, key=lambda pair: -pair[1])
 
 

@@ -9,6 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.strict import Strict
+from gateway.core.ranker_weights import DEV_WEIGHTS
+from gateway.core.ranking import Ranker
 
 
 class FactsConfig(Strict):
@@ -76,6 +78,26 @@ class TenantMemoryConfig(Strict):
     recall_rrf_k: int = Field(20, ge=1, le=1000)
     """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
     ranks of each weigh more)."""
+    recall_ranking: Literal["learned", "fusion"] = "learned"
+    """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
+    (gateway/core/ranking.py; measured on the LoCoMo dev split by leave-one-conversation-out:
+    README, "Learned ranking"); "fusion": the fused order as it is."""
+    recall_ranker_weights: dict[str, float] | None = None
+    """The learned ranking's weights, one per feature of gateway/core/ranking.py (per raw
+    unit); unset: the weights trained on the LoCoMo dev split (gateway/core/ranker_weights.py)."""
+
+    @field_validator("recall_ranker_weights")
+    @classmethod
+    def _ranker_weights(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is not None:
+            Ranker.of(value)  # raises ValueError naming the unknown or missing features
+        return value
+
+    def ranker(self) -> Ranker | None:
+        """The ranker recall uses (None: fusion only)."""
+        if self.recall_ranking == "fusion":
+            return None
+        return Ranker.of(self.recall_ranker_weights or DEV_WEIGHTS)
     facts_k: int = Field(0, ge=0, le=100)
     """The user's facts offered with each request (identified users); 0, the default: facts
     are extracted, listed and exportable but not offered (measured: they did not pay their

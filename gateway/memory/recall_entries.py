@@ -193,8 +193,10 @@ class EntryReader:
         following = results.pop(0) if (turn_ids and linked) or link_ids else []
         raw_following = following[:len(turn_ids)] if linked else [None] * len(turn_ids)
         for item_id, after in zip(link_ids, following[len(turn_ids) if linked else 0:]):
-            known.turns[item_id] = (known.turns[item_id][0],
-                                    Link(known.unlinked.pop(item_id), after))
+            # A concurrent request (same cached entries) may have linked it meanwhile.
+            if item_id in known.unlinked:
+                known.turns[item_id] = (known.turns[item_id][0],
+                                        Link(known.unlinked.pop(item_id), after))
         for item_id, raw, after in zip(turn_ids, raw_turns, raw_following):
             entry = json_object(self.encryption.open_or_none(key.tenant, raw))
             if entry is not None and isinstance(entry.get("text"), str):

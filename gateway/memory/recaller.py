@@ -42,12 +42,16 @@ import redis.asyncio as aioredis
 from gateway.core.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
                                  with_successors)
 from gateway.core.ids import ConversationKey
+from gateway.core.ranking import CANDIDATES as RANKED
+from gateway.core.ranking import DEPTH as RANKER_DEPTH
+from gateway.core.ranking import Candidate, Ranker
 from gateway.core.recall import Recollection
 from gateway.core.topics import boost_same_topic, same_topic
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
-from gateway.memory.recall_entries import EntryReader
+from gateway.memory.entry_cache import Link
+from gateway.memory.recall_entries import EntryReader, OtherItems, OwnItems
 from gateway.memory.user_index import SEPARATOR
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
@@ -117,7 +121,8 @@ class Recaller:
                      query_vector: np.ndarray | None = None, successors: bool = True,
                      successors_of: SuccessorsOf = "questions", rrf_k: int | None = None,
                      namespaces: Namespaces | None = None, topic_start: int | None = None,
-                     topic_boost: float = 0.0) -> list[Recollection]:
+                     topic_boost: float = 0.0, ranker: Ranker | None = None,
+                     ranker_depth: int = RANKER_DEPTH) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
@@ -126,7 +131,8 @@ class Recaller:
         recaller's); `namespaces`: what to search, when the caller read it with its other
         reads (`queue_namespaces`); `topic_start`, `topic_boost`: the conversation's items from
         `topic_start` on (its current topic) score 1 + `topic_boost` times higher
-        (`core.topics`)."""
+        (`core.topics`); `ranker`: re-rank the fused candidates' turns (`core.ranking`), each
+        search then contributing at least `ranker_depth` hits."""
         if k <= 0:
             return []
         if namespaces is None:
@@ -137,7 +143,8 @@ class Recaller:
         if conversation is None and user is None:
             return []
         # Excluded items would be dropped after fusion: search deeper so k remain.
-        depth = max(self.depth or max(k, 20), k) + len(exclude_ids)
+        depth = max(self.depth or max(k, 20), k, ranker_depth if ranker else 0) \
+            + len(exclude_ids)
 
         async def dense() -> tuple[Hits, Hits]:
             vector = query_vector if query_vector is not None \
@@ -172,12 +179,23 @@ class Recaller:
         first = _usable(_placed(own_items.items, user_items.placed), exclude_ids)
         previous = {i: p for i, link in links.items() if (p := link.previous) is not None}
         dense_hits = sorted(own_dense + user_dense, key=lambda hit: -hit[1])
-        fused = fuse([[i for i in with_context([i for i, _ in dense_hits], previous)
-                       if i in first or (i not in found and i not in exclude_ids)],
+        ranked_dense = [i for i in with_context([i for i, _ in dense_hits], previous)
+                        if i in first or (i not in found and i not in exclude_ids)]
+        fused = fuse([ranked_dense,
                       [i for i, _ in own_lexical if i in first],
                       [i for i, _ in user_lexical if i in first]],
                      {i: item.position for i, item in first.items()},
                      k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)
+        if ranker is not None:
+            fused = fused[:RANKED]
+            own_more, user_more = await self._unread(key, namespaces, fused, found, exclude_ids)
+            own_items = OwnItems(own_items.items | own_more.items, own_items.links)
+            user_items = OtherItems(user_items.placed + user_more.placed, user_items.links)
+            found = found | own_more.items.keys() | {r.id for _, _, r in user_more.placed}
+            links |= own_more.links | user_more.links
+            first = _usable(_placed(own_items.items, user_items.placed), exclude_ids)
+            fused = ranker.rank(query, _candidates(fused, first, links, dict(dense_hits),
+                                                   ranked_dense, own_lexical, user_lexical))
         fused = _same_topic_first(fused, own_items.items, topic_start, topic_boost)[:k]
         following = {i: links[i].following for i, _ in fused
                      if successors and i in links and links[i].following is not None
@@ -193,6 +211,42 @@ class Recaller:
                                 user_items.placed + user_more.placed), exclude_ids)
         return [_scored(items[i], score) for i, score in with_successors(fused, following)
                 if i in items]
+
+    async def _unread(self, key: ConversationKey, namespaces: Namespaces,
+                      fused: list[tuple[str, float]], found: set[str],
+                      exclude_ids: frozenset[str]) -> tuple[OwnItems, OtherItems]:
+        """The fused candidates not read yet (the turns before dense hits), with their links:
+        the ranking weighs every candidate's text and neighbours."""
+        unread = [i for i, _ in fused if i not in found and i not in exclude_ids]
+        return await asyncio.gather(
+            self.reader.own(key, [i for i in unread if not _qualified(i)],
+                            version=namespaces.conversation_version),
+            self.reader.others(key, [i for i in unread if _qualified(i)],
+                               version=namespaces.user_version))
+
+def _candidates(fused: list[tuple[str, float]], items: dict[str, Recollection],
+                links: dict[str, Link], similarity: dict[str, float], ranked_dense: list[str],
+                own_lexical: Hits, user_lexical: Hits) -> list[Candidate]:
+    """The fused candidates still usable, in fused order, with what the ranking weighs
+    (`gateway.core.ranking.Candidate`)."""
+    dense_rank = {i: rank for rank, i in enumerate(ranked_dense, start=1)}
+    lexical: dict[str, tuple[float, int]] = {}
+    for hits in (own_lexical, user_lexical):
+        best = hits[0][1] if hits and hits[0][1] > 0 else 1.0
+        lexical.update({i: (score / best, rank) for rank, (i, score) in enumerate(hits, 1)})
+    out = []
+    for i, score in fused:
+        if (item := items.get(i)) is None:
+            continue
+        link = links.get(i)
+        before = link.previous if link is not None else None
+        words = lexical.get(i)
+        out.append(Candidate(
+            i, item.text, item.position, score, similarity.get(i), dense_rank.get(i),
+            words[0] if words else None, words[1] if words else None, before,
+            link.following if link is not None else None, is_turn=item.kind == "turn"))
+    return out
+
 
 def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollection],
                       topic_start: int | None, boost: float) -> list[tuple[str, float]]:

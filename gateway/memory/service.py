@@ -22,6 +22,7 @@ from gateway.core.fusion import RRF_K
 from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext, PinnedMessage
 from gateway.core.profile import Profile, render_profile
+from gateway.core.ranking import Ranker
 from gateway.core.recall import Recollection
 from gateway.core.topics import TopicSegment
 from gateway.memory.chunk_store import ChunkStore
@@ -60,6 +61,8 @@ class RecallSettings:
     `summary_share` is 0: the block could never be shown)."""
     rrf_k: int = RRF_K
     """The k of the reciprocal-rank fusion."""
+    ranker: Ranker | None = None
+    """The learned re-ranking of the fused candidates' turns (None: the fused order)."""
     pins: bool = True
     """Read the conversation's pinned messages (false when the tenant's `pinned_share` is 0:
     the block could never be shown)."""
@@ -194,7 +197,7 @@ class MemoryService:
                                  successors_of=recall.successors_of, rrf_k=recall.rrf_k,
                                  namespaces=namespaces,
                                  topic_start=snapshot.topic.start if snapshot.topic else None,
-                                 topic_boost=recall.topic_boost),
+                                 topic_boost=recall.topic_boost, ranker=recall.ranker),
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.

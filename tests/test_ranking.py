@@ -1,0 +1,114 @@
+"""The learned re-ranking of recall's candidates (gateway/core/ranking.py): its features, that
+only turns move, that scores stay with places, and its weights' validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.core.ranker_weights import DEV_WEIGHTS
+from gateway.core.ranking import FEATURES, Candidate, Ranker, feature_rows, speaker_named
+
+
+def only(feature: str, weight: float = 1.0) -> Ranker:
+    return Ranker.of({f: weight if f == feature else 0.0 for f in FEATURES})
+
+
+def turn(i: str, text: str = "text", *, position: int = 0, fused: float = 0.0,
+         **signals) -> Candidate:
+    return Candidate(i, text, position, fused, **signals)
+
+
+def test_features_of_candidates_are_relative_to_the_question():
+    a = turn("a", "Ann: What did you do?", position=10, fused=0.09, similarity=0.5,
+             dense_rank=1, following="b")
+    b = turn("b", "Bo: I went hiking with my dog near the lake.", position=11, fused=0.05,
+             similarity=0.3, dense_rank=3, lexical=1.0, lexical_rank=1, previous="a")
+    c = turn("c", "Bo: ok", position=20, fused=0.04, lexical=0.5, lexical_rank=2,
+             previous="not a candidate")
+    rows = dict(zip("abc", (dict(zip(FEATURES, r))
+                            for r in feature_rows("What did Bo do?", [a, b, c]))))
+    assert rows["a"]["similarity"] == 0.5 and rows["a"]["similarity_gap"] == 0.0
+    # Not a dense hit: the lowest dense hit's similarity stands in.
+    assert rows["c"]["similarity"] == 0.3 and rows["c"]["similarity_gap"] == pytest.approx(-0.2)
+    assert rows["a"]["dense_rank"] == 20 / 21 and rows["c"]["dense_rank"] == 0.0
+    assert rows["b"]["lexical"] == 1.0 and rows["b"]["lexical_rank"] == 20 / 21
+    assert rows["a"]["next_similarity"] == 0.3 and rows["a"]["next_lexical"] == 1.0
+    assert rows["b"]["previous_similarity"] == 0.5
+    assert (rows["a"]["asks"], rows["b"]["asks"]) == (1.0, 0.0)
+    # Whether the turn before asks is known when that turn is a candidate too.
+    assert (rows["a"]["answers"], rows["b"]["answers"], rows["c"]["answers"]) == (0, 1, 0)
+    assert rows["c"]["previous_similarity"] == 0.3  # unknown: the lowest dense hit's
+    assert (rows["a"]["speaker_named"], rows["b"]["speaker_named"]) == (0.0, 1.0)
+    assert rows["b"]["length"] == math.log1p(len(b.text))
+    assert (rows["a"]["place"], rows["b"]["place"], rows["c"]["place"]) == (0.0, 0.1, 1.0)
+    assert rows["a"]["fused"] == 0.09
+
+
+@pytest.mark.parametrize("text, query, named", [
+    ("Ann: hello", "What does Ann like?", True),
+    ("Ann: hello", "What does Anna like?", False),  # whole words in Latin script
+    ("[2 May 2023] Ann: hello", "Where is Ann?", True),  # after a date anchor
+    ("hello Ann: hi", "Where is Ann?", False),  # a label starts a line
+    ("王磊：我喜欢爵士乐", "王磊喜欢什么音乐？", True),  # Chinese names border other characters
+    ("李娜：你好", "王磊喜欢什么音乐？", False),
+])
+def test_speaker_named(text, query, named):
+    assert speaker_named(text, query) is named
+
+
+def test_each_feature_orders_turns_by_its_own_value():
+    question = turn("q", "Ann: Where did you go?", position=1, fused=0.9, similarity=0.9,
+                    following="answer")
+    answer = turn("answer", "Bo: To the coast, for a week of sailing and long walks.",
+                  position=2, fused=0.5, similarity=0.2, previous="q")
+    assert [i for i, _ in only("fused").rank("Where did Bo go?", [question, answer])] == \
+        ["q", "answer"]
+    for feature in ("answers", "length", "speaker_named", "place", "previous_similarity"):
+        ranked = only(feature).rank("Where did Bo go?", [question, answer])
+        assert [i for i, _ in ranked] == ["answer", "q"], feature
+    assert [i for i, _ in only("asks", -1.0).rank("Where did Bo go?", [question, answer])] \
+        == ["answer", "q"]
+
+
+def test_only_turns_move_and_each_place_keeps_its_score():
+    chunk = Candidate("chunk:1", "Summary: a long summary " * 20, 0, 0.8, similarity=0.9,
+                      is_turn=False)
+    short = turn("t1", "ok", position=5, fused=0.9)
+    long = turn("t2", "a much longer turn that says a lot more", position=6, fused=0.7)
+    ranked = only("length").rank("q", [short, chunk, long])
+    assert ranked == [("t2", 0.9), ("chunk:1", 0.8), ("t1", 0.7)]
+
+
+def test_ties_keep_the_given_order():
+    items = [turn(str(i), "same", fused=1.0 - i / 10) for i in range(5)]
+    assert [i for i, _ in only("length").rank("q", items)] == ["0", "1", "2", "3", "4"]
+
+
+@given(st.lists(st.tuples(st.booleans(), st.text(max_size=30),
+                          st.floats(0, 1), st.one_of(st.none(), st.floats(-1, 1))),
+                max_size=12))
+def test_a_ranking_is_a_permutation_that_keeps_non_turns_in_place(rows):
+    items = [Candidate(f"i{n}", text, n, fused, similarity=sim, is_turn=is_turn)
+             for n, (is_turn, text, fused, sim) in enumerate(rows)]
+    ranked = Ranker.of(DEV_WEIGHTS).rank("What did Ann say?", items)
+    assert sorted(i for i, _ in ranked) == sorted(c.id for c in items)
+    assert [score for _, score in ranked] == [c.fused for c in items]
+    for place, c in enumerate(items):
+        if not c.is_turn:
+            assert ranked[place][0] == c.id
+
+
+def test_weights_must_name_every_feature_and_nothing_else():
+    Ranker.of(DEV_WEIGHTS)
+    with pytest.raises(ValueError, match="unknown \\['loudness'\\]"):
+        Ranker.of({**DEV_WEIGHTS, "loudness": 1.0})
+    with pytest.raises(ValueError, match="missing \\['length'\\]"):
+        Ranker.of({k: v for k, v in DEV_WEIGHTS.items() if k != "length"})
+    with pytest.raises(ValueError, match="finite"):
+        Ranker.of({**DEV_WEIGHTS, "length": math.nan})
+    with pytest.raises(ValueError, match="needs 14 weights"):
+        Ranker((1.0,))
