@@ -105,7 +105,7 @@ async def measure(url: str, size: int, queries: int, rng: random.Random,
         recaller = Recaller(embedding, vectors, lexical, redis, keys)
         recall = functools.partial(recaller.recall, k=settings.top_k,
                                    successors_of=settings.successors_of,
-                                   ranker=settings.ranker)
+                                   ranker=settings.ranker, chunks=settings.chunks)
         questions = [sentence(rng) for _ in range(queries)]
         started = time.perf_counter()
         await recall(key, questions[0])

@@ -300,6 +300,11 @@ async def test_chunks_are_recalled_and_dropped_when_their_sources_are_shown(redi
     shown = frozenset(chunk.source_ids)
     again = await memory.recaller.recall(KEY, "tortoise named Sheldon", exclude_ids=shown)
     assert {r.id for r in again} == {m.id for m in transcript[2:]}
+    # With chunks not recalled (the tenants' default), the turns alone, ranked or not.
+    for ranker in (None, Ranker.of(DEV_WEIGHTS)):
+        turns = await memory.recaller.recall(KEY, "tortoise named Sheldon", k=2, chunks=False,
+                                             ranker=ranker)
+        assert turns and all(r.kind == "turn" for r in turns)
 
 
 async def test_excluded_turns_are_not_returned_and_k_is_respected(memory):

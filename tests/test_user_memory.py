@@ -286,6 +286,13 @@ async def test_a_sync_writes_again_only_the_chunks_that_changed(memory, redis_cl
     await memory.indexer.sync(key("a"), transcript)
     assert await memory.user_index.sync(key("a"), transcript) == 2  # the new turn, the chunk
     assert "Fridays" in await redis_client.hget(uk.recall, qualified_id("a", "chunk:c1"))
+    # Another conversation of the user recalls the mirrored chunk, unless chunks are off.
+    await memory.add(key("b"), ["Lunch was pasta.", "ok"], 2.0)
+    ids = [r.id for r in await memory.recaller.recall(key("b"), "pottery Fridays", k=10)]
+    assert qualified_id("a", "chunk:c1") in ids
+    ids = [r.id for r in await memory.recaller.recall(key("b"), "pottery Fridays", k=10,
+                                                      chunks=False)]
+    assert ids and qualified_id("a", "chunk:c1") not in ids
 
 
 async def test_excluding_a_conversation_masks_it_in_both_indexes(memory):

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from bench.locomo import cli
 
 FUSION = "memory.recall_ranking=fusion"
+CHUNKS = "memory.recall_chunks=true"
 STEPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("a0_hybrid", "gateway, hybrid recall only (BM25 + USE, RRF k=60, whole turns)",
      ("config.memory.index.stemming=false", "config.memory.index.context_vectors=false",
@@ -37,12 +38,13 @@ STEPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("a3_succ", "+ each recalled turn brings the next",
      ("memory.recall_rrf_k=60", FUSION, "memory.facts_k=0", "context.profile_share=0")),
     ("a4_k20", "+ RRF k=20", (FUSION, "memory.facts_k=0", "context.profile_share=0")),
-    ("a5_ranker", "+ learned ranking, held out (= the defaults, less the 5 % profile share)",
+    ("a5_ranker", "+ learned ranking, held out",
      ("memory.facts_k=0", "context.profile_share=0")),
-    ("a6_facts", "+ 6 facts per request", ("memory.facts_k=6", "context.profile_share=0")),
-    ("a7_profile", "+ profile (5 % share)", ("memory.facts_k=6",)),
-    ("a8_summary", "+ summaries (10 % share)",
-     ("memory.facts_k=6", "context.summary_share=0.1", "context.recall_share=0.85")),
+    ("a6_profile", "+ profile (5 % share) (= the defaults)", ("memory.facts_k=0",)),
+    ("a7_facts", "+ 6 facts per request", ("memory.facts_k=6",)),
+    ("a8_chunks", "+ summary chunks recalled", ("memory.facts_k=6", CHUNKS)),
+    ("a9_summary", "+ summaries (10 % share)",
+     ("memory.facts_k=6", CHUNKS, "context.summary_share=0.1", "context.recall_share=0.85")),
 )
 CATEGORIES = ("1", "2", "3", "4", "5")
 

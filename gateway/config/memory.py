@@ -78,6 +78,11 @@ class TenantMemoryConfig(Strict):
     recall_rrf_k: int = Field(20, ge=1, le=1000)
     """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
     ranks of each weigh more)."""
+    recall_chunks: bool = False
+    """Summary chunks are recalled beside turns. Off by default, measured: on the LoCoMo dev
+    split recalled extractive chunks took ~490 of 2,000 tokens in 632 of 757 prompts and kept
+    less evidence and fewer answers than the turns they displaced (README, "Learned
+    ranking"); worth measuring again with an LLM summariser (`summarizer_model`)."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
     (gateway/core/ranking.py; measured on the LoCoMo dev split by leave-one-conversation-out:

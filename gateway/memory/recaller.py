@@ -49,6 +49,7 @@ from gateway.core.recall import Recollection
 from gateway.core.topics import boost_same_topic, same_topic
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.lexical_index import CHUNK_PREFIX
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
 from gateway.memory.entry_cache import Link
 from gateway.memory.recall_entries import EntryReader, OtherItems, OwnItems
@@ -122,7 +123,8 @@ class Recaller:
                      successors_of: SuccessorsOf = "questions", rrf_k: int | None = None,
                      namespaces: Namespaces | None = None, topic_start: int | None = None,
                      topic_boost: float = 0.0, ranker: Ranker | None = None,
-                     ranker_depth: int = RANKER_DEPTH) -> list[Recollection]:
+                     ranker_depth: int = RANKER_DEPTH,
+                     chunks: bool = True) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
@@ -132,7 +134,8 @@ class Recaller:
         reads (`queue_namespaces`); `topic_start`, `topic_boost`: the conversation's items from
         `topic_start` on (its current topic) score 1 + `topic_boost` times higher
         (`core.topics`); `ranker`: re-rank the fused candidates' turns (`core.ranking`), each
-        search then contributing at least `ranker_depth` hits."""
+        search then contributing at least `ranker_depth` hits; `chunks`: false, summary chunks
+        are not recalled (turns only)."""
         if k <= 0:
             return []
         if namespaces is None:
@@ -166,6 +169,10 @@ class Recaller:
             self.lexical_index.search(user, query, depth, excluding=key.conversation,
                                       version=namespaces.user_version)
             if user else _no_hits())
+        if not chunks:
+            own_dense, user_dense, own_lexical, user_lexical = (
+                [hit for hit in hits if not _is_chunk(hit[0])]
+                for hits in (own_dense, user_dense, own_lexical, user_lexical))
         own_version = namespaces.conversation_version
         own_items, user_items = await asyncio.gather(
             self.reader.own(key, _ids(own_dense, own_lexical), version=own_version),
@@ -260,6 +267,10 @@ def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollectio
 
 def _qualified(item_id: str) -> bool:
     return SEPARATOR in item_id
+
+
+def _is_chunk(item_id: str) -> bool:
+    return item_id.rpartition(SEPARATOR)[2].startswith(CHUNK_PREFIX)
 
 
 async def _no_hits() -> Hits:

@@ -63,6 +63,8 @@ class RecallSettings:
     """The k of the reciprocal-rank fusion."""
     ranker: Ranker | None = None
     """The learned re-ranking of the fused candidates' turns (None: the fused order)."""
+    chunks: bool = False
+    """Recall summary chunks beside turns."""
     pins: bool = True
     """Read the conversation's pinned messages (false when the tenant's `pinned_share` is 0:
     the block could never be shown)."""
@@ -197,7 +199,8 @@ class MemoryService:
                                  successors_of=recall.successors_of, rrf_k=recall.rrf_k,
                                  namespaces=namespaces,
                                  topic_start=snapshot.topic.start if snapshot.topic else None,
-                                 topic_boost=recall.topic_boost, ranker=recall.ranker),
+                                 topic_boost=recall.topic_boost, ranker=recall.ranker,
+                                 chunks=recall.chunks),
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
