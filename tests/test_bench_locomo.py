@@ -332,6 +332,37 @@ def test_set_overrides_reach_every_bench_tenant_or_the_whole_config():
         parse_args(["--out", "x.json", "--set", "no-equals-sign"])
 
 
+def test_held_out_folds_give_each_conversation_tenants_with_its_own_weights():
+    from bench.locomo.replay import api_key, gateway_config, tenant
+    from gateway.config import hash_key, parse_config
+    from gateway.core.ranker_weights import DEV_WEIGHTS
+    from gateway.core.ranking import Ranker
+
+    folds = {"c1": {**DEV_WEIGHTS, "length": 9.0}, "c2": {**DEV_WEIGHTS, "length": -9.0}}
+    config = parse_config(gateway_config("redis://127.0.0.1:1/0", [1000, 2000], folds=folds))
+    assert set(config.tenants) == {tenant(b, f) for b in (1000, 2000) for f in folds}
+    for budget in (1000, 2000):
+        for fold, weights in folds.items():
+            t = config.tenants[tenant(budget, fold)]
+            assert t.memory.ranker() == Ranker.of(weights)
+            assert t.api_keys[0].sha256 == hash_key(api_key(budget, fold))
+    assert len({api_key(1000, f) for f in folds} | {api_key(1000)}) == 3
+
+
+def test_a_held_out_run_trains_each_conversations_weights_without_it(redis_url, tmp_path):
+    out = tmp_path / "r.json"
+    data = FIXTURES / "zh-conversations.json"  # three conversations
+    assert bench_main(["locomo", "--data", str(data), "--store", redis_url,
+                       "--budgets", "300", "--modes", "stateful", "--out", str(out)]) == 0
+    meta = json.loads(out.read_text(encoding="utf-8"))["meta"]["config"]
+    ids = [c.sample_id for c in load(data)]
+    assert meta["ranker"] == "held-out" and sorted(meta["ranker_folds"]) == sorted(ids)
+    folds = [tuple(meta["ranker_folds"][i].values()) for i in ids]
+    assert len(set(folds)) == 3  # each trained on a different pair of conversations
+    from bench.locomo.ranker import fold_weights
+    assert fold_weights(data) == meta["ranker_folds"]  # deterministic
+
+
 def test_fail_open_requests_are_logged_by_request_id(tmp_path):
     path = str(tmp_path / "fail-open.log")
     handler = _FailOpenLog(path)

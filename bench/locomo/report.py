@@ -33,6 +33,13 @@ def _name(row: Row) -> str:
     return row["strategy"] + (f" ({row['mode']})" if row["mode"] else "")
 
 
+def _ranker(config: dict[str, Any]) -> str:
+    if config.get("ranker") == "held-out":
+        return ("held out — each conversation's tenants use weights trained on the file's "
+                "other conversations")
+    return "the gateway's shipped ones"
+
+
 def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     config, counts = meta.get("config", {}), meta.get("counts", {})
     budgets = sorted({r["budget"] for r in rows if r["budget"] is not None})
@@ -59,6 +66,9 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
         f"{counts.get('fail_open_probes_retried')} probes, asked again one at a time, "
         f"{counts.get('fail_open_probes_scored')} of them still without memory (scored as "
         f"they are).",
+        "",
+        f"Learned ranking's weights: {_ranker(config)}; gateway settings changed: "
+        f"{config.get('overrides') or 'none'}.",
         "",
         "Evidence recall: share of a question's evidence turns present verbatim (NFKC, "
         "whitespace collapsed) in the forwarded context; answer containment: the whole "

@@ -8,7 +8,13 @@ the current conversation's items there (they come from the conversation namespac
 fresher). One fused ranking (`gateway.core.fusion`: reciprocal-rank fusion, k=20 by default,
 with a mild recency weight) over: the dense hits of both namespaces merged by similarity (one
 embedder, one scale), and each namespace's BM25 hits (BM25 scores of different corpora are not
-on one scale; their ranks are). Then drop what the request already shows and return the best k.
+on one scale; their ranks are). Then, with a learned ranking (`gateway.core.ranking`, the
+tenants' default), the fused candidates' turns are re-ordered by it: each search then
+contributes at least `ranking.DEPTH` hits, the candidates not read yet (turns before dense
+hits) are read, and at most `ranking.CANDIDATES` are weighed; a topic boost applies to the
+order it gives. Then drop what the request already shows and return the best k. Summary
+chunks are candidates unless `chunks` is false (the tenants' default: README, "Learned
+ranking").
 
 Neighbours (measured on the LoCoMo dev split, bench/results/memory-ablation.md): a turn's
 vector embeds it after the turn before it, so a dense hit ranks that previous turn too
@@ -48,10 +54,10 @@ from gateway.core.ranking import Candidate, Ranker
 from gateway.core.recall import Recollection
 from gateway.core.topics import boost_same_topic, same_topic
 from gateway.memory.embedding import EmbeddingService
+from gateway.memory.entry_cache import Link
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import CHUNK_PREFIX
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
-from gateway.memory.entry_cache import Link
 from gateway.memory.recall_entries import EntryReader, OtherItems, OwnItems
 from gateway.memory.user_index import SEPARATOR
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
@@ -230,6 +236,7 @@ class Recaller:
                             version=namespaces.conversation_version),
             self.reader.others(key, [i for i in unread if _qualified(i)],
                                version=namespaces.user_version))
+
 
 def _candidates(fused: list[tuple[str, float]], items: dict[str, Recollection],
                 links: dict[str, Link], similarity: dict[str, float], ranked_dense: list[str],
