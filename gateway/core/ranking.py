@@ -127,25 +127,26 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     placed = [c.position for c in candidates if c.position >= 0]
     lo, hi = (min(placed), max(placed)) if placed else (0, 0)
     span = hi - lo
+    named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
+    sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
     rows = []
-    for c in candidates:
-        own = similarity.get(c.id, floor)
-        before = c.previous
+    for c in candidates:  # hot: ~230 candidates a request; .get(None) gives the default
+        own = sim(c.id, floor)
         rows.append((
             own,
             RANK_K / (RANK_K + c.dense_rank) if c.dense_rank is not None else 0.0,
-            lexical.get(c.id, 0.0),
+            lex(c.id, 0.0),
             RANK_K / (RANK_K + c.lexical_rank) if c.lexical_rank is not None else 0.0,
-            similarity.get(c.following, floor) if c.following is not None else floor,
-            lexical.get(c.following, 0.0) if c.following is not None else 0.0,
+            sim(c.following, floor),
+            lex(c.following, 0.0),
             float(asking[c.id]),
-            float(asking.get(before, False)) if before is not None else 0.0,
-            float(speaker_named(c.text, query)),
-            math.log1p(len(c.text)),
+            float(ask(c.previous, False)),
+            float(_speaker_named(c.text, query, named)),
+            log1p(len(c.text)),
             (c.position - lo) / span if span and c.position >= 0 else 0.0,
             c.fused,
             own - best,
-            similarity.get(before, floor) if before is not None else floor,
+            sim(c.previous, floor),
         ))
     return rows
 
@@ -153,13 +154,25 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
 def speaker_named(text: str, query: str) -> bool:
     """Whether one of `text`'s speaker labels is a name `query` contains (whole words in
     Latin script; Chinese and Japanese names border other characters)."""
-    # Most turns are one line: a match at the start is cheaper than a search of every line.
+    return _speaker_named(text, query, {})
+
+
+def _speaker_named(text: str, query: str, known: dict[str, bool]) -> bool:
+    """`speaker_named`, with the answer per label memoised in `known` (for one query)."""
+    # A label ends in a colon (one scan in C); most turns are one line, and a match at the
+    # start is cheaper than a search of every line.
+    if ":" not in text and "\uff1a" not in text:
+        return False
     if "\n" in text:
         labels = SPEAKER_LABEL.findall(text)
     else:
         labels = [m.group(1)] if (m := SPEAKER_LABEL.match(text)) else []
     for label in labels:
-        label = label.strip()
-        if label and label in query and re.search(rf"(?<![{_LATIN}]){re.escape(label)}(?![{_LATIN}])", query):
+        answer = known.get(label)
+        if answer is None:
+            name = label.strip()
+            answer = known[label] = bool(name) and name in query and re.search(
+                rf"(?<![{_LATIN}]){re.escape(name)}(?![{_LATIN}])", query) is not None
+        if answer:
             return True
     return False

@@ -243,22 +243,22 @@ def _candidates(fused: list[tuple[str, float]], items: dict[str, Recollection],
                 own_lexical: Hits, user_lexical: Hits) -> list[Candidate]:
     """The fused candidates still usable, in fused order, with what the ranking weighs
     (`gateway.core.ranking.Candidate`)."""
-    dense_rank = {i: rank for rank, i in enumerate(ranked_dense, start=1)}
+    dense_rank = {i: rank for rank, i in enumerate(ranked_dense, start=1)}.get
     lexical: dict[str, tuple[float, int]] = {}
     for hits in (own_lexical, user_lexical):
         best = hits[0][1] if hits and hits[0][1] > 0 else 1.0
         lexical.update({i: (score / best, rank) for rank, (i, score) in enumerate(hits, 1)})
     out = []
-    for i, score in fused:
+    for i, score in fused:  # hot: ~230 candidates a request
         if (item := items.get(i)) is None:
             continue
         link = links.get(i)
-        before = link.previous if link is not None else None
         words = lexical.get(i)
         out.append(Candidate(
-            i, item.text, item.position, score, similarity.get(i), dense_rank.get(i),
-            words[0] if words else None, words[1] if words else None, before,
-            link.following if link is not None else None, is_turn=item.kind == "turn"))
+            i, item.text, item.position, score, similarity.get(i), dense_rank(i),
+            words[0] if words else None, words[1] if words else None,
+            link.previous if link else None, link.following if link else None,
+            item.kind == "turn"))
     return out
 
 
