@@ -16,9 +16,10 @@ similarity — the dense similarity of its own vector (the lowest dense hit's wh
 dense hit); dense_rank, lexical_rank — 20 / (20 + rank) in the dense ranking of turns (with
 each hit's previous turn, `fusion.with_context`) and in its namespace's BM25 ranking, 0 when
 absent; lexical — its BM25 score over the best of its ranking (0 when absent); next_similarity,
-next_lexical, previous_similarity — the same signals of the turns after and before it;
-asks — it holds a question mark; answers — the turn before it is a candidate that asks; speaker_named — its
-speaker label (`Name: ` at the start of a line) is a name the question contains; length —
+next_lexical, previous_similarity — the same signals of the turns after and before it (the
+lowest dense hit's similarity, no BM25 score, when that turn is not a candidate); asks — it
+holds a question mark; answers — the turn before it is a candidate that asks; speaker_named —
+its speaker label (`Name: ` at the start of a line) is a name the question contains; length —
 log(1 + its characters); place — where it sits between the first and the last candidate;
 fused — its fused score; similarity_gap — similarity minus the best dense hit's.
 
@@ -31,8 +32,8 @@ from __future__ import annotations
 
 import math
 import re
-from operator import mul
 from dataclasses import dataclass
+from operator import mul
 from typing import Mapping, Sequence
 
 from gateway.core.fusion import asks

@@ -12,7 +12,7 @@ the transcript alone would make it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -22,6 +22,7 @@ from gateway.core.fusion import RRF_K
 from gateway.core.ids import ConversationKey
 from gateway.core.memory import MemoryContext, PinnedMessage
 from gateway.core.profile import Profile, render_profile
+from gateway.core.ranker_weights import DEV_WEIGHTS
 from gateway.core.ranking import Ranker
 from gateway.core.recall import Recollection
 from gateway.core.topics import TopicSegment
@@ -61,8 +62,9 @@ class RecallSettings:
     `summary_share` is 0: the block could never be shown)."""
     rrf_k: int = RRF_K
     """The k of the reciprocal-rank fusion."""
-    ranker: Ranker | None = None
-    """The learned re-ranking of the fused candidates' turns (None: the fused order)."""
+    ranker: Ranker | None = field(default_factory=lambda: Ranker.of(DEV_WEIGHTS))
+    """The learned re-ranking of the fused candidates' turns (None: the fused order); by
+    default the shipped weights, as the tenants' config."""
     chunks: bool = False
     """Recall summary chunks beside turns."""
     pins: bool = True
