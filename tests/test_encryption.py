@@ -62,10 +62,11 @@ def keys_in_env(monkeypatch):
 def config(store: str, encryption: dict[str, Any] | None = None, *,
            tenant_encryption: dict[str, dict[str, Any]] | None = None, data_dir: str = ""):
     """Inline recording, compaction after two rounds beyond one recent turn (a handful of
-    turns makes summary chunks), facts offered with each request."""
+    turns makes summary chunks), chunks recalled (off by default) and facts offered with each
+    request: every layer must be read back through the encryption."""
     tenant = {"models": MODELS,
               "memory": {"compaction": {"min_rounds": 2, "recent_window_turns": 1},
-                         "facts_k": 5},
+                         "facts_k": 5, "recall_chunks": True},
               "context": {"max_context_tokens": 4000, "reserve_completion_tokens": 200}}
     top: dict[str, Any] = {"encryption": encryption} if encryption else {}
     if data_dir:
