@@ -8,7 +8,8 @@ What it reproduces, with the gateway's own code wherever the code is pure:
   entries, context texts and anchors (`gateway.memory.turn_index.turn_entries`);
 - dense search (USE, exact inner product as FAISS IndexFlatIP) and stemmed BM25
   (`gateway.memory.bm25.Bm25` over `lexical_index`'s tokens), `Recaller.recall`'s fusion,
-  context ranking and successors (`gateway.core.fusion`);
+  context ranking and successors (`gateway.core.fusion`), and its learned ranking of the
+  fused candidates (`gateway.core.ranking`, the same candidates and features);
 - the rewrite (`gateway.core.rewrite.rewrite`) with the bench tenant's policy, scored with the
   harness's Scorer (strict rules).
 What it leaves out: summary chunks (compacted by the worker on its own timing; also
@@ -27,7 +28,6 @@ import argparse
 import hashlib
 import itertools
 import json
-import re
 import statistics
 import sys
 import tempfile
