@@ -28,9 +28,9 @@ from gateway.core.pinned import marked_pins
 from gateway.core.reply import StreamAssembler, reply_from_completion
 from gateway.core.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.tokens import Tokenizer, count_message, count_messages
-from gateway.history_costs import HistoryCosts
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import BadRequest, UpstreamError
+from gateway.history_costs import HistoryCosts
 from gateway.memory.service import MemorySnapshot, RecallSettings
 from gateway.observability import Metrics, RequestLog
 from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,

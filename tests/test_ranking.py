@@ -4,13 +4,16 @@ only turns move, that scores stay with places, and its weights' validation."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.core.ranker_weights import DEV_WEIGHTS
-from gateway.core.ranking import FEATURES, Candidate, Ranker, feature_rows, speaker_named
+from gateway.core.ranking import (FEATURES, Candidate, Ranker, feature_rows, gather,
+                                  speaker_named)
+from gateway.core.recall import Recollection
 
 
 def only(feature: str, weight: float = 1.0) -> Ranker:
@@ -100,6 +103,31 @@ def test_a_ranking_is_a_permutation_that_keeps_non_turns_in_place(rows):
     for place, c in enumerate(items):
         if not c.is_turn:
             assert ranked[place][0] == c.id
+
+
+def test_gathered_candidates_carry_each_search_s_signals_per_namespace():
+    @dataclass
+    class Link:
+        previous: str | None
+        following: str | None
+
+    items = {i: Recollection(kind, i, f"text {i}", (), n, 0.0)
+             for n, (i, kind) in enumerate([("a", "turn"), ("b", "turn"), ("u/c", "turn"),
+                                            ("chunk:1", "chunk")])}
+    fused = [("b", 0.9), ("gone", 0.8), ("a", 0.7), ("u/c", 0.6), ("chunk:1", 0.5)]
+    found = gather(fused, items, {"a": Link(None, "b"), "b": Link("a", None)},
+                   {"a": 0.4, "b": 0.5}, ["b", "a"],
+                   [[("a", 4.0), ("b", 2.0)], [("u/c", 10.0)]])
+    # In fused order; an id without an item (gone since the index was built) left out.
+    assert [c.id for c in found] == ["b", "a", "u/c", "chunk:1"]
+    b, a, c, chunk = found
+    assert (b.fused, b.similarity, b.dense_rank, b.previous, b.following) == \
+        (0.9, 0.5, 1, "a", None)
+    # BM25 scores are divided by the best of their own namespace's ranking.
+    assert (a.lexical, a.lexical_rank, b.lexical, c.lexical, c.lexical_rank) == \
+        (1.0, 1, 0.5, 1.0, 1)
+    assert (c.similarity, c.dense_rank, c.previous) == (None, None, None)
+    assert (a.is_turn, chunk.is_turn) == (True, False)
 
 
 def test_weights_must_name_every_feature_and_nothing_else():

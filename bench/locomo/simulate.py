@@ -51,9 +51,10 @@ from gateway.core.recall import Recollection
 from gateway.core.ranker_weights import DEV_WEIGHTS
 from gateway.core.ranking import CANDIDATES as RANKED
 from gateway.core.ranking import DEPTH as RANKING_DEPTH
-from gateway.core.ranking import Candidate, Ranker, speaker_named
+from gateway.core.ranking import Candidate, Ranker, gather, speaker_named
 from gateway.core.rewrite import RewriteRequest, rewrite
 from gateway.memory.bm25 import Bm25
+from gateway.memory.entry_cache import Link
 from gateway.memory.stemming import stemmed
 from gateway.memory.turn_index import TurnEntry, turn_entries
 from gateway.tokenizer import CL100K, tokenizer_for_encoding
@@ -198,20 +199,16 @@ def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
                  weights=(1.0, knobs.inference_lexical_weight if inference else 1.0))
     if inference and knobs.inference_speaker_boost != 1.0:
         fused = _speakers_first(corpus, query, fused, knobs.inference_speaker_boost)
-    similarity = {corpus.entries[i].id: float(sims[i]) for i in order}
-    dense_rank = {item: rank for rank, item in enumerate(ranked_dense, start=1)}
-    best = float(scores[top[0]]) if lexical else 1.0
-    lexical_score = {corpus.entries[i].id: float(scores[i]) / best for i in top if scores[i] > 0}
-    lexical_rank = {item: rank for rank, item in enumerate(lexical, start=1)}
-    out = []
-    for item, score in fused[:RANKED if knobs.ranking == "learned" else None]:
-        e = corpus.entries[corpus.by_id[item]]
-        before = corpus.previous.get(item)
-        out.append(Candidate(
-            item, e.text, e.position, score, similarity.get(item), dense_rank.get(item),
-            lexical_score.get(item), lexical_rank.get(item), before,
-            corpus.following.get(item)))
-    return out
+    if "items" not in corpus.extra:  # what the recaller's entry reads give, once a corpus
+        corpus.extra["items"] = {e.id: Recollection("turn", e.id, e.text, (e.id,), e.position,
+                                                    0.0) for e in corpus.entries}
+        corpus.extra["links"] = {e.id: Link(corpus.previous.get(e.id),
+                                            corpus.following.get(e.id))
+                                 for e in corpus.entries}
+    return gather(fused[:RANKED if knobs.ranking == "learned" else None],
+                  corpus.extra["items"], corpus.extra["links"],
+                  {corpus.entries[i].id: float(sims[i]) for i in order}, ranked_dense,
+                  [[(corpus.entries[i].id, float(scores[i])) for i in top if scores[i] > 0]])
 
 
 def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:

@@ -50,11 +50,10 @@ from gateway.core.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context
 from gateway.core.ids import ConversationKey
 from gateway.core.ranking import CANDIDATES as RANKED
 from gateway.core.ranking import DEPTH as RANKER_DEPTH
-from gateway.core.ranking import Candidate, Ranker
+from gateway.core.ranking import Ranker, gather
 from gateway.core.recall import Recollection
 from gateway.core.topics import boost_same_topic, same_topic
 from gateway.memory.embedding import EmbeddingService
-from gateway.memory.entry_cache import Link
 from gateway.memory.keys import MemoryKeySpace
 from gateway.memory.lexical_index import CHUNK_PREFIX
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
@@ -129,7 +128,6 @@ class Recaller:
                      successors_of: SuccessorsOf = "questions", rrf_k: int | None = None,
                      namespaces: Namespaces | None = None, topic_start: int | None = None,
                      topic_boost: float = 0.0, ranker: Ranker | None = None,
-                     ranker_depth: int = RANKER_DEPTH,
                      chunks: bool = True) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
@@ -140,8 +138,8 @@ class Recaller:
         reads (`queue_namespaces`); `topic_start`, `topic_boost`: the conversation's items from
         `topic_start` on (its current topic) score 1 + `topic_boost` times higher
         (`core.topics`); `ranker`: re-rank the fused candidates' turns (`core.ranking`), each
-        search then contributing at least `ranker_depth` hits; `chunks`: false, summary chunks
-        are not recalled (turns only)."""
+        search then contributing at least `ranking.DEPTH` hits; `chunks`: false, summary
+        chunks are not recalled (turns only)."""
         if k <= 0:
             return []
         if namespaces is None:
@@ -152,7 +150,7 @@ class Recaller:
         if conversation is None and user is None:
             return []
         # Excluded items would be dropped after fusion: search deeper so k remain.
-        depth = max(self.depth or max(k, 20), k, ranker_depth if ranker else 0) \
+        depth = max(self.depth or max(k, 20), k, RANKER_DEPTH if ranker else 0) \
             + len(exclude_ids)
 
         async def dense() -> tuple[Hits, Hits]:
@@ -207,8 +205,8 @@ class Recaller:
             found = found | own_more.items.keys() | {r.id for _, _, r in user_more.placed}
             links |= own_more.links | user_more.links
             first = _usable(_placed(own_items.items, user_items.placed), exclude_ids)
-            fused = ranker.rank(query, _candidates(fused, first, links, dict(dense_hits),
-                                                   ranked_dense, own_lexical, user_lexical))
+            fused = ranker.rank(query, gather(fused, first, links, dict(dense_hits),
+                                              ranked_dense, (own_lexical, user_lexical)))
         fused = _same_topic_first(fused, own_items.items, topic_start, topic_boost)[:k]
         following = {i: links[i].following for i, _ in fused
                      if successors and i in links and links[i].following is not None
@@ -236,30 +234,6 @@ class Recaller:
                             version=namespaces.conversation_version),
             self.reader.others(key, [i for i in unread if _qualified(i)],
                                version=namespaces.user_version))
-
-
-def _candidates(fused: list[tuple[str, float]], items: dict[str, Recollection],
-                links: dict[str, Link], similarity: dict[str, float], ranked_dense: list[str],
-                own_lexical: Hits, user_lexical: Hits) -> list[Candidate]:
-    """The fused candidates still usable, in fused order, with what the ranking weighs
-    (`gateway.core.ranking.Candidate`)."""
-    dense_rank = {i: rank for rank, i in enumerate(ranked_dense, start=1)}.get
-    lexical: dict[str, tuple[float, int]] = {}
-    for hits in (own_lexical, user_lexical):
-        best = hits[0][1] if hits and hits[0][1] > 0 else 1.0
-        lexical.update({i: (score / best, rank) for rank, (i, score) in enumerate(hits, 1)})
-    out = []
-    for i, score in fused:  # hot: ~230 candidates a request
-        if (item := items.get(i)) is None:
-            continue
-        link = links.get(i)
-        words = lexical.get(i)
-        out.append(Candidate(
-            i, item.text, item.position, score, similarity.get(i), dense_rank(i),
-            words[0] if words else None, words[1] if words else None,
-            link.previous if link else None, link.following if link else None,
-            item.kind == "turn"))
-    return out
 
 
 def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollection],
