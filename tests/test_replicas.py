@@ -114,7 +114,8 @@ def test_a_replica_recalls_turns_another_replica_indexed_after_its_cache_was_bui
         indexed()
         # B searches the namespace now: its caches are built from what is indexed so far.
         before = _forwarded(say(b.url, "what is my cat called?", "messages"))
-        assert any("<memory>" in m["content"] and "Tiberius" in m["content"] for m in before)
+        assert any("<memory>" in m["content"] and "Tiberius" in m["content"]
+                   for m in before), [(m["role"], m["content"][:300]) for m in before]
         # A records a new fact, then pushes it out of the recent window.
         for text in ("my passport number ends in zebra-4417", "tell me a joke",
                      "and another one", "one more please"):
