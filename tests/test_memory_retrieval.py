@@ -307,6 +307,31 @@ async def test_chunks_are_recalled_and_dropped_when_their_sources_are_shown(redi
         assert turns and all(r.kind == "turn" for r in turns)
 
 
+async def test_a_search_for_turns_only_gives_the_k_best_turns_behind_the_chunks(redis_client,
+                                                                               memory):
+    # Recall without chunks (the tenants' default) must get its depth of turns: chunks that
+    # rank first are left out of the search, not cut from its k hits afterwards.
+    texts = filler(20) + ["The tortoise Sheldon ate lettuce.", "Sheldon the tortoise slept."]
+    transcript = conversation(texts)
+    await memory.indexer.sync(KEY, transcript)
+    store = ChunkStore(redis_client, KEYS, space=space_of(HashEmbedder()))
+    for n in range(3):
+        chunk = SummaryChunk(id=f"c{n}", text=f"Summary: the tortoise Sheldon {n}, Sheldon.",
+                             source_ids=(transcript[n].id,), first_position=n,
+                             last_position=n, start_date=None, end_date=None, tokens=9,
+                             created_at=0.0, method="extractive")
+        assert await store.append(KEY, chunk, HashEmbedder().embed([chunk.text])[0])
+    ns, query = Namespace.of_conversation(KEY), "tortoise Sheldon"
+    vector = HashEmbedder().embed([query])[0]
+    for search, q in ((memory.vectors.search, vector), (memory.lexical.search, query)):
+        everything = await search(ns, q, 100)
+        assert everything[0][0].startswith("chunk:")  # the chunks would take the first places
+        turns = [hit for hit in everything if not hit[0].startswith("chunk:")]
+        assert await search(ns, q, 2, turns_only=True) == turns[:2]
+        assert {i for i, _ in turns[:2]} == {m.id for m in transcript[-2:]}
+        assert await search(ns, q, 100, turns_only=True) == turns
+
+
 async def test_excluded_turns_are_not_returned_and_k_is_respected(memory):
     transcript = conversation(filler(30))
     await memory.indexer.sync(KEY, transcript)

@@ -293,6 +293,16 @@ async def test_a_sync_writes_again_only_the_chunks_that_changed(memory, redis_cl
     ids = [r.id for r in await memory.recaller.recall(key("b"), "pottery Fridays", k=10,
                                                       chunks=False)]
     assert ids and qualified_id("a", "chunk:c1") not in ids
+    # Its searches for turns only leave the chunk out before they take their k best.
+    from gateway.memory.ports import Namespace
+    ns, query = Namespace.of_user("acme", "ursula"), "pottery Fridays"
+    vector = np.asarray(await memory.embedding.embed_one(query))
+    for search, q in ((memory.vectors.search, vector), (memory.lexical.search, query)):
+        everything = await search(ns, q, 100)
+        assert qualified_id("a", "chunk:c1") in dict(everything)
+        turns = [hit for hit in everything if hit[0] != qualified_id("a", "chunk:c1")]
+        assert await search(ns, q, 1, turns_only=True) == turns[:1]
+    assert (await memory.lexical.search(ns, query, 1))[0][0] == qualified_id("a", "chunk:c1")
 
 
 async def test_excluding_a_conversation_masks_it_in_both_indexes(memory):

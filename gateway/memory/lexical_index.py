@@ -72,7 +72,8 @@ class _Lexical:
     """Live id -> its tokens (to tell whether a rewritten chunk changed)."""
     texts: dict[str, str] = field(default_factory=dict)
     """Live chunk id -> the text its tokens are of: a refresh reads every chunk again (they
-    may be rewritten under their id) and tokenises only those whose text changed."""
+    may be rewritten under their id) and tokenises only those whose text changed; a search
+    for turns only masks these rows."""
     raws: dict[str, str] = field(default_factory=dict)
     """Chunk id -> the chunk as stored (sealed JSON) when last read: read again unchanged, it
     is not opened or decoded again (set by each refresh to what it read)."""
@@ -159,17 +160,19 @@ class Bm25LexicalIndex:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def search(self, namespace: Namespace, query: str, k: int, *,
-                     excluding: str | None = None,
+                     excluding: str | None = None, turns_only: bool = False,
                      version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         lexical = await self._current(namespace, version)
         words = self._tokens(query)
         if k <= 0 or not lexical.bm25.knows_any(words):
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
-        scores = lexical.bm25.scores(words)
+        scores = lexical.bm25.scores(words)  # a new array: masked in place
         mask = lexical.mask(excluding) if excluding is not None else None
         if mask is not None:
-            scores = np.where(mask, np.float32(0.0), scores)
+            scores[mask] = 0.0
+        if turns_only and lexical.texts:  # the live chunks' rows
+            scores[[lexical.rows[i] for i in lexical.texts]] = 0.0
         n = min(k, len(scores))
         top = np.argpartition(-scores, n - 1)[:n]
         top = top[np.argsort(-scores[top], kind="stable")]
@@ -214,8 +217,8 @@ class Bm25LexicalIndex:
         if old is None or len(fresh) > OFFLOAD_ABOVE:
             # A new index no search sees yet: built on the index's thread when it is large.
             grouped = namespace.kind == "user"
-            base = ({i: old.tokens[i] for i in present if i in old.tokens and i not in fresh}
-                    if old is not None else {})
+            base = ({i: (old.tokens[i], old.texts.get(i)) for i in present
+                     if i in old.tokens and i not in fresh} if old is not None else {})
             if len(fresh) + len(base) > OFFLOAD_ABOVE:
                 lexical = await asyncio.get_running_loop().run_in_executor(
                     self._executor, self._build, base, fresh, grouped)
@@ -233,11 +236,12 @@ class Bm25LexicalIndex:
         self._cache.put(namespace, Cached(version, lexical, lexical.bm25.live))
         return lexical
 
-    def _build(self, base: dict[str, list[str]], fresh: dict[str, str],
+    def _build(self, base: dict[str, tuple[list[str], str | None]], fresh: dict[str, str],
                grouped: bool) -> _Lexical:
+        """`base`: documents kept from the index before, id -> (tokens, chunk text)."""
         lexical = _Lexical(grouped=grouped)
-        for item, words in base.items():
-            lexical.add(item, words)
+        for item, (words, text) in base.items():
+            lexical.add(item, words, text)
         for item, text in fresh.items():
             lexical.add(item, self._tokens(text), _chunk_text(item, text))
         return lexical

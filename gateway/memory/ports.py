@@ -72,20 +72,20 @@ class Embedder(Protocol):
 
 class VectorIndex(Protocol):
     async def search(self, namespace: Namespace, query: np.ndarray, k: int, *,
-                     excluding: str | None = None,
+                     excluding: str | None = None, turns_only: bool = False,
                      version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         """Ids and cosine similarities of the k nearest items of one namespace, best first.
         `excluding`: in a user namespace, a conversation whose items are left out;
-        `version`: the namespace's version counter, when the caller has just read it (saves
-        the index its own read)."""
+        `turns_only`: summary chunks are left out (the k best turns, not the k best items
+        with the chunks among them dropped); `version`: the namespace's version counter,
+        when the caller has just read it (saves the index its own read)."""
         ...
 
 
 class LexicalIndex(Protocol):
     async def search(self, namespace: Namespace, query: str, k: int, *,
-                     excluding: str | None = None,
+                     excluding: str | None = None, turns_only: bool = False,
                      version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         """Ids and BM25 scores of the k best-matching items of one namespace, best first.
-        `excluding`: in a user namespace, a conversation whose items are left out;
-        `version`: as for VectorIndex.search."""
+        `excluding`, `turns_only`, `version`: as for VectorIndex.search."""
         ...

@@ -14,7 +14,7 @@ contributes at least `ranking.DEPTH` hits, the candidates not read yet (turns be
 hits) are read, and at most `ranking.CANDIDATES` are weighed; a topic boost applies to the
 order it gives. Then drop what the request already shows and return the best k. Summary
 chunks are candidates unless `chunks` is false (the tenants' default: README, "Learned
-ranking").
+ranking"); then every search is of turns only, so each still contributes its depth of turns.
 
 Neighbours (measured on the LoCoMo dev split, bench/results/memory-ablation.md): a turn's
 vector embeds it after the turn before it, so a dense hit ranks that previous turn too
@@ -55,7 +55,6 @@ from gateway.core.recall import Recollection
 from gateway.core.topics import boost_same_topic, same_topic
 from gateway.memory.embedding import EmbeddingService
 from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.lexical_index import CHUNK_PREFIX
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
 from gateway.memory.recall_entries import EntryReader, OtherItems, OwnItems
 from gateway.memory.user_index import SEPARATOR
@@ -157,26 +156,23 @@ class Recaller:
             vector = query_vector if query_vector is not None \
                 else await self.embedding.embed_query_one(query)
             own, others = await asyncio.gather(
-                self.vector_index.search(conversation, vector, depth,
+                self.vector_index.search(conversation, vector, depth, turns_only=not chunks,
                                          version=namespaces.conversation_version)
                 if conversation else _no_hits(),
                 self.vector_index.search(user, vector, depth, excluding=key.conversation,
+                                         turns_only=not chunks,
                                          version=namespaces.user_version)
                 if user else _no_hits())
             return own, others
 
         (own_dense, user_dense), own_lexical, user_lexical = await asyncio.gather(
             dense(),
-            self.lexical_index.search(conversation, query, depth,
+            self.lexical_index.search(conversation, query, depth, turns_only=not chunks,
                                       version=namespaces.conversation_version)
             if conversation else _no_hits(),
             self.lexical_index.search(user, query, depth, excluding=key.conversation,
-                                      version=namespaces.user_version)
+                                      turns_only=not chunks, version=namespaces.user_version)
             if user else _no_hits())
-        if not chunks:
-            own_dense, user_dense, own_lexical, user_lexical = (
-                [hit for hit in hits if not _is_chunk(hit[0])]
-                for hits in (own_dense, user_dense, own_lexical, user_lexical))
         own_version = namespaces.conversation_version
         own_items, user_items = await asyncio.gather(
             self.reader.own(key, _ids(own_dense, own_lexical), version=own_version),
@@ -248,10 +244,6 @@ def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollectio
 
 def _qualified(item_id: str) -> bool:
     return SEPARATOR in item_id
-
-
-def _is_chunk(item_id: str) -> bool:
-    return item_id.rpartition(SEPARATOR)[2].startswith(CHUNK_PREFIX)
 
 
 async def _no_hits() -> Hits:

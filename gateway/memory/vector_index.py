@@ -159,15 +159,17 @@ class FaissVectorIndex:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def search(self, namespace: Namespace, query: np.ndarray, k: int, *,
-                     excluding: str | None = None,
+                     excluding: str | None = None, turns_only: bool = False,
                      version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         dense = await self._current(namespace, version)
         if not dense.live or k <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dim)
         params = dense.excluding(excluding) if excluding is not None else None
-        # Dead rows are skipped after the search: ask for as many more.
-        wanted = min(k + len(dense.dead), len(dense.ids))
+        # Dead rows (and chunks, for turns only) are skipped after the search: ask for as
+        # many more. A conversation's or user's mutable items are its chunks.
+        skipped = len(dense.stored) if turns_only and namespace.kind != "facts" else 0
+        wanted = min(k + len(dense.dead) + skipped, len(dense.ids))
         search = functools.partial(dense.index.search, q, wanted, params=params)
         if len(dense.ids) > OFFLOAD_ABOVE:
             scores, rows = await asyncio.get_running_loop().run_in_executor(
@@ -176,6 +178,8 @@ class FaissVectorIndex:
             scores, rows = search()
         hits = [(dense.ids[r], float(s)) for s, r in zip(scores[0], rows[0])
                 if r >= 0 and r not in dense.dead]
+        if skipped:
+            hits = [hit for hit in hits if not _mutable(namespace, hit[0])]
         return hits[:k]
 
     async def _current(self, namespace: Namespace,
