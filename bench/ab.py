@@ -19,7 +19,7 @@ import httpx
 
 from bench.machine import machine
 from gateway.store import EmbeddedRedis
-from gateway.store.recorder import Recorder
+from gateway.store.recording.recorder import Recorder
 
 Times = dict[str, list[float]]
 

@@ -35,7 +35,7 @@ import redis
 
 from bench.machine import machine
 from bench.output import write_result
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.inprocess import serve
 from gateway.store.keys import KeySpace

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ab import Times, alternate, embedded_stores, history, report, running
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 
 

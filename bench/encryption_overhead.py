@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ab import Times, alternate, embedded_stores, report, running, worker_steps
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.store.crypto import DataKey, TenantCipher
 

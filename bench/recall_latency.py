@@ -16,7 +16,7 @@ Measured per size:
 - `embed_query_ms` p50: the query embedding alone;
 - `user_p50_ms` / `user_p99_ms`: a warm recall for the same (identified) user once four
   earlier conversations of theirs, as many turns in all as the current one, are in the user's
-  recall index (gateway/memory/user_index.py): the conversation and the user namespace are
+  recall index (gateway/memory/jobs/user_index.py): the conversation and the user namespace are
   both searched.
 """
 
@@ -39,14 +39,14 @@ from gateway.config.memory import TenantMemoryConfig
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
 from gateway.memory.embedders import build_embedder
-from gateway.memory.embedding import EmbeddingService
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.lexical_index import Bm25LexicalIndex
-from gateway.memory.recaller import Recaller
-from gateway.memory.service import RecallSettings
-from gateway.memory.turn_index import TurnIndexer
-from gateway.memory.user_index import UserRecallIndex
-from gateway.memory.vector_index import FaissVectorIndex
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.search.lexical_index import Bm25LexicalIndex
+from gateway.memory.recall.recaller import Recaller
+from gateway.memory.recall.service import RecallSettings
+from gateway.memory.jobs.turn_index import TurnIndexer
+from gateway.memory.jobs.user_index import UserRecallIndex
+from gateway.memory.search.vector_index import FaissVectorIndex
 from gateway.store import EmbeddedRedis, connect
 
 SIZES = (100, 1_000, 10_000)

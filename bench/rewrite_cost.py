@@ -24,7 +24,7 @@ the texts keep their hash), only the recollections change per run.
 `--before FILE` adds the figures of an earlier run of this benchmark (the same script run on
 an older commit) side by side.
 
-The history's costs come as the request path gets them (gateway/history_costs.py): each
+The history's costs come as the request path gets them (gateway/pipeline/history_costs.py): each
 timed run is a stateless client's next request — a memo holding the costs of the history
 without its last two messages (the previous request's, filled untimed), the costs of this
 request's history taken from it (timed: the lookup, counting the two new messages) and passed
@@ -46,12 +46,12 @@ from typing import Any
 
 from bench.machine import machine
 from bench.output import write_result
-from gateway.core.memory import MemoryContext
+from gateway.core.context.blocks import MemoryContext
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall import Recollection
-from gateway.core.rewrite import RewriteRequest, rewrite
-from gateway.history_costs import HistoryCosts
+from gateway.core.recall.recollection import Recollection
+from gateway.core.context.rewrite import RewriteRequest, rewrite
+from gateway.pipeline.history_costs import HistoryCosts
 from gateway.tokenizer import O200K, TiktokenTokenizer, tokenizer_for_encoding
 
 TURNS = (50, 300)

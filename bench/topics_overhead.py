@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from bench.ab import Times, alternate, embedded_stores, report, running, worker_steps
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 
 TURNS_PER_CONVERSATION = 40

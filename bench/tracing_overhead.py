@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.ab import Times, alternate, embedded_stores, history, report, running
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
-from gateway.observability import RequestLog
-from gateway.tracing import start_tracing
+from gateway.ops.observability import RequestLog
+from gateway.ops.tracing import start_tracing
 
 
 def _config(store: str, tracing: bool) -> Any:

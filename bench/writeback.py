@@ -27,7 +27,7 @@ from bench.output import write_result
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
-from gateway.record_buffer import BufferedTurn, RecordBuffer
+from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
 from gateway.store import EmbeddedRedis, Recorder, RedisStore, connect
 
 TEXT = ("I finally repaired the old bicycle my grandfather left me; the chain was rusted "

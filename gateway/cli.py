@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError
-from gateway.logs import JsonMessage
+from gateway.ops.logs import JsonMessage
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,7 +110,7 @@ def _rotate_key(path: str, tenant: str) -> int:
     import asyncio
     import json
 
-    from gateway.app import store_url
+    from gateway.http.app import store_url
     from gateway.store import connect
     from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError
@@ -150,8 +150,8 @@ def _rotate_key(path: str, tenant: str) -> int:
 def _config_and_logging(args: argparse.Namespace) -> Config:
     """The config named by `--config` (exit with its error if invalid: before the config is
     read its log format is unknown, so that one message is plain text), logging set up."""
-    from gateway.app import LOG_LEVEL_ENV
-    from gateway.logs import configure_logging
+    from gateway.http.app import LOG_LEVEL_ENV
+    from gateway.ops.logs import configure_logging
 
     try:
         config = load_config(args.config)
@@ -172,8 +172,8 @@ def _fail(message: str) -> NoReturn:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from gateway.app import CONFIG_ENV, STORE_URL_ENV, store_url
-    from gateway.logs import uvicorn_log_config
+    from gateway.http.app import CONFIG_ENV, STORE_URL_ENV, store_url
+    from gateway.ops.logs import uvicorn_log_config
     from gateway.store.embedded import EmbeddedRedisError
 
     config = _config_and_logging(args)
@@ -208,9 +208,9 @@ def _serve(args: argparse.Namespace) -> None:
     try:
         exit_signals.arm()
         # SIGTERM: stop accepting, give in-flight requests (streams too) the shutdown timeout,
-        # then the lifespan drains the recorder and the record buffer (gateway.app).
+        # then the lifespan drains the recorder and the record buffer (gateway.http.app).
         # http/loop "auto": httptools and uvloop (dependencies) where they are installed.
-        uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port,
+        uvicorn.run("gateway.http.app:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=args.log_level, access_log=False,
                     log_config=uvicorn_log_config(config.server.log_format),
                     http="auto", loop="auto",
@@ -254,7 +254,7 @@ def _check_keys(config: Config, url: str) -> None:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    from gateway.app import routing_upstream, store_url
+    from gateway.http.app import routing_upstream, store_url
     from gateway.store.embedded import EmbeddedRedisError
     from gateway.worker import serve_worker
 
@@ -273,11 +273,11 @@ def _worker(args: argparse.Namespace) -> None:
 def _reindex(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gateway.app import store_url
+    from gateway.http.app import store_url
     from gateway.memory.embedders import embedder_from_config
-    from gateway.memory.embedding import EmbeddingService
-    from gateway.memory.keys import MemoryKeySpace
-    from gateway.memory.reindex import reindex_command
+    from gateway.memory.search.embedding import EmbeddingService
+    from gateway.memory.records.keys import MemoryKeySpace
+    from gateway.memory.jobs.reindex import reindex_command
     from gateway.store import connect
     from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError

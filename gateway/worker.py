@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Awaitable
 import redis.asyncio as aioredis
 
 from gateway.config import Config
-from gateway.job_metrics import JobMetrics
+from gateway.ops.job_metrics import JobMetrics
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ports import Upstream
 from gateway.store import connect
@@ -42,10 +42,10 @@ from gateway.store.cluster import key_space
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.embedded import die_with_parent
 from gateway.store.keyring import load_encryption
-from gateway.store.recorder import Recorder
-from gateway.store.sharded_recorder import ShardedRecorder
-from gateway.tenants import TenantDirectory
-from gateway.tracing import start_tracing
+from gateway.store.recording.recorder import Recorder
+from gateway.store.recording.sharded import ShardedRecorder
+from gateway.config.tenants import TenantDirectory
+from gateway.ops.tracing import start_tracing
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter

@@ -20,7 +20,7 @@ from bench.locomo.strategies import last_n, truncate
 from bench.locomo.text import answer_parts, contains, content_tokens, normalise
 from gateway.core.messages import Message
 from gateway.memory.embedders.use import UseEmbedder
-from gateway.core.tokens import count_messages
+from gateway.core.text.tokens import count_messages
 from gateway.tokenizer import tokenizer_for_encoding
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -335,8 +335,8 @@ def test_set_overrides_reach_every_bench_tenant_or_the_whole_config():
 def test_held_out_folds_give_each_conversation_tenants_with_its_own_weights():
     from bench.locomo.replay import api_key, gateway_config, tenant
     from gateway.config import hash_key, parse_config
-    from gateway.core.ranker_weights import DEV_WEIGHTS
-    from gateway.core.ranking import Ranker
+    from gateway.core.recall.ranker_weights import DEV_WEIGHTS
+    from gateway.core.recall.ranking import Ranker
 
     folds = {"c1": {**DEV_WEIGHTS, "length": 9.0}, "c2": {**DEV_WEIGHTS, "length": -9.0}}
     config = parse_config(gateway_config("redis://127.0.0.1:1/0", [1000, 2000], folds=folds))

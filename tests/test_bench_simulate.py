@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.locomo.data import load
 from bench.locomo.meter import PromptMeter
 from bench.locomo.simulate import Knobs, VectorCache, build_corpus, prompt, recall, simulate
-from gateway.core.ranking import SPEAKER_LABEL
+from gateway.core.recall.ranking import SPEAKER_LABEL
 from gateway.memory.embedders.hashing import HashEmbedder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "zh-conversations.json"

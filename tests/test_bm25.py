@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.memory.bm25 import Bm25
+from gateway.memory.search.bm25 import Bm25
 
 WORDS = st.sampled_from([f"w{i}" for i in range(30)] + ["北京", "京大", "x"])
 DOCS = st.lists(st.lists(WORDS, max_size=15), min_size=1, max_size=40)

@@ -21,10 +21,10 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from gateway.console.views import find_conversation, users_page
+from gateway.http.console.views import find_conversation, users_page
 from gateway.core.ids import ConversationKey
 from gateway.errors import ConfigError
-from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.records.keys import MemoryKeySpace
 from gateway.store import connect
 from gateway.store.keyring import load_encryption
 from gateway.store.keys import KeySpace

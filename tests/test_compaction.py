@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.compaction import (
+from gateway.core.memory.compaction import (
     CompactionPolicy, SummaryChunk, chunk_id, chunks_on_branch, covered_until, date_anchor,
     is_topic_shift, merged_chunk, message_dates, plan_compaction, plan_merge,
     recent_window_start, render_chunk, span_dates)

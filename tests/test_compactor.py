@@ -9,16 +9,16 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from gateway.core.compaction import CompactionPolicy, recent_window_start, render_chunk
+from gateway.core.memory.compaction import CompactionPolicy, recent_window_start, render_chunk
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
 from gateway.errors import UpstreamError
-from gateway.memory.chunk_store import ChunkStore, vector_id
-from gateway.memory.compactor import Compactor
+from gateway.memory.records.chunk_store import ChunkStore, vector_id
+from gateway.memory.jobs.compactor import Compactor
 from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.vector_store import space_of
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.summarizer import LlmSummarizer, Summarizer
+from gateway.memory.records.vector_store import space_of
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.jobs.summarizer import LlmSummarizer, Summarizer
 from gateway.ports import UpstreamCall
 from gateway.tokenizer import tokenizer_for_model
 

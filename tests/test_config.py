@@ -9,12 +9,12 @@ import yaml
 
 from gateway.config import ContextConfig, hash_key, load_config, parse_config
 from gateway.config.memory import CompactionConfig
-from gateway.core.compaction import CompactionPolicy
-from gateway.core.ranker_weights import DEV_WEIGHTS
-from gateway.core.ranking import FEATURES, Ranker
+from gateway.core.memory.compaction import CompactionPolicy
+from gateway.core.recall.ranker_weights import DEV_WEIGHTS
+from gateway.core.recall.ranking import FEATURES, Ranker
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ConfigError
-from gateway.tenants import TenantDirectory
+from gateway.config.tenants import TenantDirectory
 
 ROOT = Path(__file__).resolve().parent.parent
 

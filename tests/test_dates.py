@@ -4,7 +4,7 @@ import datetime
 
 import pytest
 
-from gateway.core.dates import anchor_dates, find_dates, with_anchor
+from gateway.core.text.dates import anchor_dates, find_dates, with_anchor
 
 D = datetime.date
 

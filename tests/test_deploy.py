@@ -33,7 +33,7 @@ import yaml
 
 from gateway import cli
 from gateway.config import _ENV_REF, load_config
-from gateway.routes import routes
+from gateway.http.routes import routes
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -48,7 +48,7 @@ def _stop_leftover(pid: int) -> None:
     pytest.param([signal.SIGTERM, signal.SIGTERM], 0.2, id="sigterm-twice"),
     pytest.param([signal.SIGTERM, signal.SIGINT], 0.2, id="sigterm-then-sigint"),
     # SIGINT while uvicorn still shuts down: its forced exit, which skips the lifespan's
-    # shutdown (the loop's teardown cancels the lifespan instead: gateway.logs.ForcedExitFilter)
+    # shutdown (the loop's teardown cancels the lifespan instead: gateway.ops.logs.ForcedExitFilter)
     pytest.param([signal.SIGTERM, signal.SIGINT], 0.01, id="sigint-forcing-the-exit"),
 ])
 def test_a_signal_stops_the_embedded_store_with_the_gateway(workdir, signals, pause):

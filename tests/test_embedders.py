@@ -13,11 +13,11 @@ from gateway.errors import ConfigError
 from gateway.memory import embedders
 from gateway.memory.embedders import embedder_from_config
 from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.embedding import EmbeddingService
-from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.ports import Namespace
-from gateway.memory.vector_index import FaissVectorIndex
-from gateway.memory.vector_store import (LEGACY_SPACE, ForeignVector, decode_vector,
+from gateway.memory.search.vector_index import FaissVectorIndex
+from gateway.memory.records.vector_store import (LEGACY_SPACE, ForeignVector, decode_vector,
                                          encode_vector, put_vectors, space_of, vector_space)
 
 KEYS = MemoryKeySpace()

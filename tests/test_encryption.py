@@ -23,14 +23,14 @@ import openai
 import pytest
 import redis
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
 from gateway.errors import ConfigError
-from gateway.record_buffer import BufferedTurn
-from gateway.record_journal import decode_turn, encode_turn
+from gateway.pipeline.record_buffer import BufferedTurn
+from gateway.pipeline.record_journal import decode_turn, encode_turn
 from gateway.store import connect
 from gateway.store.crypto import (
     DataKey,

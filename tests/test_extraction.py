@@ -1,10 +1,10 @@
-"""Heuristic fact extraction (gateway.core.extraction): clear self-statements, EN and ZH."""
+"""Heuristic fact extraction (gateway.core.memory.extraction): clear self-statements, EN and ZH."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.core.extraction import VOCABULARY, extract_facts, statements
+from gateway.core.memory.extraction import VOCABULARY, extract_facts, statements
 from gateway.core.messages import Message, chain
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.extractive import (
+from gateway.core.memory.extractive import (
     TRUNCATED, Utterance, extractive_summary, score_sentence, split_sentences,
     utterances_from_summary)
 from gateway.tokenizer import tokenizer_for_model

@@ -7,17 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from gateway.core.facts import DAY_SECONDS, Fact, FactPolicy
+from gateway.core.memory.facts import DAY_SECONDS, Fact, FactPolicy
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
-from gateway.core.profile import Profile
+from gateway.core.memory.profile import Profile
 from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.knowledge import KnowledgeProcessor
-from gateway.memory.facts_store import FactStore
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.jobs.knowledge import KnowledgeProcessor
+from gateway.memory.records.facts_store import FactStore
 from gateway.memory.ports import Namespace
-from gateway.memory.profile_store import ProfileStore
-from gateway.memory.vector_store import decode_vector, space_of
+from gateway.memory.records.profile_store import ProfileStore
+from gateway.memory.records.vector_store import decode_vector, space_of
 
 T0 = 1_700_000_000.0
 KEYS = MemoryKeySpace()

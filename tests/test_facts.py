@@ -1,10 +1,10 @@
-"""The fact policy (gateway.core.facts): upsert by key with history, dedupe, cap, decay."""
+"""The fact policy (gateway.core.memory.facts): upsert by key with history, dedupe, cap, decay."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.core.facts import (DAY_SECONDS, MAX_HISTORY, Fact, FactPolicy, FactVersion, forget_sources,
+from gateway.core.memory.facts import (DAY_SECONDS, MAX_HISTORY, Fact, FactPolicy, FactVersion, forget_sources,
                                 age_out, apply_policy, cap, decayed_weight, dedupe_key,
                                 normalize_key, render_fact, upsert)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.core.fusion import (RRF_K, asks, fuse, reciprocal_rank_fusion, with_context,
+from gateway.core.recall.fusion import (RRF_K, asks, fuse, reciprocal_rank_fusion, with_context,
                                  with_successors)
 
 

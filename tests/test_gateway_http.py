@@ -375,7 +375,7 @@ def test_a_users_facts_reach_their_other_conversations_and_no_one_elses(gateway_
 
 async def test_memory_that_cannot_be_read_is_skipped_and_said_in_a_header(gateway_url,
                                                                           redis_url):
-    from gateway.memory.keys import MemoryKeySpace
+    from gateway.memory.records.keys import MemoryKeySpace
     first = post(gateway_url, {"model": "echo", "messages": [user("remember the red door")]},
                  headers={"X-Conversation-Id": "broken"})
     assert first.status_code == 200 and "x-gateway-memory-error" not in first.headers
@@ -437,7 +437,7 @@ def test_metrics_show_the_shared_queues_whichever_process_works_them(redis_url):
 async def test_the_question_is_embedded_once_while_the_store_is_read(redis_url):
     """The request path starts embedding the question before the store answers and uses that
     embedding for recall: one embedding per request, of exactly the question."""
-    from gateway.app import create_app
+    from gateway.http.app import create_app
 
     app = create_app(gateway_config(redis_url))
     async with app.router.lifespan_context(app):

@@ -1,4 +1,4 @@
-"""A history's token costs kept by chained id (gateway/history_costs.py), and what makes that
+"""A history's token costs kept by chained id (gateway/pipeline/history_costs.py), and what makes that
 sound: `count_message` is a function of what a message says (its canonical form)."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.memory import MemoryContext
+from gateway.core.context.blocks import MemoryContext
 from gateway.core.messages import Message, chain, chain_id
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall import Recollection
-from gateway.core.rewrite import RewriteRequest, rewrite
-from gateway.core.tokens import count_each, count_message
-from gateway.history_costs import HistoryCosts
+from gateway.core.recall.recollection import Recollection
+from gateway.core.context.rewrite import RewriteRequest, rewrite
+from gateway.core.text.tokens import count_each, count_message
+from gateway.pipeline.history_costs import HistoryCosts
 from gateway.tokenizer import tokenizer_for_encoding
 
 O200K = tokenizer_for_encoding("o200k_base")

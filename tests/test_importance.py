@@ -1,4 +1,4 @@
-"""The importance rule (gateway/core/importance.py), table-driven: what it pins, and — as
+"""The importance rule (gateway/core/memory/importance.py), table-driven: what it pins, and — as
 measured on the everyday messages below — what it leaves alone. Every example is judged after
 PII redaction, as the memory worker does."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.importance import importance
+from gateway.core.memory.importance import importance
 from gateway.core.messages import Message, StoredMessage
-from gateway.core.pii import redact
-from gateway.memory.importance_pins import rule_pin
+from gateway.core.text.pii import redact
+from gateway.memory.jobs.importance_pins import rule_pin
 
 PINNED = [
     ("Remember that my contract number is HT-2023-118.", "remember"),

@@ -8,7 +8,7 @@ import time
 import httpx
 import redis
 
-from gateway.job_metrics import KINDS
+from gateway.ops.job_metrics import KINDS
 from tests.support.processes import AUTH, Processes, gateway_config_file
 
 

@@ -12,7 +12,7 @@ import warnings
 
 import httpx
 
-from gateway.logs import (
+from gateway.ops.logs import (
     FORCED_EXIT_MESSAGE,
     ForcedExitFilter,
     JsonFormatter,
@@ -132,4 +132,4 @@ def test_both_log_formats_put_the_filter_on_uvicorn_s_error_logger():
     for log_format in ("json", "text"):
         config = uvicorn_log_config(log_format)  # type: ignore[arg-type]
         assert config["loggers"]["uvicorn.error"]["filters"] == ["forced_exit"]
-        assert config["filters"]["forced_exit"] == {"()": "gateway.logs.ForcedExitFilter"}
+        assert config["filters"]["forced_exit"] == {"()": "gateway.ops.logs.ForcedExitFilter"}

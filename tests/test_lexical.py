@@ -2,8 +2,8 @@
 
 import pytest
 
-from gateway.core.lexical import tokens
-from gateway.memory.stemming import stemmed
+from gateway.core.text.lexical import tokens
+from gateway.memory.search.stemming import stemmed
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -16,7 +16,7 @@ import respx
 
 from gateway.core.messages import Message, chain
 from gateway.errors import UpstreamError
-from gateway.memory.extractor import DEFAULT_PROMPT, LlmFactExtractor, extract_facts
+from gateway.memory.jobs.extractor import DEFAULT_PROMPT, LlmFactExtractor, extract_facts
 from gateway.ports import UpstreamCall
 from gateway.upstream.litellm_upstream import LitellmUpstream
 
@@ -96,7 +96,7 @@ async def test_fenced_json_is_accepted(extractor, mock):
 ])
 async def test_unusable_answers_fall_back_to_the_heuristic(extractor, mock, content, caplog):
     mock.post(URL).respond(200, json=completion(content))
-    with caplog.at_level(logging.WARNING, "gateway.memory.extractor"):
+    with caplog.at_level(logging.WARNING, "gateway.memory.jobs.extractor"):
         assert await extractor.extract(STORED) is None
         facts = await extract_facts(STORED, extractor)
     assert {f.key for f in facts} == heuristic_keys()

@@ -15,8 +15,8 @@ from gateway.config import hash_key, parse_config
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.worker import MemoryWorker
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.jobs.worker import MemoryWorker
 from gateway.store import EmbeddedRedis, Recorder, RedisStore
 from gateway.store.codec import encode_key
 from gateway.store.keys import KeySpace

@@ -14,26 +14,26 @@ from typing import AsyncIterator, Sequence
 import numpy as np
 import pytest
 
-from gateway.core.compaction import SummaryChunk, render_chunk
-from gateway.memory.chunk_store import ChunkStore
+from gateway.core.memory.compaction import SummaryChunk, render_chunk
+from gateway.memory.records.chunk_store import ChunkStore
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
-from gateway.core.ranker_weights import DEV_WEIGHTS
-from gateway.core.ranking import FEATURES, Ranker
-from gateway.core.recall import Recollection
+from gateway.core.recall.ranker_weights import DEV_WEIGHTS
+from gateway.core.recall.ranking import FEATURES, Ranker
+from gateway.core.recall.recollection import Recollection
 from gateway.memory.embedders import build_embedder
 from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.embedding import EmbeddingService
-from gateway.memory.entry_cache import EntryCache, Link
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.lexical_index import Bm25LexicalIndex
-from gateway.memory.namespace_cache import Cached, NamespaceCache
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.recall.entry_cache import EntryCache, Link
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.search.lexical_index import Bm25LexicalIndex
+from gateway.memory.search.namespace_cache import Cached, NamespaceCache
 from gateway.memory.ports import Embedder, Namespace
-from gateway.memory.recaller import Recaller
-from gateway.memory.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entries
-from gateway.memory.vector_index import FaissVectorIndex
-from gateway.memory.vector_store import delete_vectors, put_vectors, space_of
+from gateway.memory.recall.recaller import Recaller
+from gateway.memory.jobs.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entries
+from gateway.memory.search.vector_index import FaissVectorIndex
+from gateway.memory.records.vector_store import delete_vectors, put_vectors, space_of
 from gateway.store.codec import encode_stored
 from gateway.store.crypto import Encryption
 from gateway.store.keys import KeySpace

@@ -7,9 +7,9 @@ import pytest
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.settings_store import SettingsStore
-from gateway.memory.worker import MemoryUpdate, MemoryWorker
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.records.settings_store import SettingsStore
+from gateway.memory.jobs.worker import MemoryUpdate, MemoryWorker
 from gateway.store import Recorder, RedisStore
 from gateway.store.codec import encode_key
 

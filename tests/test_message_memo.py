@@ -9,16 +9,16 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from gateway.core.compaction import message_dates
+from gateway.core.memory.compaction import message_dates
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
-from gateway.core.pii import redact
-from gateway.core.topics import TopicPolicy
+from gateway.core.text.pii import redact
+from gateway.core.memory.topics import TopicPolicy
 from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.embedding import EmbeddingService
-from gateway.memory.message_memo import MessageMemo
-from gateway.memory.topic_store import TopicStore
-from gateway.memory.topic_tracker import TopicTracker
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.jobs.message_memo import MessageMemo
+from gateway.memory.records.topic_store import TopicStore
+from gateway.memory.jobs.topic_tracker import TopicTracker
 
 POLICY = TopicPolicy(window_turns=4, min_turns=2, label_words=3)
 TOPICS = ["sourdough starter feeding flour hydration", "marathon training tempo intervals",

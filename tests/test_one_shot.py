@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.chat_request import parse_chat_request
+from gateway.pipeline.chat_request import parse_chat_request
 from gateway.config import RequestLimitsConfig, parse_config
 from gateway.core.messages import Message, chain
 from gateway.core.one_shot import MARKER, OneShotPolicy, is_one_shot, placeholder, restore, \

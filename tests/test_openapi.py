@@ -20,7 +20,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import status_code_conformance
 
-from gateway.openapi import openapi
+from gateway.http.openapi import openapi
 from tests.support.gateway import KEYS, gateway_config, running_gateway
 from tests.support.processes import report
 
@@ -66,8 +66,8 @@ def test_no_operation_answers_a_5xx_and_every_error_is_openai_shaped(gateway_url
 
 
 def test_the_description_names_every_route_of_the_app():
-    from gateway.memory_api import memory_routes
-    from gateway.routes import routes
+    from gateway.http.memory_api import memory_routes
+    from gateway.http.routes import routes
 
     documented = {(path, method.upper()) for path, ops in openapi()["paths"].items()
                   for method in ops}
@@ -80,7 +80,7 @@ def test_the_description_names_every_route_of_the_app():
 def test_the_console_pages_are_html_outside_the_api_description():
     """The console (`console.enabled`) serves HTML pages for a browser, not an API: its routes
     are all under /console, and none is in the description."""
-    from gateway.console import console_routes
+    from gateway.http.console import console_routes
 
     assert all(r.path.startswith("/console") for r in console_routes())
     assert not any(path.startswith("/console") for path in openapi()["paths"])

@@ -1,5 +1,5 @@
 """Packing memory blocks by arithmetic gives exactly what rendering and measuring every
-candidate gives (gateway/core/packing.py), and its work does not grow with what it is given.
+candidate gives (gateway/core/context/packing.py), and its work does not grow with what it is given.
 
 Each packer is compared with its definition (the `_by_measure` functions, which render and
 measure the block for every candidate) over random chunks and recollections — tags of the
@@ -17,7 +17,7 @@ import re
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.memory import (
+from gateway.core.context.blocks import (
     RECALLED_HEADER,
     SUMMARY_HEADER,
     SUMMARY_TAG,
@@ -29,7 +29,7 @@ from gateway.core.memory import (
     summary_parts,
 )
 from gateway.core.messages import Message
-from gateway.core.packing import (
+from gateway.core.context.packing import (
     _pack_recalled_by_measure,
     _pack_summary_by_measure,
     adds_up_by_line,
@@ -39,9 +39,9 @@ from gateway.core.packing import (
     recalled_lines,
 )
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall import Recollection
-from gateway.core.rewrite import RewriteRequest, rewrite
-from gateway.core.tokens import count_each, count_message
+from gateway.core.recall.recollection import Recollection
+from gateway.core.context.rewrite import RewriteRequest, rewrite
+from gateway.core.text.tokens import count_each, count_message
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import WordTokenizer
 

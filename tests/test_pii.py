@@ -1,4 +1,4 @@
-"""PII redaction (gateway.core.pii): what memory stores and recalls has no identifiers."""
+"""PII redaction (gateway.core.text.pii): what memory stores and recalls has no identifiers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.pii import cn_id_checksum_ok, find_pii, iban_ok, luhn_ok, redact
+from gateway.core.text.pii import cn_id_checksum_ok, find_pii, iban_ok, luhn_ok, redact
 
 CN_ID = "11010519491231002X"        # valid checksum (GB 11643 sample)
 CN_ID_BAD = "110105194912310021"    # same digits, wrong check character
@@ -94,7 +94,7 @@ TRUE_POSITIVES = [
     ("Reisepass-Nr. C01X00T47", "Reisepass-Nr. [PASSPORT]"),
     ("パスポート番号 TK1234567", "パスポート番号 [PASSPORT]"),
     ("Passport: 123456789", "Passport: [PASSPORT]"),
-    # national identity and tax numbers (gateway/core/national_ids.py), published examples
+    # national identity and tax numbers (gateway/core/text/national_ids.py), published examples
     # where there are (codice fiscale, CPF, DNI/NIE, SIN, Steuer-ID, My Number)
     ("NI number AB 12 34 56 C on the form", "NI number [ID_NUMBER] on the form"),
     ("My Aadhaar is 2345 6789 0124.", "My Aadhaar is [ID_NUMBER]."),

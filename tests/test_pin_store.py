@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.core.ids import ConversationKey
-from gateway.core.memory import PinnedMessage
+from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import Message
-from gateway.memory.pin_store import MAX_PINS, MAX_RULE_PINS, PinLimitReached, PinStore
+from gateway.memory.records.pin_store import MAX_PINS, MAX_RULE_PINS, PinLimitReached, PinStore
 
 KEY = ConversationKey("acme", "alice", "c1")
 

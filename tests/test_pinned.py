@@ -1,4 +1,4 @@
-"""Pinned messages in the pure core (gateway/core/pinned.py and the rewrite's pinned block):
+"""Pinned messages in the pure core (gateway/core/context/pinned.py and the rewrite's pinned block):
 how a block is rendered and packed, which ids a client's markers pin, and where the block goes
 in the forwarded prompt. Budgets use `WordTokenizer` (one token per word), as in
 tests/test_rewrite.py."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.memory import MemoryContext, PinnedMessage
+from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.messages import Message, chain, chain_id
-from gateway.core.pinned import (
+from gateway.core.context.pinned import (
     NOTED_TAG,
     PINNED_TAG,
     is_rule,
@@ -17,11 +17,11 @@ from gateway.core.pinned import (
     pack_pinned,
     render_pinned,
 )
-from gateway.core.recall import Recollection
-from gateway.core.rewrite import RewriteRequest, rewrite
-from gateway.core.tokens import count_message, count_messages
+from gateway.core.recall.recollection import Recollection
+from gateway.core.context.rewrite import RewriteRequest, rewrite
+from gateway.core.text.tokens import count_message, count_messages
 from gateway.core.transcript import apply_turn, reconcile
-from gateway.core.truncation import TRUNCATION_MARKER
+from gateway.core.context.truncation import TRUNCATION_MARKER
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import TOK, assistant, policy, sys_, user, words
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 import redis
 
-from gateway.core.pinned import NOTED_TAG, PINNED_TAG
+from gateway.core.context.pinned import NOTED_TAG, PINNED_TAG
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
 
 ALICE, MALLORY = "alice-P1", "mallory-P2"

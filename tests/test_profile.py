@@ -1,9 +1,9 @@
-"""The user profile (gateway.core.profile): learned from user messages, rendered briefly."""
+"""The user profile (gateway.core.memory.profile): learned from user messages, rendered briefly."""
 
 from __future__ import annotations
 
 from gateway.core.messages import Message, chain
-from gateway.core.profile import Profile, detect_language, render_profile, update_profile
+from gateway.core.memory.profile import Profile, detect_language, render_profile, update_profile
 
 
 def users(*texts: str) -> list[Message]:

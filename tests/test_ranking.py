@@ -1,4 +1,4 @@
-"""The learned re-ranking of recall's candidates (gateway/core/ranking.py): its features, that
+"""The learned re-ranking of recall's candidates (gateway/core/recall/ranking.py): its features, that
 only turns move, that scores stay with places, and its weights' validation."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.ranker_weights import DEV_WEIGHTS
-from gateway.core.ranking import (FEATURES, Candidate, Ranker, feature_rows, gather,
+from gateway.core.recall.ranker_weights import DEV_WEIGHTS
+from gateway.core.recall.ranking import (FEATURES, Candidate, Ranker, feature_rows, gather,
                                   speaker_named)
-from gateway.core.recall import Recollection
+from gateway.core.recall.recollection import Recollection
 
 
 def only(feature: str, weight: float = 1.0) -> Ranker:

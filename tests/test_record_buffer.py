@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.transcript import TurnRecord
-from gateway.record_buffer import BufferedTurn, RecordBuffer
+from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
 from gateway.store import RedisStore
 
 KEY = ConversationKey("acme", "alice", "buffered")

@@ -18,8 +18,8 @@ import httpx
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
-from gateway.record_buffer import BufferedTurn
-from gateway.record_journal import (RecordJournal, decode_turn, encode_turn, owner_alive,
+from gateway.pipeline.record_buffer import BufferedTurn
+from gateway.pipeline.record_journal import (RecordJournal, decode_turn, encode_turn, owner_alive,
                                     process_identity)
 from gateway.store import connect
 from gateway.store.redis_store import RedisStore

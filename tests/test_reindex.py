@@ -19,12 +19,12 @@ import yaml
 from gateway.config import hash_key, parse_config
 from gateway.core.ids import ConversationKey
 from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.embedding import EmbeddingService
-from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.ports import Namespace
-from gateway.memory.reindex import Reindexer, ReindexRunning, ReindexStatus
-from gateway.memory.vector_index import FaissVectorIndex
-from gateway.memory.vector_store import encode_vector, space_of, vector_space
+from gateway.memory.jobs.reindex import Reindexer, ReindexRunning, ReindexStatus
+from gateway.memory.search.vector_index import FaissVectorIndex
+from gateway.memory.records.vector_store import encode_vector, space_of, vector_space
 from tests.support.gateway import running_gateway
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from gateway.console.chart import token_chart
+from gateway.http.console.chart import token_chart
 from gateway.core.ids import ConversationKey
-from gateway.observability import RequestLog
-from gateway.request_history import RequestHistory, entry_of, last_request, recent_requests
+from gateway.ops.observability import RequestLog
+from gateway.pipeline.request_history import RequestHistory, entry_of, last_request, recent_requests
 from gateway.store.keys import KeySpace
 
 KEYS = KeySpace()

@@ -1,4 +1,4 @@
-"""Table-driven and golden tests of the rewrite (gateway/core/rewrite.py, gateway/core/memory.py).
+"""Table-driven and golden tests of the rewrite (gateway/core/context/rewrite.py, gateway/core/context/blocks.py).
 
 Budgets are worked out with `WordTokenizer` (one token per whitespace-separated word), so a
 message "q1" from the user costs 3 (per message) + 1 (role) + 1 (text) = 5 tokens, and a
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from gateway.core.memory import (
+from gateway.core.context.blocks import (
     MemoryContext,
     render_blocks,
     render_profile,
@@ -20,10 +20,10 @@ from gateway.core.memory import (
 )
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall import Recollection
-from gateway.core.rewrite import Rewrite, RewriteRequest, rewrite, split_current
-from gateway.core.tokens import count_message, count_messages
-from gateway.core.truncation import TRUNCATION_MARKER, truncate_message
+from gateway.core.recall.recollection import Recollection
+from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite, split_current
+from gateway.core.text.tokens import count_message, count_messages
+from gateway.core.context.truncation import TRUNCATION_MARKER, truncate_message
 
 
 class WordTokenizer:

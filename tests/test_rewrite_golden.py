@@ -34,12 +34,12 @@ from typing import Any
 
 import pytest
 
-from gateway.core.memory import MemoryContext, PinnedMessage
+from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall import Recollection
-from gateway.core.rewrite import Rewrite, RewriteRequest, rewrite
-from gateway.core.tokens import Tokenizer, count_messages
+from gateway.core.recall.recollection import Recollection
+from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
+from gateway.core.text.tokens import Tokenizer, count_messages
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import WordTokenizer
 

@@ -3,7 +3,7 @@
 Random requests hold tool-call groups, long messages, multimodal content, messages before the
 first user message, tool results whose call is missing, and memory (summary chunks, a profile,
 recollections of turns, chunks and facts, some of them already in the history by id, and
-random memory shares). Every invariant of gateway/core/rewrite.py is checked on each. The main
+random memory shares). Every invariant of gateway/core/context/rewrite.py is checked on each. The main
 suite counts with the fast `WordTokenizer`; a smaller one repeats it with the real tiktoken
 tokenizer on arbitrary Unicode (CJK, emoji).
 """
@@ -15,7 +15,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.memory import (
+from gateway.core.context.blocks import (
     MemoryContext,
     PinnedMessage,
     one_line,
@@ -26,12 +26,12 @@ from gateway.core.memory import (
     split_anchor,
 )
 from gateway.core.messages import Message
-from gateway.core.pinned import pin_line, pin_text, render_pinned
+from gateway.core.context.pinned import pin_line, pin_text, render_pinned
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall import Recollection
-from gateway.core.rewrite import Rewrite, RewriteRequest, rewrite
-from gateway.core.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
-from gateway.core.truncation import TRUNCATION_MARKER, truncate_message
+from gateway.core.recall.recollection import Recollection
+from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
+from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
+from gateway.core.context.truncation import TRUNCATION_MARKER, truncate_message
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.test_rewrite import WordTokenizer
 

@@ -21,7 +21,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
 from gateway.core.transcript import TurnRecord, apply_turn, reconcile
 from gateway.errors import ConfigError
-from gateway.memory.keys import MemoryKeySpace
+from gateway.memory.records.keys import MemoryKeySpace
 from gateway.store.archive import movable
 from gateway.store.codec import decode_stored, encode_stored
 from gateway.store.keys import KeySpace

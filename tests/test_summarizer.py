@@ -15,9 +15,9 @@ import httpx
 import pytest
 import respx
 
-from gateway.core.extractive import Utterance
+from gateway.core.memory.extractive import Utterance
 from gateway.errors import UpstreamError
-from gateway.memory.summarizer import LlmSummarizer, Summarizer, conversation_language
+from gateway.memory.jobs.summarizer import LlmSummarizer, Summarizer, conversation_language
 from gateway.ports import UpstreamCall
 from gateway.tokenizer import tokenizer_for_model
 from gateway.upstream.litellm_upstream import LitellmUpstream
@@ -139,7 +139,7 @@ async def test_any_llm_failure_falls_back_to_the_extractive_summary(
         route.side_effect = outcome
     else:
         route.return_value = outcome
-    with caplog.at_level(logging.WARNING, "gateway.memory.summarizer"):
+    with caplog.at_level(logging.WARNING, "gateway.memory.jobs.summarizer"):
         result = await summarizer(litellm_upstream).summarize(utterances, target_tokens=90)
     assert route.called
     assert result.method == "extractive"

@@ -1,4 +1,4 @@
-"""The pure topic decisions (gateway/core/topics.py), the header encoding of a label, and the
+"""The pure topic decisions (gateway/core/memory/topics.py), the header encoding of a label, and the
 compaction plan of a finished topic — table-driven, no I/O."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import urllib.parse
 
 import pytest
 
-from gateway.core.compaction import CompactionPolicy, plan_compaction
-from gateway.core.topics import (
+from gateway.core.memory.compaction import CompactionPolicy, plan_compaction
+from gateway.core.memory.topics import (
     TopicPolicy, TopicSegment, boost_same_topic, counted_turn, is_switch, may_switch, on_branch,
     same_topic, started, switched, topic_label)
-from gateway.observability import header_text
+from gateway.ops.observability import header_text
 
 POLICY = TopicPolicy(min_turns=2)
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (gateway/tracing.py): spans through the real gateway over HTTP, the
+"""OpenTelemetry tracing (gateway/ops/tracing.py): spans through the real gateway over HTTP, the
 real openai SDK as client and a real store, collected by the SDK's in-memory exporter; the
 worker process's memory jobs; nothing of OpenTelemetry imported when tracing is off."""
 
@@ -17,7 +17,7 @@ import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.app import create_app, routing_upstream
+from gateway.http.app import create_app, routing_upstream
 from gateway.config import ConfigError, parse_config
 from gateway.worker import run_worker
 from tests.support.gateway import KEYS, gateway_config

@@ -19,16 +19,16 @@ import pytest
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
-from gateway.core.memory import recalled_in_reading_order
-from gateway.core.ranking import FEATURES, Ranker
+from gateway.core.context.blocks import recalled_in_reading_order
+from gateway.core.recall.ranking import FEATURES, Ranker
 from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.embedding import EmbeddingService
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.lexical_index import Bm25LexicalIndex
-from gateway.memory.recaller import Recaller, queue_namespaces, read_namespaces
-from gateway.memory.turn_index import TurnIndexer
-from gateway.memory.user_index import UserRecallIndex, qualified_id
-from gateway.memory.vector_index import FaissVectorIndex
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.search.lexical_index import Bm25LexicalIndex
+from gateway.memory.recall.recaller import Recaller, queue_namespaces, read_namespaces
+from gateway.memory.jobs.turn_index import TurnIndexer
+from gateway.memory.jobs.user_index import UserRecallIndex, qualified_id
+from gateway.memory.search.vector_index import FaissVectorIndex
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
 
 CAT = "my cat is named Quixote"
@@ -262,8 +262,8 @@ async def test_user_index_sync_is_idempotent_and_follows_deletions(memory, redis
 
 
 async def test_a_sync_writes_again_only_the_chunks_that_changed(memory, redis_client):
-    from gateway.core.compaction import SummaryChunk
-    from gateway.memory.chunk_store import ChunkStore
+    from gateway.core.memory.compaction import SummaryChunk
+    from gateway.memory.records.chunk_store import ChunkStore
     texts = ["We moved the pottery class to Thursdays.", "Noted.", "Anna turns 30 in May.", "ok"]
     transcript = stored(texts, 1.0)
     chunks = ChunkStore(redis_client, space=memory.embedding.space)

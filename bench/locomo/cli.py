@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "overrides": {k: v for k, v in args.overrides},
                    "ranker": "held-out" if folds is not None else "shipped",
                    "ranker_folds": folds,
-                   "retrieval_baselines": f"bm25s over gateway.core.lexical tokens; USE "
+                   "retrieval_baselines": f"bm25s over gateway.core.text.lexical tokens; USE "
                                           f"multilingual v3; hybrid = RRF k={RRF_K}",
                    "concurrency": args.concurrency,
                    "gateway_processes": args.gateway_processes,

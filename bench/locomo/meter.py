@@ -1,6 +1,6 @@
 """Token accounting of prompts: forwarded tokens and prompt-prefix reuse.
 
-- `tokens(messages)` equals `gateway.core.tokens.count_messages` over the same messages with
+- `tokens(messages)` equals `gateway.core.text.tokens.count_messages` over the same messages with
   the cl100k tokenizer (the gateway's own accounting, the whole prompt, nothing excluded);
   per-message costs are memoised, since the same history messages are counted many times.
 - `prefix_reuse(previous, current)`: the share of the current prompt's tokens that equal a
@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import tiktoken
 
 from gateway.core.messages import Message
-from gateway.core.tokens import REPLY_PRIMING, count_message
+from gateway.core.text.tokens import REPLY_PRIMING, count_message
 from gateway.tokenizer import CL100K, tokenizer_for_encoding
 
 Prompt = Sequence[Mapping[str, object]]

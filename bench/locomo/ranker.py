@@ -1,11 +1,11 @@
-"""Training the learned ranking of recall's candidates (`gateway.core.ranking`) on a
+"""Training the learned ranking of recall's candidates (`gateway.core.recall.ranking`) on a
 LoCoMo-schema file, and measuring it by leave-one-conversation-out.
 
     python -m bench locomo-ranker [--budgets 1000,2000] [--write]
 
 For every question with evidence, the candidates are those the gateway's recaller would fuse
 (simulated: bench/locomo/simulate.py, at the ranking's search depth), each with the features
-`gateway.core.ranking.feature_rows` computes in the gateway; a candidate is positive when it
+`gateway.core.recall.ranking.feature_rows` computes in the gateway; a candidate is positive when it
 holds one of the question's evidence turns verbatim. The model is linear, trained with a
 pairwise logistic loss (each positive against each negative of its question: what matters is
 that evidence ranks above the rest, within the budget), features standardised, L2-regularised,
@@ -14,7 +14,7 @@ by full-batch gradient descent — deterministic, no randomness.
 Leave-one-conversation-out: for each conversation, a ranker trained on the others ranks its
 questions; the held-out figures are reported next to plain fusion's, per budget. `--write`
 then trains on every conversation and writes the weights the gateway ships
-(gateway/core/ranker_weights.py). Nothing of the data is written into the repository.
+(gateway/core/recall/ranker_weights.py). Nothing of the data is written into the repository.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from bench.locomo.data import load
 from bench.locomo.score import collapse
 from bench.locomo.simulate import (DEFAULT_DATA, Corpus, Knobs, Result, VectorCache,
                                    build_corpus, candidates, report, simulate)
-from gateway.core.ranking import DEPTH, FEATURES, Ranker, feature_rows
+from gateway.core.recall.ranking import DEPTH, FEATURES, Ranker, feature_rows
 
 L2 = 1e-2
 ITERATIONS = 1500
@@ -123,7 +123,7 @@ def held_out(corpora: Sequence[Corpus], budget: int, knobs: Knobs,
 
 def weights_module(ranker: Ranker, source: str) -> str:
     lines = [f'    "{name}": {weight!r},' for name, weight in ranker.to_dict().items()]
-    return (f'"""The learned ranking\'s weights (gateway/core/ranking.py), per raw unit of each '
+    return (f'"""The learned ranking\'s weights (gateway/core/recall/ranking.py), per raw unit of each '
             f'feature,\nwritten by `python -m bench locomo-ranker --write` '
             f'(bench/locomo/ranker.py): trained on\nevery conversation of {source} once '
             f'leave-one-conversation-out had measured the\nranking (README, "Learned '

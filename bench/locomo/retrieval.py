@@ -2,7 +2,7 @@
 
 Each dataset turn is one document, rendered `[<session date>] <speaker>: <text>[ photo]`
 (the date of its session on every line). For a question, the turns are ranked by
-- `bm25`: BM25 (bm25s) over `gateway.core.lexical.tokens` (no stemming, as REFERENCE.md has it;
+- `bm25`: BM25 (bm25s) over `gateway.core.text.lexical.tokens` (no stemming, as REFERENCE.md has it;
   the gateway's own index stems English) — lowercase word tokens for space-separated text,
   characters and bigrams for CJK (so Chinese works too);
 - `dense`: cosine similarity of USE multilingual v3 embeddings (the gateway's UseEmbedder);
@@ -25,7 +25,7 @@ import numpy as np
 
 from bench.locomo.data import Conversation
 from bench.locomo.meter import PromptMeter
-from gateway.core.lexical import tokens as lexical_tokens
+from gateway.core.text.lexical import tokens as lexical_tokens
 from gateway.memory.embedders.use import UseEmbedder
 
 RETRIEVERS = ("bm25", "dense", "hybrid")

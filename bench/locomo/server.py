@@ -59,7 +59,7 @@ def read_fail_open(path: str) -> set[str]:
 
 def _child(config_data: dict[str, Any], fail_open_log: str, conn: Connection) -> None:
     from bench.locomo.upstream import EchoUpstream
-    from gateway.app import create_app
+    from gateway.http.app import create_app
     from gateway.config import parse_config
     from gateway.inprocess import serve
 

@@ -5,12 +5,12 @@ cached).
 
 What it reproduces, with the gateway's own code wherever the code is pure:
 - the stored transcript of a `stateless`/`stateful` client (bench/locomo/script.py), its turn
-  entries, context texts and anchors (`gateway.memory.turn_index.turn_entries`);
+  entries, context texts and anchors (`gateway.memory.jobs.turn_index.turn_entries`);
 - dense search (USE, exact inner product as FAISS IndexFlatIP) and stemmed BM25
-  (`gateway.memory.bm25.Bm25` over `lexical_index`'s tokens), `Recaller.recall`'s fusion,
-  context ranking and successors (`gateway.core.fusion`), and its learned ranking of the
-  fused candidates (`gateway.core.ranking`, the same candidates and features);
-- the rewrite (`gateway.core.rewrite.rewrite`) with the bench tenant's policy, scored with the
+  (`gateway.memory.search.bm25.Bm25` over `lexical_index`'s tokens), `Recaller.recall`'s fusion,
+  context ranking and successors (`gateway.core.recall.fusion`), and its learned ranking of the
+  fused candidates (`gateway.core.recall.ranking`, the same candidates and features);
+- the rewrite (`gateway.core.context.rewrite.rewrite`) with the bench tenant's policy, scored with the
   harness's Scorer (strict rules).
 What it leaves out: summary chunks (compacted by the worker on its own timing; also
 recallable in the gateway), the user namespace (`sessions` mode) and facts (off by
@@ -42,21 +42,21 @@ from bench.locomo.question_form import asks_inference
 from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
-from gateway.core.fusion import RECENCY_WEIGHT, RRF_K, asks, fuse, with_context, with_successors
-from gateway.core.lexical import tokens
-from gateway.core.memory import MemoryContext
+from gateway.core.recall.fusion import RECENCY_WEIGHT, RRF_K, asks, fuse, with_context, with_successors
+from gateway.core.text.lexical import tokens
+from gateway.core.context.blocks import MemoryContext
 from gateway.core.messages import Message, chain
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall import Recollection
-from gateway.core.ranker_weights import DEV_WEIGHTS
-from gateway.core.ranking import CANDIDATES as RANKED
-from gateway.core.ranking import DEPTH as RANKING_DEPTH
-from gateway.core.ranking import Candidate, Ranker, gather, speaker_named
-from gateway.core.rewrite import RewriteRequest, rewrite
-from gateway.memory.bm25 import Bm25
-from gateway.memory.entry_cache import Link
-from gateway.memory.stemming import stemmed
-from gateway.memory.turn_index import TurnEntry, turn_entries
+from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.ranker_weights import DEV_WEIGHTS
+from gateway.core.recall.ranking import CANDIDATES as RANKED
+from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
+from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
+from gateway.core.context.rewrite import RewriteRequest, rewrite
+from gateway.memory.search.bm25 import Bm25
+from gateway.memory.recall.entry_cache import Link
+from gateway.memory.search.stemming import stemmed
+from gateway.memory.jobs.turn_index import TurnEntry, turn_entries
 from gateway.tokenizer import CL100K, tokenizer_for_encoding
 
 DEFAULT_DATA = "/work/shared/bench-data/locomo-dev.json"
@@ -83,7 +83,7 @@ class Knobs:
     """Fused scores of the turns spoken by a person the question names (a line-initial
     `Name:` label, as the LoCoMo client renders turns) are multiplied by this."""
     ranking: str = "learned"
-    """"learned": the fused candidates re-ranked by `ranker` (`gateway.core.ranking`);
+    """"learned": the fused candidates re-ranked by `ranker` (`gateway.core.recall.ranking`);
     "fusion": the fused order."""
     ranker: Ranker = Ranker.of(DEV_WEIGHTS)
     """The gateway's by default — trained on the dev split: figures with it on the dev split
@@ -179,7 +179,7 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
 
 def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
     """`Recaller.recall`'s candidates for a conversation namespace, in fused order, with what
-    the recaller knows of each (`gateway.core.ranking.Candidate`)."""
+    the recaller knows of each (`gateway.core.recall.ranking.Candidate`)."""
     inference = asks_inference(query)
     depth = knobs.depth or max(knobs.top_k, 20, RANKING_DEPTH if knobs.ranking == "learned"
                                else 0)

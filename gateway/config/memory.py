@@ -9,8 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.strict import Strict
-from gateway.core.ranker_weights import DEV_WEIGHTS
-from gateway.core.ranking import Ranker
+from gateway.core.recall.ranker_weights import DEV_WEIGHTS
+from gateway.core.recall.ranking import Ranker
 
 
 class FactsConfig(Strict):
@@ -85,11 +85,11 @@ class TenantMemoryConfig(Strict):
     ranking"); worth measuring again with an LLM summariser (`summarizer_model`)."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
-    (gateway/core/ranking.py; measured on the LoCoMo dev split by leave-one-conversation-out:
+    (gateway/core/recall/ranking.py; measured on the LoCoMo dev split by leave-one-conversation-out:
     README, "Learned ranking"); "fusion": the fused order as it is."""
     recall_ranker_weights: dict[str, float] | None = None
-    """The learned ranking's weights, one per feature of gateway/core/ranking.py (per raw
-    unit); unset: the weights trained on the LoCoMo dev split (gateway/core/ranker_weights.py)."""
+    """The learned ranking's weights, one per feature of gateway/core/recall/ranking.py (per raw
+    unit); unset: the weights trained on the LoCoMo dev split (gateway/core/recall/ranker_weights.py)."""
 
     @field_validator("recall_ranker_weights")
     @classmethod
@@ -106,7 +106,7 @@ class TenantMemoryConfig(Strict):
     facts_k: int = Field(0, ge=0, le=100)
     """The user's facts offered with each request (identified users); 0, the default: facts
     are extracted, listed and exportable but not offered (measured: they did not pay their
-    tokens on the LoCoMo dev split; see gateway/memory/service.py)."""
+    tokens on the LoCoMo dev split; see gateway/memory/recall/service.py)."""
     summarizer_model: str | None = None
     """A model alias of this tenant summarising older turns; none: extractive summaries."""
     extractor_model: str | None = None

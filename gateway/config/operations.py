@@ -8,7 +8,7 @@ from gateway.config.strict import Strict, required_env
 
 
 class ConsoleConfig(Strict):
-    """The memory console (`/console`, gateway/console/): HTML pages for operators signed in
+    """The memory console (`/console`, gateway/http/console/): HTML pages for operators signed in
     with an admin key. Off by default; on, it needs `admin.keys`."""
 
     enabled: bool = False
@@ -26,7 +26,7 @@ class ConsoleConfig(Strict):
 
 class TracingConfig(Strict):
     """OpenTelemetry spans for requests and memory jobs, exported over OTLP/HTTP
-    (gateway/tracing.py). Off: nothing of OpenTelemetry is even imported."""
+    (gateway/ops/tracing.py). Off: nothing of OpenTelemetry is even imported."""
 
     enabled: bool = False
     endpoint: str | None = None
@@ -42,7 +42,7 @@ class TracingConfig(Strict):
     @field_validator("enabled")
     @classmethod
     def _installed(cls, value: bool) -> bool:
-        from gateway.tracing import missing_packages  # imports nothing of OpenTelemetry
+        from gateway.ops.tracing import missing_packages  # imports nothing of OpenTelemetry
 
         missing = missing_packages() if value else []
         if missing:

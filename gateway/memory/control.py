@@ -1,5 +1,5 @@
 """What a user may see and do with what the gateway keeps of them (the user-control API's
-logic; gateway/memory_api.py is its HTTP face): list, export, delete, erase.
+logic; gateway/http/memory_api.py is its HTTP face): list, export, delete, erase.
 
 Invariants:
 - everything is scoped to one (tenant, user): keys come from `KeySpace` / `MemoryKeySpace`
@@ -22,19 +22,19 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import redis.asyncio as aioredis
 
-from gateway.core.compaction import SummaryChunk
-from gateway.core.facts import Fact
+from gateway.core.memory.compaction import SummaryChunk
+from gateway.core.memory.facts import Fact
 from gateway.core.ids import ConversationKey
-from gateway.core.memory import PinnedMessage
+from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import StoredMessage
-from gateway.memory.chunk_store import ChunkStore
-from gateway.memory.facts_store import FactStore
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.pin_store import PinStore, pin_json
-from gateway.memory.profile_store import ProfileStore
-from gateway.memory.settings_store import SettingsStore, UserSettings
-from gateway.memory.topic_store import TopicStore, topic_json
-from gateway.memory.user_index import UserRecallIndex
+from gateway.memory.records.chunk_store import ChunkStore
+from gateway.memory.records.facts_store import FactStore
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.records.pin_store import PinStore, pin_json
+from gateway.memory.records.profile_store import ProfileStore
+from gateway.memory.records.settings_store import SettingsStore, UserSettings
+from gateway.memory.records.topic_store import TopicStore, topic_json
+from gateway.memory.jobs.user_index import UserRecallIndex
 from gateway.store.cluster import rewrite_append_only_files
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
@@ -328,7 +328,7 @@ class MemoryControl:
     async def _delete_entries(self, tenant: str, user: str, *, streams: bool = True) -> int:
         """The user's members of the memory dirty set and dead-letter hash, and (with
         `streams`) its queued and dead-lettered record jobs and its requests in the tenant's
-        request log (gateway/request_history.py)."""
+        request log (gateway/pipeline/request_history.py)."""
         owned = _owned_by(tenant, user)
         keys = self.keys.store
         shard = keys.shard_of(tenant, user)  # the user's entries are all on its shard's queues

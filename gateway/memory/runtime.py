@@ -15,44 +15,44 @@ from typing import Callable, Mapping
 import redis.asyncio as aioredis
 
 from gateway.config import Config, TenantConfig
-from gateway.core.compaction import CompactionPolicy
-from gateway.core.facts import FactPolicy
+from gateway.core.memory.compaction import CompactionPolicy
+from gateway.core.memory.facts import FactPolicy
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
-from gateway.core.topics import TopicPolicy
-from gateway.job_metrics import JobMetrics
-from gateway.memory.chunk_store import ChunkStore
-from gateway.memory.compactor import Compactor
+from gateway.core.memory.topics import TopicPolicy
+from gateway.ops.job_metrics import JobMetrics
+from gateway.memory.records.chunk_store import ChunkStore
+from gateway.memory.jobs.compactor import Compactor
 from gateway.memory.embedders import embedder_from_config
-from gateway.memory.embedding import EmbeddingService
-from gateway.memory.extractor import LlmFactExtractor
-from gateway.memory.facts_store import FactStore
-from gateway.memory.importance_pins import ImportancePinner
-from gateway.memory.keys import MemoryKeySpace
-from gateway.memory.knowledge import KnowledgeProcessor
-from gateway.memory.lexical_index import Bm25LexicalIndex
-from gateway.memory.message_memo import MessageMemo
-from gateway.memory.pin_store import PinStore
-from gateway.memory.profile_store import ProfileStore
-from gateway.memory.recaller import Recaller
-from gateway.memory.service import MemoryService, RecallSettings
-from gateway.memory.settings_store import SettingsStore
-from gateway.memory.summarizer import LlmSummarizer, Summarizer
-from gateway.memory.topic_classifier import LlmTopicClassifier
-from gateway.memory.topic_store import TopicStore
-from gateway.memory.topic_tracker import TopicTracker
-from gateway.memory.turn_index import TurnIndexer
-from gateway.memory.user_index import UserRecallIndex
-from gateway.memory.vector_index import FaissVectorIndex
-from gateway.memory.worker import MemoryUpdate, MemoryWorker
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.jobs.extractor import LlmFactExtractor
+from gateway.memory.records.facts_store import FactStore
+from gateway.memory.jobs.importance_pins import ImportancePinner
+from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.jobs.knowledge import KnowledgeProcessor
+from gateway.memory.search.lexical_index import Bm25LexicalIndex
+from gateway.memory.jobs.message_memo import MessageMemo
+from gateway.memory.records.pin_store import PinStore
+from gateway.memory.records.profile_store import ProfileStore
+from gateway.memory.recall.recaller import Recaller
+from gateway.memory.recall.service import MemoryService, RecallSettings
+from gateway.memory.records.settings_store import SettingsStore
+from gateway.memory.jobs.summarizer import LlmSummarizer, Summarizer
+from gateway.memory.jobs.topic_classifier import LlmTopicClassifier
+from gateway.memory.records.topic_store import TopicStore
+from gateway.memory.jobs.topic_tracker import TopicTracker
+from gateway.memory.jobs.turn_index import TurnIndexer
+from gateway.memory.jobs.user_index import UserRecallIndex
+from gateway.memory.search.vector_index import FaissVectorIndex
+from gateway.memory.jobs.worker import MemoryUpdate, MemoryWorker
 from gateway.ports import Upstream
 from gateway.store.cluster import key_space
 from gateway.store.codec import encode_key
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.redis_store import RedisStore
-from gateway.tenants import TenantDirectory
+from gateway.config.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
-from gateway.tracing import Tracing
+from gateway.ops.tracing import Tracing
 
 
 @dataclass

@@ -18,7 +18,7 @@ from gateway.store.cluster import connect_cluster
 from gateway.store.embedded import EmbeddedRedis, EmbeddedRedisError
 from gateway.store.keys import KeySpace
 from gateway.store.pool import PoolStats, StorePool
-from gateway.store.recorder import Recorder
+from gateway.store.recording.recorder import Recorder
 from gateway.store.redis_store import RedisStore
 
 __all__ = ["EmbeddedRedis", "EmbeddedRedisError", "KeySpace", "PoolStats", "Recorder",

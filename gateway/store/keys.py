@@ -229,7 +229,7 @@ class KeySpace:
 
     def request_log(self, tenant: str) -> str:
         """Stream: the tenant's recent requests (ids and numbers, no message content), capped
-        (gateway/request_history.py); read by the console."""
+        (gateway/pipeline/request_history.py); read by the console."""
         return f"{self.prefix}:requests:{_part(tenant)}"
 
     def last_request(self, key: ConversationKey) -> str:

@@ -18,7 +18,7 @@ conversations `transcript`, `archive`, `branches`, `pending`, `m:turns`, `m:chun
 `m:topics`; users `facts`,
 `profile`, `recall`. Every other key of a tenant holds ids, counters, settings or vectors.
 Facts stored in clear are also renamed: their fields (and their vectors' fields) become the
-tenant's keyed names of their fact keys (gateway/memory/facts_store.py).
+tenant's keyed names of their fact keys (gateway/memory/records/facts_store.py).
 """
 
 from __future__ import annotations

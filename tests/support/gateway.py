@@ -7,7 +7,7 @@ import json
 import tempfile
 from typing import Any, Iterator
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import Config, hash_key, parse_config
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey
 from gateway.ports import Upstream

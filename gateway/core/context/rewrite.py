@@ -1,0 +1,412 @@
+"""The rewrite: which messages the model sees for one request, under the tenant's budget.
+
+Output order (DESIGN.md, "What the model sees"), cache friendly:
+
+    [instructions] [pinned block] [summary block] [profile block] [recent history]
+    [recalled block] [current]
+
+Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properties.py):
+- instructions and the current turn are forwarded verbatim and never dropped, even when they
+  alone exceed the budget (then `over_budget` is set and nothing else is added);
+- otherwise the forwarded prompt, counted with `count_messages`, fits `policy.prompt_budget`;
+- when all of the history that can be forwarded (tool results without their call cannot) fits
+  whole, it is forwarded whole and verbatim — no turn cap, no shortening, no summary block —
+  plus only what memory knows from outside it: the profile and recalled items not all of
+  whose sources are in the history, so `tokens_forwarded` is at most the conversation's own
+  cost plus that outside memory. The rules below are for a history that does not fit:
+- recent history is a contiguous suffix of the history, chronological, at most
+  `policy.max_recent_turns` user turns, starting at a user message — except when not even the
+  newest turn fits whole: then the newest messages of that turn that fit are forwarded alone
+  (the model's last reply matters most to a follow-up such as "yes, do that");
+- a tool call travels with its results: an assistant message and the tool messages after it are
+  kept or dropped together, and a tool message is never forwarded without its call;
+- a history message longer than `policy.truncate_message_tokens` is forwarded as a shortened
+  copy (its head plus `TRUNCATION_MARKER`); inputs are never altered;
+- pinned messages (gateway/core/context/pinned.py) are never shortened: each is shown whole in the
+  pinned block or not at all. The block gets at most `policy.pinned_share` of the room, first;
+  a pin the instructions, the current turn or the forwarded history show is not repeated (by
+  id or by text). When all of the history fits beside the pins it does not show, it is
+  forwarded whole (above); else the pins are packed before the window is sized, and those the
+  window turns out to show are taken out again (their tokens go to the recalled block);
+- memory is budgeted from the room left after instructions, the current turn and the pinned
+  block, in this order: the summary block (the newest chunks that fit `policy.summary_share`
+  of the room), the profile block (if it fits `policy.profile_share`), a reservation for
+  recalled items (at most `policy.recall_share`, less if showing them all costs less); the
+  recent window gets the rest.
+  The recalled block then gets the reservation plus whatever the window left unused, packed
+  best first, skipping what does not fit; a share a block does not use goes to the window;
+- nothing is shown twice: a recalled turn is never one of the window's messages (by id), nor a
+  recalled chunk whose source messages are all in the window, nor an item whose text is a
+  window message's text or a higher-ranked item's (see `packing.drop_redundant`);
+- with nothing pinned, the output is what it was before pins existed (the goldens of
+  tests/test_rewrite_golden.py);
+- with empty memory and everything fitting, the output is exactly instructions + history +
+  current, the same `Message` values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Sequence
+
+from gateway.core.context.blocks import BlockName, MemoryContext, PinnedMessage
+from gateway.core.messages import Message
+from gateway.core.context.packing import (
+    Packed,
+    drop_redundant,
+    pack_profile,
+    pack_recalled,
+    pack_summary,
+    recall_reservation,
+    recalled_lines,
+    share,
+    shown_texts,
+)
+from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
+from gateway.core.policy import ContextPolicy
+from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
+from gateway.core.context.truncation import cost_as_shortened, shorten
+
+_ANSWER_ROLES = frozenset({"tool", "function"})
+
+Conversation = tuple[Message, ...]
+Unit = tuple[Message, ...]
+"""Messages kept or dropped together: one message plus the tool results that follow it."""
+Span = tuple[int, int]
+"""A unit as the (start, end) of its messages in the history."""
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteRequest:
+    instructions: tuple[Message, ...]
+    """The client's system/developer messages, in order (also those sent mid-conversation)."""
+    history: tuple[Message, ...]
+    """The reconciled conversation before the current turn, oldest first."""
+    current: tuple[Message, ...]
+    """The last user message and everything after it (tool calls and results), verbatim."""
+    policy: ContextPolicy
+    memory: MemoryContext = MemoryContext()
+    history_ids: tuple[str | None, ...] = ()
+    """The stored message id of each history message (None for one not stored yet); empty when
+    unknown, and then no recollection can be recognised as already in the window."""
+    history_costs: tuple[int, ...] | None = None
+    """`count_message` of each history message when the caller knows them (the pipeline keeps
+    them by chained id: gateway/pipeline/history_costs.py); None: counted here."""
+
+    def __post_init__(self) -> None:
+        for name in ("instructions", "history", "current", "history_ids"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.history_ids and len(self.history_ids) != len(self.history):
+            raise ValueError(f"history_ids has {len(self.history_ids)} ids for "
+                             f"{len(self.history)} history messages")
+        if self.history_costs is not None and len(self.history_costs) != len(self.history):
+            raise ValueError(f"history_costs has {len(self.history_costs)} costs for "
+                             f"{len(self.history)} history messages")
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    messages: tuple[Message, ...]
+    tokens_original: int
+    """count_messages(instructions + history + current)."""
+    tokens_forwarded: int
+    """count_messages(messages)."""
+    recent_turns: int
+    """User turns of history forwarded."""
+    history_kept: int
+    """History messages forwarded (shortened or not)."""
+    truncated: int
+    """History messages forwarded as shortened copies."""
+    over_budget: bool
+    """Instructions and the current turn alone exceed the budget; they were forwarded anyway."""
+    memory_blocks: tuple[BlockName, ...] = ()
+    """The memory blocks forwarded, in priority order."""
+    summary_chunks: int = 0
+    """Summary chunks forwarded (the newest ones)."""
+    recalled: int = 0
+    """Recollections forwarded."""
+    recalled_ids: tuple[str, ...] = ()
+    """Their ids, in the order shown (for logs and diagnostics)."""
+    summary_tokens: int = 0
+    """count_message of the summary block (0 without one); likewise the next two."""
+    profile_tokens: int = 0
+    recalled_tokens: int = 0
+    pinned: int = 0
+    """Pinned messages forwarded in the pinned block."""
+    pinned_ids: tuple[str, ...] = ()
+    """Their ids, in the order shown."""
+    pinned_tokens: int = 0
+
+
+def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
+    """(history, current) of a conversation without instructions: the current turn starts at
+    the last user message. Without any user message nothing is history: there is no turn
+    boundary to cut at, so the whole conversation is the current turn, forwarded verbatim."""
+    messages = tuple(conversation)
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            return messages[:i], messages[i:]
+    return (), messages
+
+
+def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
+    """The messages to forward upstream for `request` (see the module docstring).
+
+    Each history message is counted once (`count_each`; the tokenizer may cache counts by
+    text, so a message seen before costs a lookup) unless the request brings the counts, and
+    the counts are reused; beyond that, only the newest turns are looked at. Memory blocks are
+    priced in one pass over their items (gateway/core/context/packing.py)."""
+    policy = request.policy
+    fixed = request.instructions + request.current
+    fixed_cost = _sum_cost(fixed, tokenizer)
+    costs = request.history_costs
+    if costs is None:
+        costs = count_each(request.history, tokenizer)
+    tokens_original = _total(fixed_cost + sum(costs), bool(fixed or request.history))
+
+    if _total(fixed_cost, bool(fixed)) > policy.prompt_budget:
+        return Rewrite(messages=fixed, tokens_original=tokens_original,
+                       tokens_forwarded=_total(fixed_cost, bool(fixed)), recent_turns=0,
+                       history_kept=0, truncated=0, over_budget=True)
+
+    # Anything added makes the prompt non-empty, so the reply priming is always paid.
+    room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
+    memory = request.memory
+    start = _first_forwardable(request.history)
+    forwardable_cost = sum(costs[start:])
+    pin_limit = share(policy.pinned_share, room)
+    fixed_texts = shown_texts(fixed)
+    outside: Packed[PinnedMessage] = Packed()
+    if memory.pinned:
+        history_ids = frozenset(i for i in request.history_ids if i is not None)
+        outside = pack_pinned(
+            not_shown(memory.pinned, history_ids, fixed_texts | shown_texts(request.history)),
+            pin_limit, tokenizer)
+    if forwardable_cost + outside.cost <= room:
+        return _whole_history(request, request.history[start:], room - forwardable_cost,
+                              tokens_original, fixed_cost + forwardable_cost, tokenizer,
+                              outside)
+    # Each grant is capped by what is left too, so shares that add up past 1 still fit.
+    pinned: Packed[PinnedMessage] = Packed()
+    if memory.pinned:
+        pinned = pack_pinned(not_shown(memory.pinned, frozenset(), fixed_texts), pin_limit,
+                             tokenizer)
+    pinned_ids, pinned_texts = _pins_shown(pinned.items)
+    left = room - pinned.cost
+    summary = pack_summary(memory.summary_chunks, min(share(policy.summary_share, room), left),
+                           tokenizer)
+    left -= summary.cost
+    profile = pack_profile(memory.profile, min(share(policy.profile_share, room), left),
+                           tokenizer)
+    left -= profile.cost
+    offered = drop_redundant(recalled_lines(memory.recalled, tokenizer), pinned_ids,
+                             summary.items, pinned_texts)
+    begin = _unsummarized(request, summary.block is not None)
+    candidates, candidate_costs = request.history[begin:], costs[begin:]
+    newest = replace(policy, max_recent_turns=min(policy.min_recent_turns,
+                                                  policy.max_recent_turns))
+    first = _recent_window(candidates, candidate_costs, left, newest, tokenizer)
+    reserved = recall_reservation(offered, min(share(policy.recall_share, room),
+                                               left - first.cost), tokenizer)
+    window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
+    window_ids, window_texts = _window_ids(request, window), shown_texts(window.messages)
+    if pinned.items:
+        # What the window shows whole is not repeated (a shortened copy does not count: a pin
+        # is never shown shortened); the tokens it frees go to recall.
+        kept = not_shown(pinned.items, *_shown_whole(request, window))
+        if len(kept) < len(pinned.items):
+            freed = pinned.cost
+            pinned = pack_pinned(kept, pinned.cost, tokenizer)
+            left += freed - pinned.cost
+    offered = drop_redundant(offered, window_ids, (), window_texts)
+    recalled = pack_recalled(offered, left - window.cost, tokenizer)
+
+    blocks: tuple[tuple[BlockName, Message | None], ...] = (
+        ("pinned", pinned.block), ("summary", summary.block), ("profile", profile.block),
+        ("recalled", recalled.block))
+    messages = (
+        request.instructions
+        + tuple(b for b in (pinned.block, summary.block, profile.block) if b is not None)
+        + window.messages
+        + tuple(b for b in (recalled.block,) if b is not None)
+        + request.current
+    )
+    memory_cost = pinned.cost + summary.cost + profile.cost + recalled.cost
+    return Rewrite(
+        messages=messages,
+        tokens_original=tokens_original,
+        tokens_forwarded=_total(fixed_cost + memory_cost + window.cost, bool(messages)),
+        recent_turns=sum(1 for m in window.messages if m.role == "user"),
+        history_kept=len(window.messages),
+        truncated=window.truncated,
+        over_budget=False,
+        memory_blocks=tuple(name for name, block in blocks if block is not None),
+        summary_chunks=len(summary.items),
+        recalled=len(recalled.items),
+        recalled_ids=tuple(r.id for r in recalled.items),
+        summary_tokens=summary.cost,
+        profile_tokens=profile.cost,
+        recalled_tokens=recalled.cost,
+        **_pinned_fields(pinned),
+    )
+
+
+def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
+                   tokens_original: int, fixed_cost: int, tokenizer: Tokenizer,
+                   pinned: Packed[PinnedMessage]) -> Rewrite:
+    """The history fits: all of it (`history`: what of it can be forwarded), verbatim, plus
+    only what memory knows from outside it — the pins it does not show (`pinned`, packed by
+    the caller), the profile and recalled items not all of whose sources it holds (facts
+    learned elsewhere, other conversations) — in the room `left`. Never a summary of turns it
+    shows, so the prompt costs at most the conversation plus that outside memory."""
+    left -= pinned.cost
+    profile = pack_profile(request.memory.profile, left, tokenizer)
+    ids = frozenset(i for i in request.history_ids if i is not None)
+    # A fact learned from turns shown here says again what they say.
+    outside = tuple(r for r in request.memory.recalled
+                    if not (r.kind == "fact" and r.source_ids and ids.issuperset(r.source_ids)))
+    pinned_ids, pinned_texts = _pins_shown(pinned.items)
+    offered = drop_redundant(recalled_lines(outside, tokenizer), ids | pinned_ids, (),
+                             shown_texts(history) | pinned_texts)
+    recalled = pack_recalled(offered, left - profile.cost, tokenizer)
+    blocks: tuple[tuple[BlockName, Message | None], ...] = (
+        ("pinned", pinned.block), ("profile", profile.block), ("recalled", recalled.block))
+    messages = (request.instructions
+                + tuple(b for b in (pinned.block, profile.block) if b is not None)
+                + history + tuple(b for b in (recalled.block,) if b is not None)
+                + request.current)
+    return Rewrite(
+        messages=messages,
+        tokens_original=tokens_original,
+        tokens_forwarded=_total(fixed_cost + pinned.cost + profile.cost + recalled.cost,
+                                bool(messages)),
+        recent_turns=sum(1 for m in history if m.role == "user"),
+        history_kept=len(history),
+        truncated=0,
+        over_budget=False,
+        memory_blocks=tuple(name for name, block in blocks if block is not None),
+        recalled=len(recalled.items),
+        recalled_ids=tuple(r.id for r in recalled.items),
+        profile_tokens=profile.cost,
+        recalled_tokens=recalled.cost,
+        **_pinned_fields(pinned),
+    )
+
+
+def _pins_shown(pins: Sequence[PinnedMessage]) -> tuple[frozenset[str], frozenset[str]]:
+    """(ids, one-line texts) of the pins in the block: recalled items saying the same are
+    left out."""
+    return frozenset(p.id for p in pins), frozenset(t for p in pins if (t := pin_text(p)))
+
+
+def _pinned_fields(pinned: Packed[PinnedMessage]) -> dict[str, Any]:
+    return {"pinned": len(pinned.items), "pinned_ids": tuple(p.id for p in pinned.items),
+            "pinned_tokens": pinned.cost}
+
+
+def _unsummarized(request: RewriteRequest, summary_shown: bool) -> int:
+    """Where the history the recent window may draw from starts: after the last summarised
+    message when the summary block is shown (and that message is found in this request's
+    history — after a fork it may not be), else at its start."""
+    boundary = request.memory.summarized_through
+    if not summary_shown or boundary is None or boundary not in request.history_ids:
+        return 0
+    return request.history_ids.index(boundary) + 1
+
+
+def _shown_whole(request: RewriteRequest,
+                 window: _Window) -> tuple[frozenset[str], frozenset[str]]:
+    """(stored ids, one-line texts) of the window's messages forwarded whole, not shortened."""
+    start = len(request.history) - len(window.messages)
+    ids = request.history_ids[start:] if request.history_ids else (None,) * len(window.messages)
+    whole = [(i, m) for i, m, o in zip(ids, window.messages, request.history[start:]) if m is o]
+    return (frozenset(i for i, _ in whole if i is not None),
+            shown_texts([m for _, m in whole]))
+
+
+def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:
+    """Stored ids of the history messages in the window (a suffix of the history)."""
+    if not request.history_ids or not window.messages:
+        return frozenset()
+    kept = request.history_ids[len(request.history) - len(window.messages):]
+    return frozenset(i for i in kept if i is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    messages: tuple[Message, ...] = ()
+    cost: int = 0
+    truncated: int = 0
+
+
+def _recent_window(history: tuple[Message, ...], message_costs: tuple[int, ...], room: int,
+                   policy: ContextPolicy, tokenizer: Tokenizer) -> _Window:
+    """The newest whole turns that fit `room` (at most `max_recent_turns` user turns),
+    chronological; stops at the first turn that does not fit. If not even the newest turn
+    fits whole, its newest units that fit instead. `message_costs`: count_message of each
+    history message. Only the turns looked at are visited, newest first."""
+    kept: list[Unit] = []  # newest first
+    cost = user_turns = 0
+    for turn in _turns_newest_first(history):
+        is_user_turn = history[turn[0][0]].role == "user"
+        if is_user_turn and user_turns >= policy.max_recent_turns:
+            break
+        shortened = [shorten(history[a:b], policy.truncate_message_tokens, tokenizer) for a, b in turn]
+        costs = [cost_as_shortened(unit, history[a:b], message_costs[a:b], tokenizer)
+                 for unit, (a, b) in zip(shortened, turn)]
+        if cost + sum(costs) <= room:
+            kept.extend(reversed(shortened))
+            cost += sum(costs)
+            user_turns += is_user_turn
+            continue
+        if not kept:
+            # The user message opens the turn, so a partial turn never includes it.
+            for unit, unit_cost in zip(reversed(shortened), reversed(costs)):
+                if cost + unit_cost > room:
+                    break
+                kept.append(unit)
+                cost += unit_cost
+        break
+    messages = tuple(m for unit in reversed(kept) for m in unit)
+    originals = history[len(history) - len(messages):]  # the window is a suffix of history
+    return _Window(messages=messages, cost=cost,
+                   truncated=sum(1 for m, o in zip(messages, originals) if m is not o))
+
+
+def _first_forwardable(history: tuple[Message, ...]) -> int:
+    """Where the history that can be forwarded starts: tool/function results at its very start
+    answer a call that is not there; they are never forwarded (the provider would reject
+    them)."""
+    start = 0
+    while start < len(history) and history[start].role in _ANSWER_ROLES:
+        start += 1
+    return start
+
+
+def _turns_newest_first(history: tuple[Message, ...]) -> Iterator[tuple[Span, ...]]:
+    """The forwardable history cut into units — each message with the tool/function results
+    after it — and the units grouped into turns, each opened by a user message; units before
+    the first user message form a turn of their own (it counts as no user turn). Turns come
+    newest first, each one's units oldest first; found from the end, so a caller that stops
+    early never walks the older history."""
+    turn: list[Span] = []  # newest unit first
+    end = len(history)
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].role in _ANSWER_ROLES:
+            continue  # a result: part of the unit its call opens
+        turn.append((i, end))
+        end = i
+        if history[i].role == "user":
+            yield tuple(reversed(turn))
+            turn = []
+    if turn:
+        yield tuple(reversed(turn))
+
+
+def _sum_cost(messages: Sequence[Message], tokenizer: Tokenizer) -> int:
+    return sum(count_message(m, tokenizer) for m in messages)
+
+
+def _total(message_cost: int, any_messages: bool) -> int:
+    """count_messages from the sum of count_message: the priming is paid once, if any."""
+    return REPLY_PRIMING + message_cost if any_messages else 0

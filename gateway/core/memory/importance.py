@@ -1,0 +1,99 @@
+"""The importance rule: which user messages the memory worker pins by itself.
+
+Cheap and conservative on purpose — a pin is shown on every later request of the conversation,
+so a false positive costs tokens for good, while a miss only leaves the message to recall as
+before. A user message is important when it
+
+- asks to be remembered: "remember that…", "please remember:…", "don't forget that…", "note
+  that…", "keep in mind…", "for future reference…", "记住…", "请记得…", "别忘了…", "不要忘记…"
+  — at the start of a sentence, and not as a question, a shared memory ("remember when we…",
+  "do you remember…", "你还记得…吗") or a reminder to do something ("don't forget to…", which
+  in conversations between people is advice: LoCoMo's only two hits before it was left out);
+- sets a standing rule for the assistant: "from now on…", "always/never answer|reply|use|…",
+  "don't ever…", "never give … advice", "从现在开始…", "以后请…", "永远不要…", "请始终…";
+- states an identifier: a code mixing capitals and at least three digits ("HT-2023-118",
+  "INV00042", "AB-12345"), or a number of four or more digits right after a word that names
+  an identifier ("order number is 88120931", "合同编号：2023118").
+
+The rule reads the message after PII redaction (gateway/core/text/pii.py): phone, card and ID
+numbers are never a reason to pin (and a pin made by the rule stores the redacted text).
+Dates alone are not a reason either: a third of everyday messages mention one ("on 7 May",
+"yesterday", "in 2022") and recall already dates every turn — pinning them would fill the
+block with small talk. Measured on tables of examples in tests/test_importance.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+Reason = Literal["remember", "rule", "identifier"]
+
+# A sentence starts at the text's start or after . ! ? ; : newline (ASCII or CJK).
+_START = r"(?:^|(?<=[.!?;:\n。！？；：]))\s*"
+_SOFTENER = r"(?:(?:please|pls|and|also|oh|ok|okay|so|but|hey|btw|just)[\s,]+)*"
+
+_REMEMBER = re.compile(
+    _START + _SOFTENER
+    + r"(?:remember|don'?t\s+forget|do\s+not\s+forget|never\s+forget|note|make\s+a\s+note"
+      r"|keep\s+in\s+mind|for\s+future\s+reference)\b"
+    # What follows says what to keep — not a shared memory ("remember when we", "the time").
+    # ("to …" is a reminder or advice to do something, not something to keep.)
+    r"(?!\s+(?:to\b|when|how|what|where|who|why|if|whether|the\s+time|that\s+time|those|back"
+    r"|me\b|us\b|him\b|her\b|them\b|it\?))",
+    re.IGNORECASE)
+_REMEMBER_ZH = re.compile(r"(?<![还你您])(?:请记住|记住|请记得|请你记得|别忘了|不要忘记|不要忘了|请注意)")
+_QUESTION_ZH = re.compile(r"[吗嘛么]\s*[？?]?\s*$|[？?]\s*$")
+
+_RULE = re.compile(
+    _START + _SOFTENER
+    + r"(?:from\s+now\s+on\b"
+      r"|(?:always|never|don'?t\s+ever|do\s+not\s+ever|don'?t|do\s+not)\s+"
+      r"(?:answer|reply|respond|write|use|speak|talk\s+to\s+me|call\s+me|address\s+me"
+      r"|mention|include|recommend|suggest|format|translate|cite|sign"
+      r"|give\s+(?:me\s+)?(?:\w+\s+)?advice))\b",
+    re.IGNORECASE)
+_RULE_ZH = re.compile(r"从现在开始|从现在起|今后请|以后请|以后都要|以后都用|以后一律|永远不要|请始终|请总是|请一律")
+
+# Capitals then digits, as a whole word: an identifier when it has a separator and three
+# digits or more ("HT-2023-118"), or five digits or more without one ("INV00042"); product
+# and flight names ("RTX3080", "MH370", "COVID-19") stay out.
+_CODE = re.compile(r"(?<![\w-])[A-Z]{2,6}[-_/]?\d[A-Z0-9]*(?:[-_/][A-Z0-9]+)*(?![\w-])")
+_NAMED_NUMBER = re.compile(
+    r"\b(?:number|no\.|id|code|reference|ref|order|account|ticket|invoice|contract|policy"
+    r"|booking|confirmation|tracking|case|serial|membership)\b[^.\n]{0,20}?"
+    r"(?:is|was|:|#)\s*#?\s*\d{4,}\b"
+    r"|(?:编号|单号|订单号|合同号|账号|工单号|编码|代码|号码)\s*(?:是|为|:|：)?\s*[A-Za-z]*\d{4,}",
+    re.IGNORECASE)
+
+
+def importance(redacted: str) -> Reason | None:
+    """Why a user message is worth pinning (None: it is not); `redacted`: its text after
+    PII redaction."""
+    text = redacted.strip()
+    if not text:
+        return None
+    if _asks_to_remember(text):
+        return "remember"
+    if _RULE.search(text) or _RULE_ZH.search(text):
+        return "rule"
+    if any(_is_code(m.group()) for m in _CODE.finditer(text)) or _NAMED_NUMBER.search(text):
+        return "identifier"
+    return None
+
+
+def _is_code(word: str) -> bool:
+    digits = sum(c.isdigit() for c in word)
+    return digits >= 3 if any(c in "-_/" for c in word) else digits >= 5
+
+
+def _asks_to_remember(text: str) -> bool:
+    for match in _REMEMBER.finditer(text):
+        sentence = re.split(r"(?<=[.!?\n])", text[match.start():], maxsplit=1)[0]
+        if not sentence.rstrip().endswith("?"):
+            return True
+    for match in _REMEMBER_ZH.finditer(text):
+        sentence = re.split(r"(?<=[。！？!?\n])", text[match.start():], maxsplit=1)[0]
+        if not _QUESTION_ZH.search(sentence):
+            return True
+    return False

@@ -1,0 +1,216 @@
+"""A learned re-ranking of recall's candidate turns: a linear score over signals the recaller
+already has (the dense and lexical searches' scores and ranks, the fused score, the turn's
+neighbours, its text), trained offline on the LoCoMo dev split (`python -m bench
+locomo-ranker`, bench/locomo/ranker.py) with a pairwise loss: an evidence turn of a question
+should outscore the other candidates of that question.
+
+Why: reciprocal-rank fusion weighs only ranks. Which turns hold a question's evidence also
+shows in what fusion ignores: a long turn says more than a short one; the turn after a
+relevant question is its answer; a turn that asks something rarely answers; a turn spoken by
+the person a question names is about them. Measured by leave-one-conversation-out on the dev
+split (README, "Learned ranking"), the ranking keeps more multi-hop and open-domain evidence
+within the same budget.
+
+Features (`FEATURES`), per candidate, all relative to this question's candidates:
+similarity — the dense similarity of its own vector (the lowest dense hit's when it is not a
+dense hit); dense_rank, lexical_rank — 20 / (20 + rank) in the dense ranking of turns (with
+each hit's previous turn, `fusion.with_context`) and in its namespace's BM25 ranking, 0 when
+absent; lexical — its BM25 score over the best of its ranking (0 when absent); next_similarity,
+next_lexical, previous_similarity — the same signals of the turns after and before it (the
+lowest dense hit's similarity, no BM25 score, when that turn is not a candidate); asks — it
+holds a question mark; answers — the turn before it is a candidate that asks; speaker_named —
+its speaker label (`Name: ` at the start of a line) is a name the question contains; length —
+log(1 + its characters); place — where it sits between the first and the last candidate;
+fused — its fused score; similarity_gap — similarity minus the best dense hit's.
+
+Invariants: pure; deterministic (ties keep the order given); only turns are re-ranked — every
+other item (a summary chunk) keeps its place in the given order, and the given scores stay
+attached to places, so what follows the ranking (packing by rank) sees the same scale.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from operator import mul
+from typing import Mapping, Protocol, Sequence
+
+from gateway.core.recall.fusion import asks
+from gateway.core.recall.recollection import Recollection
+
+FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
+            "next_lexical", "asks", "answers", "speaker_named", "length", "place", "fused",
+            "similarity_gap", "previous_similarity")
+RANK_K = 20
+"""The k of the rank features' 1 / (k + rank), as the fusion's."""
+DEPTH = 120
+"""Hits each search contributes when the ranking re-ranks them: on the LoCoMo dev split, held
+out, 70 or 100 a search kept less open-domain evidence than 120, and 150 no more (README,
+"Learned ranking")."""
+CANDIDATES = 300
+"""The most fused candidates the ranking weighs, best first (its cost is per candidate). One
+namespace searched at `DEPTH` gives ~230 on the dev split, rarely more than 300; a
+conversation and its user's other conversations searched together give up to twice that."""
+
+SPEAKER_LABEL = re.compile(r"^(?:\[[^\]\n]*\] )?([^\W\d][\w .'-]{0,39})[:：]", re.MULTILINE)
+"""A line's speaker label (`Ada: ...`, `王磊：...`, after a date anchor `[<date>] ` if any)."""
+_LATIN = "A-Za-z0-9\u00c0-\u024f"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """What the recaller knows of one candidate turn (None: not found by that search)."""
+
+    id: str
+    text: str
+    position: int
+    fused: float
+    similarity: float | None = None
+    dense_rank: int | None = None
+    """1-based, in the dense ranking of turns."""
+    lexical: float | None = None
+    """Its BM25 score divided by the best score of its (namespace's) ranking."""
+    lexical_rank: int | None = None
+    previous: str | None = None
+    """The id of the turn before it, if any."""
+    following: str | None = None
+    """The id of the turn after it, if any."""
+    is_turn: bool = True
+    """False (a summary chunk): kept at its place, never re-ranked."""
+
+
+class Neighbours(Protocol):
+    """A turn's neighbours in its conversation (the recall entries' `Link`)."""
+
+    @property
+    def previous(self) -> str | None: ...
+    @property
+    def following(self) -> str | None: ...
+
+
+def gather(fused: Sequence[tuple[str, float]], items: Mapping[str, Recollection],
+           links: Mapping[str, Neighbours], similarity: Mapping[str, float],
+           dense: Sequence[str], lexical: Sequence[Sequence[tuple[str, float]]]
+           ) -> list[Candidate]:
+    """The fused candidates that have an item, in fused order, as the ranking sees them.
+    `links`: the turns' neighbours; `similarity`: the dense hits' similarities; `dense`: the
+    dense ranking of turns (`fusion.with_context`); `lexical`: one BM25 ranking, (id, score)
+    best first, per namespace searched — each score is divided by the best of its ranking."""
+    dense_rank = {i: rank for rank, i in enumerate(dense, start=1)}.get
+    words: dict[str, tuple[float, int]] = {}
+    for hits in lexical:
+        best = hits[0][1] if hits and hits[0][1] > 0 else 1.0
+        words.update({i: (score / best, rank) for rank, (i, score) in enumerate(hits, 1)})
+    out = []
+    for i, score in fused:  # hot: ~230 candidates a request
+        if (item := items.get(i)) is None:
+            continue
+        link = links.get(i)
+        found = words.get(i)
+        out.append(Candidate(
+            i, item.text, item.position, score, similarity.get(i), dense_rank(i),
+            found[0] if found else None, found[1] if found else None,
+            link.previous if link else None, link.following if link else None,
+            item.kind == "turn"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Ranker:
+    """A linear scoring: each feature (`FEATURES`, in that order) times its weight. Weights
+    are given per unit of the raw feature (the training's standardisation folded in)."""
+
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != len(FEATURES):
+            raise ValueError(f"a ranker needs {len(FEATURES)} weights, got "
+                             f"{len(self.weights)}")
+        if not all(math.isfinite(w) for w in self.weights):
+            raise ValueError("ranker weights must be finite numbers")
+
+    @classmethod
+    def of(cls, weights: Mapping[str, float]) -> Ranker:
+        """From weights by feature name; every feature must be named, nothing else."""
+        unknown = sorted(set(weights) - set(FEATURES))
+        missing = [f for f in FEATURES if f not in weights]
+        if unknown or missing:
+            raise ValueError(f"ranker weights: unknown {unknown}, missing {missing}")
+        return cls(tuple(float(weights[f]) for f in FEATURES))
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(zip(FEATURES, self.weights))
+
+    def rank(self, query: str, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
+        """The candidates' ids with scores, best first: turns ordered by this ranker, in the
+        places turns held; every other item at its own place; the score of each place is the
+        `fused` score of the item given there."""
+        rows = feature_rows(query, candidates)
+        weights = self.weights
+        turns = [i for i, c in enumerate(candidates) if c.is_turn]
+        scored = {i: sum(map(mul, weights, rows[i])) for i in turns}
+        order = iter(sorted(turns, key=lambda i: -scored[i]))  # stable: ties keep order
+        placed = [next(order) if c.is_turn else i for i, c in enumerate(candidates)]
+        return [(candidates[i].id, candidates[slot].fused) for slot, i in enumerate(placed)]
+
+
+def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[float, ...]]:
+    """`FEATURES` of each candidate, in order (see the module docstring)."""
+    similarity = {c.id: c.similarity for c in candidates if c.similarity is not None}
+    lexical = {c.id: c.lexical for c in candidates if c.lexical is not None}
+    asking = {c.id: asks(c.text) for c in candidates}
+    floor = min(similarity.values(), default=0.0)
+    best = max(similarity.values(), default=0.0)
+    placed = [c.position for c in candidates if c.position >= 0]
+    lo, hi = (min(placed), max(placed)) if placed else (0, 0)
+    span = hi - lo
+    named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
+    sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
+    rows = []
+    for c in candidates:  # hot: ~230 candidates a request; .get(None) gives the default
+        own = sim(c.id, floor)
+        rows.append((
+            own,
+            RANK_K / (RANK_K + c.dense_rank) if c.dense_rank is not None else 0.0,
+            lex(c.id, 0.0),
+            RANK_K / (RANK_K + c.lexical_rank) if c.lexical_rank is not None else 0.0,
+            sim(c.following, floor),
+            lex(c.following, 0.0),
+            float(asking[c.id]),
+            float(ask(c.previous, False)),
+            float(_speaker_named(c.text, query, named)),
+            log1p(len(c.text)),
+            (c.position - lo) / span if span and c.position >= 0 else 0.0,
+            c.fused,
+            own - best,
+            sim(c.previous, floor),
+        ))
+    return rows
+
+
+def speaker_named(text: str, query: str) -> bool:
+    """Whether one of `text`'s speaker labels is a name `query` contains (whole words in
+    Latin script; Chinese and Japanese names border other characters)."""
+    return _speaker_named(text, query, {})
+
+
+def _speaker_named(text: str, query: str, known: dict[str, bool]) -> bool:
+    """`speaker_named`, with the answer per label memoised in `known` (for one query)."""
+    # A label ends in a colon (one scan in C); most turns are one line, and a match at the
+    # start is cheaper than a search of every line.
+    if ":" not in text and "\uff1a" not in text:
+        return False
+    if "\n" in text:
+        labels = SPEAKER_LABEL.findall(text)
+    else:
+        labels = [m.group(1)] if (m := SPEAKER_LABEL.match(text)) else []
+    for label in labels:
+        answer = known.get(label)
+        if answer is None:
+            name = label.strip()
+            answer = known[label] = bool(name) and name in query and re.search(
+                rf"(?<![{_LATIN}]){re.escape(name)}(?![{_LATIN}])", query) is not None
+        if answer:
+            return True
+    return False

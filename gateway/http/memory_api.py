@@ -1,0 +1,289 @@
+"""HTTP handlers of the user-control API (`/v1/memory/...`). They only translate: authenticate
+the tenant, take the user from the tenant's user header, validate, call
+`gateway.memory.control.MemoryControl`, serialise.
+
+Every request names one user of one tenant (API key + user header) and can only reach that
+user's data; the conversation endpoints without a user header reach the tenant's anonymous
+conversations (sent without a user id). An admin key (`admin.keys`) may name any tenant, in `X-Gateway-Tenant`. Bad input is a 4xx in OpenAI's error shape (`gateway.errors`).
+The API answers from the store whether or not memory is enabled: what was stored stays
+visible, exportable and erasable (`tenant_memory` in the settings says if it is in use).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.pipeline.chat_request import parse_body
+from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
+from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge
+from gateway.memory.control import MemoryControl
+from gateway.memory.records.pin_store import PinLimitReached
+from gateway.memory.records.settings_store import UserSettings
+
+if TYPE_CHECKING:
+    from gateway.http.app import Gateway
+
+TENANT_HEADER = "X-Gateway-Tenant"
+"""Which tenant an admin key acts for (a tenant key may send its own tenant's name)."""
+MAX_BODY_BYTES = 4096
+"""A settings change is a few bytes; nothing else here takes a body."""
+MAX_NAME_LENGTH = 256
+SETTINGS = ("memory", "auto_extract")
+SETTLE_SECONDS = 10.0
+"""At most this long a delete waits for a memory run of the same conversation to end."""
+
+
+def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, str]:
+    """(gateway, tenant name, user id) of the request; 401/400 when either is missing.
+
+    A tenant key reaches its own tenant only (`X-Gateway-Tenant`, if sent, must name it:
+    403 otherwise). An admin key reaches any tenant, named in `X-Gateway-Tenant` (required).
+    `anonymous`: without a user header the request means the tenant's conversations that were
+    sent without a user id (ANONYMOUS_USER, which no header can name) — they belong to the
+    tenant, whose key could write to them anyway, so its key (or an admin key) can list and
+    delete them."""
+    gateway: Gateway = request.app.state.gateway
+    authorization = request.headers.get("authorization")
+    named = request.headers.get(TENANT_HEADER)
+    if gateway.http.admin.holds(authorization):
+        if named is None:
+            raise BadRequest(f"An admin key acts for one tenant at a time: name it in the "
+                             f"`{TENANT_HEADER}` header.", param=TENANT_HEADER,
+                             code="missing_tenant")
+        if named not in gateway.config.tenants:
+            raise NotFound(f"No tenant `{named}` is configured.", param=TENANT_HEADER,
+                           code="tenant_not_found")
+        tenant = gateway.config.tenants.tenant(named)
+    else:
+        tenant = gateway.config.tenants.authenticate(authorization)
+        if named is not None and named != tenant.name:
+            raise Forbidden(f"This API key belongs to another tenant than `{named}`.",
+                            param=TENANT_HEADER)
+    header = tenant.headers.user_id
+    user = request.headers.get(header)
+    if user is None and anonymous:
+        return gateway, tenant.name, ANONYMOUS_USER
+    if user is None or not valid_id(user):
+        raise BadRequest(f"The `{header}` header is required: 1-128 characters of letters, "
+                         "digits and ._@:+=- (starting with a letter or digit).",
+                         param=header, code="invalid_user_id")
+    return gateway, tenant.name, user
+
+
+def _control(gateway: Gateway) -> MemoryControl:
+    settle = min(SETTLE_SECONDS, gateway.config.memory.worker.lock_seconds)
+    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle)
+
+
+def _conversation(request: Request, tenant: str, user: str) -> ConversationKey:
+    conversation = request.path_params["conversation_id"]
+    if not valid_id(conversation):
+        raise BadRequest("The conversation id must be 1-128 characters of letters, digits and "
+                         "._@:+=- (starting with a letter or digit).",
+                         param="conversation_id", code="invalid_id")
+    return ConversationKey(tenant, user, conversation)
+
+
+def _name(request: Request, param: str) -> str:
+    value = request.path_params[param]
+    if not value or len(value) > MAX_NAME_LENGTH:
+        raise BadRequest(f"`{param}` must be 1-{MAX_NAME_LENGTH} characters.", param=param)
+    return value
+
+
+def _listed(items: list[Any]) -> JSONResponse:
+    return JSONResponse({"object": "list", "data": items})
+
+
+def _deleted(kind: str, item_id: str) -> JSONResponse:
+    return JSONResponse({"id": item_id, "object": f"memory.{kind}.deleted", "deleted": True})
+
+
+def _settings_json(gateway: Gateway, tenant: str, settings: UserSettings) -> JSONResponse:
+    return JSONResponse({"object": "memory.settings", "memory": settings.memory,
+                         "auto_extract": settings.auto_extract,
+                         "tenant_memory": gateway.config.tenants[tenant].memory.enabled})
+
+
+async def _settings_change(request: Request) -> dict[str, bool]:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes.")
+    raw = bytearray()
+    async for chunk in request.stream():  # bounded also without a Content-Length
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes.")
+    body = parse_body(bytes(raw))  # the chat endpoint's rules: depth, encoding, an object
+    for name, value in body.items():
+        if name not in SETTINGS:
+            raise BadRequest(f"Unknown setting `{name}`; known: {', '.join(SETTINGS)}.",
+                             param=name)
+        if not isinstance(value, bool):
+            raise BadRequest(f"`{name}` must be true or false.", param=name)
+    return body
+
+
+async def get_settings(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    return _settings_json(gateway, tenant, await _control(gateway).get_settings(tenant, user))
+
+
+async def patch_settings(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    change = await _settings_change(request)
+    settings = await _control(gateway).set_settings(
+        tenant, user, memory=change.get("memory"), auto_extract=change.get("auto_extract"))
+    return _settings_json(gateway, tenant, settings)
+
+
+async def list_facts(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    return _listed(await _control(gateway).facts_with_sources(tenant, user))
+
+
+async def delete_fact(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    key = _name(request, "fact_key")
+    if not await _control(gateway).delete_fact(tenant, user, key):
+        raise NotFound(f"No fact `{key}` is stored for this user.", param="fact_key")
+    return _deleted("fact", key)
+
+
+async def get_profile(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    return JSONResponse({"object": "memory.profile",
+                         **await _control(gateway).profile(tenant, user)})
+
+
+async def delete_profile(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    await _control(gateway).delete_profile(tenant, user)
+    return _deleted("profile", user)
+
+
+async def list_conversations(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    return _listed(await _control(gateway).conversations(tenant, user))
+
+
+async def get_conversation(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    view = await _control(gateway).conversation(key)
+    if view is None:
+        raise _no_conversation(key)
+    return JSONResponse(view)
+
+
+async def delete_conversation(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    if not await _control(gateway).delete_conversation(key):
+        raise _no_conversation(key)
+    return _deleted("conversation", key.conversation)
+
+
+async def list_chunks(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    chunks = await _control(gateway).chunks_with_sources(key)
+    if chunks is None:
+        raise _no_conversation(key)
+    return _listed(chunks)
+
+
+async def delete_chunk(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    chunk_id = _name(request, "chunk_id")
+    if not await _control(gateway).delete_chunk(key, chunk_id):
+        raise NotFound(f"No summary chunk `{chunk_id}` in conversation `{key.conversation}`.",
+                       param="chunk_id")
+    return _deleted("chunk", chunk_id)
+
+
+async def export(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    return JSONResponse(await _control(gateway).export(tenant, user))
+
+
+async def erase(request: Request) -> Response:
+    gateway, tenant, user = _owner(request)
+    return JSONResponse((await _control(gateway).erase(tenant, user)).to_json())
+
+
+async def list_pins(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    pins = await _control(gateway).pins(key)
+    if pins is None:
+        raise _no_conversation(key)
+    return _listed(pins)
+
+
+async def put_pin(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    message_id = _name(request, "message_id")
+    try:
+        pin = await _control(gateway).pin(key, message_id)
+    except PinLimitReached as exc:
+        raise GatewayError(f"Not pinned: {exc}; unpin one first.", param="message_id",
+                           code="pin_limit_reached", status=409,
+                           type="invalid_request_error") from None
+    if pin is None:
+        raise NotFound(f"No message `{message_id}` in conversation `{key.conversation}`.",
+                       param="message_id")
+    return JSONResponse(pin)
+
+
+async def delete_pin(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    message_id = _name(request, "message_id")
+    if not await _control(gateway).unpin(key, message_id):
+        raise NotFound(f"No pinned message `{message_id}` in conversation "
+                       f"`{key.conversation}`.", param="message_id")
+    return _deleted("pin", message_id)
+
+
+async def list_topics(request: Request) -> Response:
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    topics = await _control(gateway).topics(key)
+    if topics is None:
+        raise _no_conversation(key)
+    return JSONResponse(topics)
+
+
+def _no_conversation(key: ConversationKey) -> NotFound:
+    return NotFound(f"No conversation `{key.conversation}` is stored for this user.",
+                    param="conversation_id")
+
+
+_CONVERSATION = "/v1/memory/conversations/{conversation_id}"
+
+memory_routes = [
+    Route("/v1/memory/settings", get_settings, methods=["GET"]),
+    Route("/v1/memory/settings", patch_settings, methods=["PATCH"]),
+    Route("/v1/memory/facts", list_facts, methods=["GET"]),
+    Route("/v1/memory/facts/{fact_key}", delete_fact, methods=["DELETE"]),
+    Route("/v1/memory/profile", get_profile, methods=["GET"]),
+    Route("/v1/memory/profile", delete_profile, methods=["DELETE"]),
+    Route("/v1/memory/conversations", list_conversations, methods=["GET"]),
+    Route(_CONVERSATION, get_conversation, methods=["GET"]),
+    Route(_CONVERSATION, delete_conversation, methods=["DELETE"]),
+    Route(_CONVERSATION + "/chunks", list_chunks, methods=["GET"]),
+    Route(_CONVERSATION + "/chunks/{chunk_id}", delete_chunk, methods=["DELETE"]),
+    Route("/v1/memory/export", export, methods=["GET"]),
+    Route("/v1/memory", erase, methods=["DELETE"]),
+    Route(_CONVERSATION + "/topics", list_topics, methods=["GET"]),
+    Route(_CONVERSATION + "/pins", list_pins, methods=["GET"]),
+    Route(_CONVERSATION + "/pins/{message_id}", put_pin, methods=["PUT"]),
+    Route(_CONVERSATION + "/pins/{message_id}", delete_pin, methods=["DELETE"]),
+]

@@ -1,0 +1,54 @@
+"""The memory worker's pinning step: user messages the importance rule picks are pinned.
+
+Runs on the messages the worker has not processed before (`MemoryUpdate.new`), so each message
+is judged once (a retried run judges it again: pinning is idempotent). The rule reads the
+PII-redacted text and the pin stores the redacted message, as every other memory layer does;
+the verbatim message stays in the transcript only. It is an automatic derivation like facts:
+a user's `auto_extract: false` switches it off.
+"""
+
+from __future__ import annotations
+
+from gateway.core.memory.importance import importance
+from gateway.core.context.blocks import PinnedMessage
+from gateway.core.messages import Message, StoredMessage, thaw
+from gateway.core.text.pii import redact
+from gateway.memory.records.pin_store import PinStore
+from gateway.memory.jobs.worker import MemoryUpdate
+
+
+class ImportancePinner:
+    name = "pins"
+
+    def __init__(self, pins: PinStore) -> None:
+        self.pins = pins
+
+    async def process(self, update: MemoryUpdate) -> None:
+        if not update.settings.auto_extract:
+            return
+        picked = tuple(p for m in update.new if (p := rule_pin(m)) is not None)
+        await self.pins.pin_by_rule(update.key, picked)
+
+
+def rule_pin(stored: StoredMessage) -> PinnedMessage | None:
+    """The pin the rule makes of a stored message (None: not a user message, or not
+    important)."""
+    message = stored.message
+    if message.role != "user" or stored.incomplete:
+        return None
+    redacted = _redacted(message)
+    if importance(redacted.text) is None:
+        return None
+    return PinnedMessage(stored.id, redacted, "rule", stored.created_at)
+
+
+def _redacted(message: Message) -> Message:
+    content = message.content
+    if isinstance(content, str):
+        return message.with_content(redact(content))
+    if content is None:
+        return message
+    parts = [{**p, "text": redact(p["text"])}
+             if isinstance(p, dict) and isinstance(p.get("text"), str) else p
+             for p in thaw(content)]
+    return message.with_content(parts)

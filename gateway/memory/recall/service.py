@@ -1,0 +1,213 @@
+"""Memory on the request path: what the memory layers offer for one request.
+
+Only reads: the user's switches, the conversation's summary chunks, pinned messages and
+current topic, the user's profile, and a search (one query embedding, shared) over the conversation's older turns
+and chunks and over the user's long-term facts. Everything is written by the memory worker,
+off the request path — except the pins a client marks, written once its turn is enqueued
+(`pin`).
+The caller fails open around `context_for`: memory that cannot be read leaves the request as
+the transcript alone would make it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from gateway.core.memory.compaction import SummaryChunk, render_chunk
+from gateway.core.recall.fusion import RRF_K
+from gateway.core.ids import ConversationKey
+from gateway.core.context.blocks import MemoryContext, PinnedMessage
+from gateway.core.memory.profile import Profile, render_profile
+from gateway.core.recall.ranker_weights import DEV_WEIGHTS
+from gateway.core.recall.ranking import Ranker
+from gateway.core.recall.recollection import Recollection
+from gateway.core.memory.topics import TopicSegment
+from gateway.memory.records.chunk_store import ChunkStore
+from gateway.memory.search.embedding import EmbeddingService
+from gateway.memory.records.facts_store import FactStore
+from gateway.memory.records.pin_store import PinStore
+from gateway.memory.ports import VectorIndex
+from gateway.memory.records.profile_store import ProfileStore
+from gateway.memory.recall.recaller import (Namespaces, Recaller, SuccessorsOf, queue_namespaces,
+                                     read_namespaces)
+from gateway.memory.records.settings_store import SettingsStore
+from gateway.memory.records.topic_store import TopicStore
+
+
+@dataclass(frozen=True, slots=True)
+class RecallSettings:
+    top_k: int = 70
+    """Older turns and chunks offered to the rewrite (it packs what its budget allows)."""
+    facts_k: int = 0
+    """The user's facts offered with each request, most relevant first (0: none). A user has
+    few facts and each costs ~10 tokens; question-to-statement similarity is weak with small
+    embedders ("Where do I live?" vs "user location: Lisbon" scores 0.16 with USE), so a
+    threshold would hide exactly the facts long-term memory is for. Off by default: on the
+    LoCoMo dev split 6 facts per request cost ~3 % of a 2,000-token budget and kept no more
+    evidence or answers (0.898 vs 0.900 evidence recall) — the turns they were learned from
+    are recalled themselves, across the user's conversations too."""
+    fact_min_score: float = 0.0
+    """Facts scoring at or below this (similarity × decayed importance) are left out."""
+    successors: bool = True
+    """A recalled turn brings the turn after it."""
+    successors_of: SuccessorsOf = "questions"
+    """Which recalled turns bring the turn after them: those that ask something (the
+    default), or "all"."""
+    summaries: bool = True
+    """Read the conversation's summary chunks for the summary block (false when the tenant's
+    `summary_share` is 0: the block could never be shown)."""
+    rrf_k: int = RRF_K
+    """The k of the reciprocal-rank fusion."""
+    ranker: Ranker | None = field(default_factory=lambda: Ranker.of(DEV_WEIGHTS))
+    """The learned re-ranking of the fused candidates' turns (None: the fused order); by
+    default the shipped weights, as the tenants' config."""
+    chunks: bool = False
+    """Recall summary chunks beside turns."""
+    pins: bool = True
+    """Read the conversation's pinned messages (false when the tenant's `pinned_share` is 0:
+    the block could never be shown)."""
+    topics: bool = False
+    """Read the conversation's current topic (the tenant tracks topics)."""
+    topic_boost: float = 0.0
+    """Recall scores of the current topic's items are multiplied by 1 + this."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySnapshot:
+    """A request's first memory reads (MemoryService.snapshot)."""
+
+    memory: bool
+    """The user's switch: false, nothing is recalled or shown."""
+    profile: Profile | None
+    """None for an anonymous user."""
+    chunks: tuple[SummaryChunk, ...]
+    """Empty when the tenant's summary block has no share (not read)."""
+    namespaces: Namespaces
+    pinned: tuple[PinnedMessage, ...] = ()
+    """Empty when the tenant shows no pins (not read)."""
+    topic: TopicSegment | None = None
+    """The conversation's current topic (None: not tracked, or none yet)."""
+    query: str = ""
+    """The question whose embedding `embedding` computes."""
+    embedding: asyncio.Future[np.ndarray] | None = None
+
+    def discard(self) -> None:
+        """Cancel the embedding if nobody awaited it (a no-op once it is done)."""
+        if self.embedding is not None and not self.embedding.done():
+            self.embedding.cancel()
+
+
+class MemoryService:
+    def __init__(self, *, embedding: EmbeddingService, recaller: Recaller,
+                 vector_index: VectorIndex, chunks: ChunkStore, profiles: ProfileStore,
+                 settings: SettingsStore, facts: Mapping[str, FactStore],
+                 pins: PinStore | None = None, topics: TopicStore | None = None):
+        self.embedding = embedding
+        self.recaller = recaller
+        self.vector_index = vector_index
+        self.chunks = chunks
+        self.profiles = profiles
+        self.settings = settings
+        self.facts = facts
+        """One fact store per tenant: caps and decay are the tenant's policy."""
+        self.pins = pins or PinStore(recaller.redis, recaller.keys)
+        self.topics = topics or TopicStore(recaller.redis, recaller.keys)
+
+    async def snapshot(self, key: ConversationKey, recall: RecallSettings,
+                       query: str = "") -> MemorySnapshot:
+        """Every read a request's memory starts from, in one round trip: the user's switches
+        and profile, the summary chunks (when shown), the pinned messages (when shown), and
+        which namespaces recall searches,
+        with their version counters. The pipeline runs it beside loading the transcript.
+
+        `query`: the question as the client's messages show it. Its embedding starts now, on
+        the embedding thread, while the store answers and the transcript is reconciled (the
+        largest single cost of a recall, ~2.5 ms, overlapped instead of added); it is wasted
+        on a conversation with nothing to recall yet. The snapshot must be passed to
+        `context_for` or `discard`ed, which awaits or cancels that embedding."""
+        embedding = None
+        if query.strip() and recall.top_k > 0:
+            embedding = asyncio.ensure_future(self.embedding.embed_query_one(query))
+        try:
+            async with self.recaller.redis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(self.settings.key(key.tenant, key.user))
+                if key.identified:
+                    pipe.hgetall(self.profiles.key(key.tenant, key.user))
+                if recall.summaries:
+                    pipe.lrange(self.chunks.key(key), 0, -1)
+                if recall.pins:
+                    pipe.hgetall(self.pins.key(key))
+                if recall.topics:  # one small field, in the same round trip
+                    self.topics.queue_current(pipe, key)
+                queue_namespaces(pipe, self.recaller.keys, key)
+                replies = list(await pipe.execute())
+        except BaseException:
+            if embedding is not None:
+                embedding.cancel()
+            raise
+        settings = self.settings.parse(replies.pop(0))
+        profile = self.profiles.parse(key.tenant, key.user, replies.pop(0)) \
+            if key.identified else None
+        chunks = self.chunks.parse(replies.pop(0), key) if recall.summaries else ()
+        pinned = self.pins.parse(replies.pop(0), key) if recall.pins else ()
+        topic = self.topics.parse_current(key.tenant, replies.pop(0)) if recall.topics else None
+        return MemorySnapshot(settings.memory, profile, chunks, read_namespaces(key, replies),
+                              pinned, topic, query, embedding)
+
+    async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
+                          snapshot: MemorySnapshot | None = None) -> MemoryContext:
+        """What memory offers for this request; `snapshot`: from `snapshot()`, when the caller
+        read it already (else read here)."""
+        if snapshot is None:
+            snapshot = await self.snapshot(key, recall)
+        try:
+            if not snapshot.memory:
+                return MemoryContext()
+            recalled = await self._recall(key, query, recall, snapshot)
+        finally:
+            snapshot.discard()
+        chunks = snapshot.chunks
+        last = chunks[-1].source_ids[-1] if chunks and chunks[-1].source_ids else None
+        return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
+                             profile=render_profile(snapshot.profile)
+                             if snapshot.profile else None,
+                             recalled=recalled, summarized_through=last,
+                             pinned=snapshot.pinned)
+
+    async def pin(self, key: ConversationKey,
+                  pins: tuple[PinnedMessage, ...]) -> tuple[PinnedMessage, ...]:
+        """Store pins a client marked (see PinStore.pin)."""
+        return await self.pins.pin(key, pins)
+
+    async def _recall(self, key: ConversationKey, query: str, recall: RecallSettings,
+                      snapshot: MemorySnapshot) -> tuple[Recollection, ...]:
+        if not query.strip() or recall.top_k <= 0:
+            return ()
+        namespaces = snapshot.namespaces
+        facts = self.facts.get(key.tenant) if key.identified and recall.facts_k > 0 else None
+        if namespaces.conversation is None and namespaces.user is None and facts is None:
+            return ()  # nothing to search
+        if snapshot.embedding is not None and snapshot.query == query:
+            vector = await snapshot.embedding
+        else:
+            vector = await self.embedding.embed_query_one(query)
+        turns, known = await asyncio.gather(
+            self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
+                                 successors=recall.successors,
+                                 successors_of=recall.successors_of, rrf_k=recall.rrf_k,
+                                 namespaces=namespaces,
+                                 topic_start=snapshot.topic.start if snapshot.topic else None,
+                                 topic_boost=recall.topic_boost, ranker=recall.ranker,
+                                 chunks=recall.chunks),
+            facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
+            if facts is not None else _nothing())
+        # Facts are few, compact and about the user: relevant ones go first.
+        return tuple(f for f in known if f.score > recall.fact_min_score) + tuple(turns)
+
+
+async def _nothing() -> list[Recollection]:
+    return []

@@ -1,0 +1,455 @@
+"""One chat completion, from parsed request to upstream answer and recorded turn.
+
+load the conversation ─► reconcile ─► core.rewrite ─► upstream ─► answer ─► enqueue the turn
+
+The pipeline is the only place that touches the store and the upstream on the request path.
+Failure policy (DESIGN.md): if the store fails, the client's own messages go upstream
+unchanged and the log says why; upstream errors reach the client with the upstream's status;
+a turn that cannot be enqueued is logged and counted, never raised to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Mapping, Protocol
+
+import anyio
+
+from gateway.pipeline.chat_request import ChatRequest
+from gateway.core.ids import ConversationKey
+from gateway.core.context.blocks import MemoryContext, PinnedMessage
+from gateway.core.messages import Message, StoredMessage
+from gateway.core.one_shot import restore, withhold
+from gateway.core.context.pinned import marked_pins
+from gateway.core.reply import StreamAssembler, reply_from_completion
+from gateway.core.context.rewrite import RewriteRequest, rewrite, split_current
+from gateway.core.text.tokens import Tokenizer, count_message, count_messages
+from gateway.core.transcript import Reconciliation, reconcile
+from gateway.errors import BadRequest, UpstreamError
+from gateway.pipeline.history_costs import HistoryCosts
+from gateway.memory.recall.service import MemorySnapshot, RecallSettings
+from gateway.ops.observability import Metrics, RequestLog
+from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
+                           chunk_data)
+from gateway.pipeline.ratelimit import Limit, RateLimiter
+from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
+from gateway.pipeline.request_history import RequestHistory
+from gateway.pipeline.tasks import TaskTracker
+from gateway.config.tenants import Tenant
+from gateway.ops.tracing import Tracing
+
+logger = logging.getLogger("gateway.pipeline")
+
+
+class InlineRecorder(Protocol):
+    async def process_available(self) -> int: ...
+
+
+class Memory(Protocol):
+    async def snapshot(self, key: ConversationKey, recall: RecallSettings,
+                       query: str = "") -> MemorySnapshot: ...
+
+    async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
+                          snapshot: MemorySnapshot | None = None) -> MemoryContext: ...
+
+    async def pin(self, key: ConversationKey,
+                  pins: tuple[PinnedMessage, ...]) -> tuple[PinnedMessage, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request ready to go upstream, and what recording its turn needs."""
+
+    call: UpstreamCall
+    key: ConversationKey | None
+    reconciliation: Reconciliation | None
+    """None when nothing was reconciled (no conversation id, or the store could not be read)."""
+    persist: bool
+    incoming: tuple[Message, ...]
+    """The client's own non-instruction messages, one-shot ones as placeholders (recorded as
+    they are when the store could not be read and nothing was reconciled)."""
+    limits: tuple[Limit, ...] = ()
+    """The rate limits it was admitted under (its completion tokens are added to them)."""
+    pins: tuple[PinnedMessage, ...] = ()
+    """What the client's pin markers pin, stored once the turn is enqueued (empty when the
+    turn is not persisted or the user's memory is off)."""
+
+
+class Pipeline:
+    def __init__(self, *, store: ConversationStore, upstream: Upstream,
+                 tokenizer_for: Callable[[str], Tokenizer], tasks: TaskTracker,
+                 metrics: Metrics, inline_recorder: InlineRecorder | None = None,
+                 memory: Memory | None = None,
+                 recall_settings: Mapping[str, RecallSettings] | None = None,
+                 buffer: RecordBuffer | None = None,
+                 tracing: Tracing | None = None,
+                 limiter: RateLimiter | None = None,
+                 history: RequestHistory | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.store = store
+        self.upstream = upstream
+        self.tokenizer_for = tokenizer_for
+        self.tasks = tasks
+        self.metrics = metrics
+        self.inline_recorder = inline_recorder
+        self.memory = memory
+        self.recall_settings = recall_settings or {}
+        """Per tenant with memory enabled; others get the transcript's recent turns only."""
+        self.history_costs = HistoryCosts()
+        """Each history's token costs, kept by chained id between requests."""
+        self.clock = clock
+        self.buffer = buffer
+        """Turns the store could not take; None: they are logged and not recorded."""
+        self.tracing = tracing
+        """None (the default): tracing is off and no request makes a tracer call."""
+        self.limiter = limiter
+        self.history = history
+        """None (the default, `console.enabled` false): no request is kept for the console."""
+
+    async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
+                      persist: bool, log: RequestLog,
+                      limits: tuple[Limit, ...] = ()) -> Prepared:
+        """The request rewritten and admitted under `limits` (RateLimited if over one: then
+        nothing is forwarded or recorded)."""
+        route = tenant.route(chat.model)
+        tokenizer = self.tokenizer_for(route.model)
+        messages, reconciliation, pins = chat.messages, None, ()
+        # One-shot messages are forwarded as sent; only their placeholders (the kept form)
+        # are reconciled and recorded (gateway/core/one_shot.py).
+        incoming = kept = chat.incoming
+        withheld = withhold(chat.messages, chat.one_shot, tenant.one_shot)
+        if withheld.count:
+            log.one_shot_messages = withheld.count
+            kept = tuple(m for m in withheld.kept if not m.is_instruction)
+        if key is None:
+            log.passthrough = "no_conversation_id"
+        else:
+            started = time.perf_counter()
+            # The transcript and memory's first reads go out together: one round trip each,
+            # side by side (the question to recall for is known only after reconciling).
+            stored, snapshot = await asyncio.gather(self.store.load(key),
+                                                    self._snapshot(key, tenant, chat),
+                                                    return_exceptions=True)
+            if isinstance(stored, BaseException):
+                if isinstance(snapshot, MemorySnapshot):
+                    snapshot.discard()
+                if not isinstance(stored, Exception):
+                    raise stored
+                # Any store failure fails open, logged.
+                logger.warning("store unavailable, forwarding unchanged: %r", stored)
+                log.passthrough, log.error = "store_unavailable", repr(stored)
+            else:
+                log.load_ms = log.step("load", started)
+                reconciliation, messages = await self._rewrite(chat, incoming, kept, tenant, key,
+                                                               stored, snapshot, tokenizer, log)
+                if chat.pinned and persist and isinstance(snapshot, MemorySnapshot) \
+                        and snapshot.memory:
+                    pins = marked_pins(chat.messages, chat.pinned, reconciliation, self.clock())
+        if reconciliation is None:
+            log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
+        if limits and self.limiter is not None:
+            await self.limiter.admit(limits, tenant.name, log.tokens_forwarded or 0)
+        call = UpstreamCall(model=route.model,
+                            body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
+                            api_base=route.api_base, api_key=route.api_key,
+                            timeout=route.timeout, extra=dict(route.litellm_params))
+        return Prepared(call, key, reconciliation, persist, kept, limits, pins)
+
+    async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
+                       kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
+                       stored: tuple[StoredMessage, ...],
+                       snapshot: MemorySnapshot | BaseException | None, tokenizer: Tokenizer,
+                       log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
+        """`kept`: the client's messages (`incoming`) with one-shot ones as placeholders — the
+        same tuple when there is none: reconciled and recorded in that form, while the model
+        sees the client's own."""
+        reconciliation = reconcile(kept, stored)
+        cap = tenant.request_limits.max_stored_messages
+        if len(reconciliation.new) > cap:
+            # The one thing the stored-messages cap refuses: a turn it could never hold (older
+            # messages move to the archive; these would all be new at once).
+            if isinstance(snapshot, MemorySnapshot):
+                snapshot.discard()
+            raise BadRequest(f"Invalid 'messages': {len(reconciliation.new)} new messages for "
+                             f"this conversation, but it stores at most {cap} "
+                             "(request_limits.max_stored_messages).", param="messages",
+                             code="too_many_new_messages")
+        if isinstance(snapshot, MemorySnapshot) and snapshot.memory and snapshot.topic:
+            log.topic = snapshot.topic.label or None
+            log.topic_segment = snapshot.topic.index
+        conversation = reconciliation.conversation
+        if kept is not incoming:
+            conversation = restore(conversation, incoming)
+        history, current = split_current(conversation)
+        memory = await self._recall(key, tenant, current, snapshot, log)
+        started = time.perf_counter()
+        history_ids = reconciliation.conversation_ids[:len(history)]
+        # The ids name the kept form: restored one-shot messages are counted as they are.
+        costs = self.history_costs.costs(history, history_ids, tokenizer) \
+            if kept is incoming and len(history_ids) == len(history) else None
+        result = rewrite(RewriteRequest(
+            instructions=chat.instructions, history=history, current=current,
+            policy=tenant.policy, memory=memory, history_ids=history_ids,
+            history_costs=costs), tokenizer)
+        log.rewrite_ms = log.step("rewrite", started)
+        log.reconcile = reconciliation.kind
+        log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
+        log.memory_tokens = {"summary": result.summary_tokens, "profile": result.profile_tokens,
+                             "recalled": result.recalled_tokens}
+        if memory.pinned:
+            log.pinned = result.pinned
+            log.memory_tokens["pinned"] = result.pinned_tokens
+        log.tokens_original, log.tokens_forwarded = result.tokens_original, result.tokens_forwarded
+        log.recent_turns, log.truncated = result.recent_turns, result.truncated
+        log.over_budget = result.over_budget
+        if self.history is not None:  # the console's diagnostics; nothing to do without it
+            log.memory_blocks = result.memory_blocks
+            log.recalled_items = recalled_items(memory, result.recalled_ids)
+        return reconciliation, result.messages
+
+    async def _snapshot(self, key: ConversationKey, tenant: Tenant,
+                        chat: ChatRequest) -> MemorySnapshot | None:
+        """Memory's first reads for this request (None: the tenant has no memory), its
+        question's embedding started: the question as the client's own messages show it —
+        the reconciled conversation ends with them, so it is the same one (if it is not,
+        recall embeds the right one)."""
+        settings = self.recall_settings.get(tenant.name)
+        if self.memory is None or settings is None:
+            return None
+        return await self.memory.snapshot(key, settings, _query(split_current(chat.incoming)[1]))
+
+    async def _recall(self, key: ConversationKey, tenant: Tenant, current: tuple[Message, ...],
+                      snapshot: MemorySnapshot | BaseException | None,
+                      log: RequestLog) -> MemoryContext:
+        """What memory offers for this request; nothing (logged) if it cannot be read."""
+        settings = self.recall_settings.get(tenant.name)
+        if self.memory is None or settings is None:
+            return MemoryContext()
+        query = _query(current)
+        started = time.perf_counter()
+        try:
+            if isinstance(snapshot, BaseException):
+                raise snapshot
+            return await self.memory.context_for(key, query, settings, snapshot)
+        except Exception as exc:  # noqa: BLE001 — memory failures fail open, logged
+            logger.warning("memory unavailable for request %s: %r", log.request_id, exc)
+            log.memory_error = repr(exc)
+            return MemoryContext()
+        finally:
+            log.recall_ms = log.step("recall", started)
+
+    async def complete(self, prepared: Prepared, log: RequestLog) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            response = await self.upstream.complete(prepared.call)
+        finally:
+            log.upstream_ms = log.step("upstream", started)
+        usage = response.get("usage") if isinstance(response, dict) else None
+        log.usage = usage if isinstance(usage, dict) else None
+        reply = reply_from_completion(response)
+        log.tokens_completion = _usage_completion_tokens(response)
+        self._settle(prepared, reply, log)
+        started = time.perf_counter()
+        await self.record(prepared, [reply] if reply else [], log)
+        log.step("record", started)
+        return response
+
+    async def open_stream(self, prepared: Prepared, log: RequestLog) -> AsyncIterator[bytes]:
+        """Start streaming: the first upstream chunk is read here, so an upstream that refuses
+        raises UpstreamError before the client is sent a 200. Returns the SSE byte stream."""
+        started = time.perf_counter()
+        chunks = aiter(self.upstream.stream(prepared.call))
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        finally:
+            log.upstream_ms = log.step("upstream", started)
+        return self._sse(prepared, first, chunks, log)
+
+    async def _sse(self, prepared: Prepared, first: StreamChunk | None,
+                   chunks: AsyncIterator[StreamChunk], log: RequestLog) -> AsyncIterator[bytes]:
+        """Pass chunks through as server-sent events (the upstream's own bytes when it gave
+        them), teeing them into the reply; whatever happens — completion, upstream failure,
+        the client hanging up — the upstream stream is closed, the turn is recorded (an
+        unfinished reply marked incomplete) and the request logged."""
+        assembler = StreamAssembler()
+        finished = False
+        try:
+            if first is not None:
+                assembler.add(chunk_data(first))
+                yield _event(first)
+            async for chunk in chunks:
+                assembler.add(chunk_data(chunk))
+                yield _event(chunk)
+            finished = True
+            yield b"data: [DONE]\n\n"
+        except UpstreamError as exc:
+            log.status, log.error = exc.status, f"upstream failed mid-stream: {exc.message}"
+            yield _event(exc.body())
+        finally:
+            try:
+                # A client that hung up leaves the upstream stream open: close it now, so its
+                # connection is freed and the upstream stops generating (shielded: this runs
+                # in a cancelled scope then).
+                with anyio.CancelScope(shield=True):
+                    await _close(chunks)
+            finally:
+                if not finished and log.error is None:
+                    log.error = "client disconnected"
+                reply = assembler.message()
+                log.usage = assembler.usage
+                self._settle(prepared, reply, log)
+                # The log line is written by the shielded task, after recording: a client
+                # that hangs up as soon as it reads [DONE] (the openai SDK does) cancels this
+                # generator here, and the request must still be logged once.
+                await self.tasks.shielded(
+                    self._record_and_finish(prepared, [reply] if reply else [], log,
+                                            incomplete=not finished or not assembler.complete),
+                    name=f"record-{log.request_id}")
+
+    async def _record_and_finish(self, prepared: Prepared, reply: list[Message], log: RequestLog,
+                                 *, incomplete: bool) -> None:
+        started = time.perf_counter()
+        try:
+            await self.record(prepared, reply, log, incomplete=incomplete)
+        finally:
+            log.step("record", started)
+            self.finish(log)
+
+    def _settle(self, prepared: Prepared, reply: Message | None, log: RequestLog) -> None:
+        """Count the completion tokens against the request's token limits, in the background
+        (tracked): the upstream's `usage` when it gave one, else the reply as counted here."""
+        if self.limiter is None or not any(lim.kind == "tokens" for lim in prepared.limits):
+            return
+        if log.tokens_completion is None:
+            log.tokens_completion = count_message(
+                reply, self.tokenizer_for(prepared.call.model)) if reply else 0
+        self.tasks.spawn(self.limiter.settle(prepared.limits, log.tokens_completion),
+                         name=f"rate-settle-{log.request_id}")
+
+    def finish(self, log: RequestLog) -> None:
+        """The request's one log line, its metrics, and (tracing on) its spans."""
+        log.emit()
+        self.metrics.observe(log)
+        if self.history is not None:
+            self.history.add(log)
+        if self.tracing is not None:
+            try:
+                self.tracing.request(log)
+            except Exception:  # noqa: BLE001 — tracing never fails a request; logged
+                logger.exception("could not trace request %s", log.request_id)
+
+    async def record(self, prepared: Prepared, reply: list[Message], log: RequestLog, *,
+                     incomplete: bool = False) -> None:
+        """Enqueue the turn durably (the recorder applies it later, or now when inline).
+
+        Never raises to the client. A turn the store cannot take goes to the record buffer,
+        flushed in order when the store is back; so does a turn of a conversation that
+        already has turns waiting there (it must not overtake them), and a turn whose request
+        could not read the store (reconciled when flushed)."""
+        log.persisted = False
+        if not prepared.persist or prepared.key is None:
+            return
+        turn = self._buffered_turn(prepared, reply, log, incomplete)
+        if turn is None:
+            return
+        if self.buffer is not None and (turn.record is None or self.buffer.holds(turn.key)):
+            self._buffer(turn, log)
+            return
+        if turn.record is None:
+            return  # no buffer (tests), and nothing reconciled: not recorded, as logged
+        try:
+            await self.store.record(turn.key, turn.record)
+        except Exception as exc:  # noqa: BLE001 — the client already has its answer; log it
+            self.metrics.record_failures.inc()
+            self.metrics.store_unavailable.labels("record").inc()
+            log.error = f"record failed: {exc!r}"
+            if self.buffer is None:
+                logger.error("could not record turn of request %s: %r", log.request_id, exc)
+                return
+            logger.warning("could not enqueue turn of request %s, buffering it: %r",
+                           log.request_id, exc)
+            self._buffer(turn, log)
+            return
+        log.persisted = True
+        if prepared.pins:
+            await self._pin(prepared, log)
+        if self.inline_recorder is not None:
+            try:
+                await self.inline_recorder.process_available()
+            except Exception as exc:  # noqa: BLE001 — enqueued durably; applied later
+                logger.error("inline recording of request %s failed: %r", log.request_id, exc)
+                log.error = f"inline record failed: {exc!r}"
+
+    async def _pin(self, prepared: Prepared, log: RequestLog) -> None:
+        """Store the pins the client marked (after the turn is enqueued, so a pin never names
+        a turn that was not). Never raises to the client: logged."""
+        assert prepared.key is not None and self.memory is not None
+        try:
+            await self.memory.pin(prepared.key, prepared.pins)
+            log.pins_marked = len(prepared.pins)
+        except Exception as exc:  # noqa: BLE001 — the answer is given; the pin is logged lost
+            logger.warning("could not pin messages of request %s: %r", log.request_id, exc)
+            log.error = f"pin failed: {exc!r}"
+
+    def _buffered_turn(self, prepared: Prepared, reply: list[Message], log: RequestLog,
+                       incomplete: bool) -> BufferedTurn | None:
+        """The turn to record, or None if there is nothing to record."""
+        assert prepared.key is not None
+        created_at = self.clock()
+        if prepared.reconciliation is not None:
+            record = prepared.reconciliation.record(reply, created_at=created_at,
+                                                    request_id=log.request_id,
+                                                    incomplete_reply=incomplete and bool(reply))
+            if not record.messages:
+                return None
+            return BufferedTurn(prepared.key, log.request_id, record=record)
+        # A conversation id but no reconciliation: the store could not be read, and the
+        # client's own messages were forwarded unchanged (fail open).
+        incoming = prepared.incoming
+        if not incoming and not reply:
+            return None
+        return BufferedTurn(prepared.key, log.request_id, incoming=incoming, reply=tuple(reply),
+                            created_at=created_at, incomplete_reply=incomplete)
+
+    def _buffer(self, turn: BufferedTurn, log: RequestLog) -> None:
+        assert self.buffer is not None
+        self.buffer.add(turn)
+        log.record_buffered = True
+
+
+def recalled_items(memory: MemoryContext,
+                   shown: tuple[str, ...]) -> tuple[tuple[str, str, float], ...]:
+    """(kind, id, score) of the recalled items forwarded (`shown`, in their order)."""
+    by_id = {r.id: r for r in memory.recalled}
+    return tuple((by_id[i].kind, i, round(by_id[i].score, 4)) for i in shown if i in by_id)
+
+
+def _usage_completion_tokens(response: Mapping[str, Any]) -> int | None:
+    usage = response.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
+    return tokens if isinstance(tokens, int) and tokens >= 0 else None
+
+
+def _query(current: tuple[Message, ...]) -> str:
+    """What recall searches for: the current turn's user message."""
+    return next((m.text for m in current if m.role == "user"), "")
+
+
+def _event(chunk: StreamChunk) -> bytes:
+    """One SSE event: a raw chunk as the upstream sent it, a dict encoded."""
+    if isinstance(chunk, RawChunk):
+        return b"data: " + chunk.payload + b"\n\n"
+    return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() \
+        + b"\n\n"
+
+
+async def _close(chunks: AsyncIterator[StreamChunk]) -> None:
+    close = getattr(chunks, "aclose", None)  # async generators have it; a bare iterator not
+    if close is not None:
+        await close()

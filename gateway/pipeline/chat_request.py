@@ -1,0 +1,244 @@
+"""Parsing and validating a chat completion request body into typed values.
+
+Only what the gateway itself relies on is checked (model, messages, stream, ids); every other
+field is kept as sent and passed upstream untouched. Problems raise `BadRequest` naming the
+offending parameter, so the client gets a 400 in OpenAI's error shape and never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config import RequestLimitsConfig
+from gateway.core.messages import ROLES, Message
+from gateway.core.one_shot import MARKER
+from gateway.core.context.pinned import MARKER as PIN_MARKER
+from gateway.errors import BadRequest
+
+# Fields the gateway consumes; they are not forwarded upstream.
+GATEWAY_FIELDS = ("conversation_id",)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    messages: tuple[Message, ...]
+    stream: bool
+    conversation_id: str | None
+    user: str | None
+    passthrough: dict[str, Any]
+    """Every other field of the body, forwarded as sent (temperature, tools, ...)."""
+    one_shot: frozenset[int] = frozenset()
+    """Indexes into `messages` of those the client marked one-shot (gateway/core/one_shot.py);
+    the marker itself is consumed here and never forwarded."""
+    pinned: frozenset[int] = frozenset()
+    """Indexes into `messages` of those the client pinned (gateway/core/context/pinned.py); likewise
+    consumed here."""
+
+    instructions: tuple[Message, ...] = field(init=False, repr=False, compare=False)
+    """The client's system/developer messages, in order."""
+    incoming: tuple[Message, ...] = field(init=False, repr=False, compare=False)
+    """Every other message: the conversation as this client sends it."""
+
+    def __post_init__(self) -> None:
+        # Split once: the pipeline reads both several times, for up to thousands of messages.
+        instructions, incoming = [], []
+        for m in self.messages:
+            (instructions if m.is_instruction else incoming).append(m)
+        object.__setattr__(self, "instructions", tuple(instructions))
+        object.__setattr__(self, "incoming", tuple(incoming))
+
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of arrays and objects a body may have. Real requests (tool schemas
+included) stay far below; deeper bodies are refused before anything recurses over them."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object of well-formed Unicode, or `BadRequest`.
+
+    A lone UTF-16 surrogate (`"\\ud800"`, typically an emoji cut in half by a client that
+    truncates JavaScript strings) is valid JSON but not text: it cannot be encoded as UTF-8,
+    so neither the store nor the reply could carry it. It is replaced by U+FFFD, the
+    replacement character every UTF-8 decoder uses for broken input: the request goes through
+    and its turn is recorded, the same way on every resend (so transcripts still match).
+    """
+    try:
+        # Decoded here, strictly: json.loads(bytes) would also take UTF-16/32 and let
+        # encoded surrogates through ('surrogatepass').
+        text = raw.decode("utf-8-sig")
+        body = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except ValueError as exc:  # decoding, syntax, an integer of more than 4,300 digits
+        raise BadRequest(f"The request body is not valid JSON: {exc}", code="invalid_json")
+    except RecursionError:  # the C parser recurses once per level
+        raise BadRequest(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.",
+                         code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.", code="invalid_json")
+    _check_depth(body)
+    # Strict UTF-8 cannot hold a surrogate, only a \u escape can.
+    if _SURROGATE_ESCAPE.search(text):
+        body = _replace_surrogates(body)
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; Python accepts them, the upstream and our replies would not.
+    raise BadRequest(f"The request body is not valid JSON: `{name}` is not a JSON value.",
+                     code="invalid_json")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999: parsed as infinity, which no JSON encoder writes back
+        raise BadRequest(f"The request body is not valid JSON: {text[:40]} is out of range.",
+                         code="invalid_json")
+    return value
+
+
+def _check_depth(body: Any) -> None:
+    if _deeper_than(body, MAX_JSON_DEPTH):
+        raise BadRequest(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.",
+                         code="invalid_json")
+
+
+def _deeper_than(value: dict[str, Any] | list[Any], levels: int) -> bool:
+    """Whether the container `value` nests more than `levels` deep (itself is one level).
+    Recursive, at most `levels` + 1 calls deep; a call per container, none per string — a
+    601-message body costs ~0.1 ms, less than counting its brackets would."""
+    if levels <= 0:
+        return True
+    for child in value.values() if type(value) is dict else value:
+        kind = type(child)
+        if (kind is dict or kind is list) and _deeper_than(child, levels - 1):
+            return True
+    return False
+
+
+def _replace_surrogates(value: Any) -> Any:
+    """A copy with every lone surrogate replaced (depth already bounded)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def parse_chat_request(body: dict[str, Any], limits: RequestLimitsConfig) -> ChatRequest:
+    """The typed request, or `BadRequest` naming the field at fault. The tenant's `limits`
+    cost one `len` each: the message count is checked before any message is parsed, and a
+    message's length before it is copied."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("`model` is required and must be a non-empty string.", param="model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("`messages` is required and must be a non-empty array.",
+                         param="messages")
+    if len(messages) > limits.max_messages:
+        # OpenAI's own wording and code for the same limit.
+        raise BadRequest(f"Invalid 'messages': array too long. Expected an array with maximum "
+                         f"length {limits.max_messages}, but got an array with length "
+                         f"{len(messages)} instead.", param="messages",
+                         code="array_above_max_length")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise BadRequest("`stream` must be a boolean.", param="stream")
+    conversation_id = _optional_str(body, "conversation_id")
+    user = _optional_str(body, "user")
+    passthrough = {k: v for k, v in body.items()
+                   if k not in ("model", "messages", *GATEWAY_FIELDS)}
+    max_chars = limits.max_message_chars
+    parsed = tuple(_message(m, i, max_chars) for i, m in enumerate(messages))
+    # Markers are extra keys: a message of two keys (role and content) has none.
+    marked = [(i, m) for i, m in enumerate(messages) if len(m) > 2]
+    one_shot = frozenset(i for i, m in marked if m.get(MARKER) is True)
+    pinned = frozenset(i for i, m in marked if m.get(PIN_MARKER) is True)
+    if one_shot & pinned:
+        i = min(one_shot & pinned)
+        # One-shot content is never stored; a pin is kept for good: the client must choose.
+        raise BadRequest(f"`messages[{i}]` cannot be both one-shot and pinned.",
+                         param=f"messages[{i}].{PIN_MARKER}")
+    return ChatRequest(model=model, messages=parsed, stream=stream,
+                       conversation_id=conversation_id, user=user, passthrough=passthrough,
+                       one_shot=one_shot, pinned=pinned)
+
+
+def _text_length(content: Any) -> int:
+    """Characters of a (validated) content: the string, or its text parts together."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(part["text"]) for part in content if part["type"] == "text")
+    return 0
+
+
+def _optional_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"`{name}` must be a string.", param=name)
+    return value
+
+
+def _message(data: Any, index: int, max_chars: int) -> Message:
+    if type(data) is dict and len(data) == 2:
+        # The common message, `{"role": ..., "content": "..."}`: nothing else to check or to
+        # freeze (a tool message needs its `tool_call_id`: the checks below refuse it).
+        role, content = data.get("role"), data.get("content")
+        if type(content) is str and role in ROLES and role != "tool" \
+                and len(content) <= max_chars:
+            return Message.plain(role, content)
+    where = f"messages[{index}]"
+    if not isinstance(data, dict):
+        raise BadRequest(f"`{where}` must be an object.", param=where)
+    role = data.get("role")
+    if role not in ROLES:
+        raise BadRequest(f"`{where}.role` must be one of {', '.join(sorted(ROLES))}; "
+                         f"got {role!r}.", param=f"{where}.role")
+    content = data.get("content")
+    if content is None:
+        if role not in ("assistant", "function") or not (data.get("tool_calls")
+                                                          or data.get("function_call")):
+            raise BadRequest(f"`{where}.content` is required.", param=f"{where}.content")
+    elif isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise BadRequest(f"`{where}.content[{j}]` must be an object with a `type`.",
+                                 param=f"{where}.content")
+            if part["type"] == "text" and not isinstance(part.get("text"), str):
+                raise BadRequest(f"`{where}.content[{j}].text` must be a string.",
+                                 param=f"{where}.content")
+    elif not isinstance(content, str):
+        raise BadRequest(f"`{where}.content` must be a string or an array of content parts.",
+                         param=f"{where}.content")
+    chars = _text_length(content)
+    if chars > max_chars:
+        raise BadRequest(f"Invalid '{where}.content': string too long. Expected a string with "
+                         f"maximum length {max_chars}, but got a string with length {chars} "
+                         "instead.", param=f"{where}.content", code="string_above_max_length")
+    if role == "tool" and not isinstance(data.get("tool_call_id"), str):
+        raise BadRequest(f"`{where}.tool_call_id` is required for tool messages.",
+                         param=f"{where}.tool_call_id")
+    tool_calls = data.get("tool_calls")
+    if tool_calls is not None and not (
+        isinstance(tool_calls, list) and all(isinstance(c, dict) for c in tool_calls)
+    ):
+        raise BadRequest(f"`{where}.tool_calls` must be an array of objects.",
+                         param=f"{where}.tool_calls")
+    if MARKER in data or PIN_MARKER in data:
+        for marker in (MARKER, PIN_MARKER):
+            if marker in data and not isinstance(data[marker], bool):
+                raise BadRequest(f"`{where}.{marker}` must be a boolean.",
+                                 param=f"{where}.{marker}")
+        data = {k: v for k, v in data.items() if k != MARKER and k != PIN_MARKER}
+    return Message.from_openai(data)

@@ -1,0 +1,159 @@
+"""The recent requests of each tenant, kept in the store for the memory console.
+
+`Pipeline.finish` hands every finished request's `RequestLog` to `RequestHistory.add`, which
+only appends a small dict to an in-process queue: the request path never waits for the store.
+One flusher task writes what is queued, in one pipelined round trip per batch:
+- to the tenant's request-log stream (`KeySpace.request_log`), capped with XADD MAXLEN ~;
+- for a request of a conversation, that conversation's last-request diagnostics
+  (`KeySpace.last_request`), with a TTL.
+
+Invariants:
+- no message content is kept: ids, numbers, block names, recalled item ids and scores only;
+- bounded: at most `capacity` entries wait in process; one more drops the oldest (counted,
+  logged). An entry the store cannot take is dropped too, logged: these are diagnostics, not
+  user data, and a store outage must not grow them without bound;
+- drained at shutdown (`drain`), bounded by a timeout;
+- built only when `console.enabled`: otherwise the pipeline has none and does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import time
+from typing import Any, Callable
+
+import redis.asyncio as aioredis
+
+from gateway.core.ids import ConversationKey
+from gateway.ops.observability import RequestLog
+from gateway.store.keys import KeySpace
+
+logger = logging.getLogger("gateway.request_history")
+
+Entry = dict[str, Any]
+_BATCH = 200
+_NUMBERS = ("tokens_original", "tokens_forwarded", "tokens_completion", "recent_turns",
+            "summary_chunks", "recalled", "load_ms", "recall_ms", "rewrite_ms", "upstream_ms",
+            "total_ms")
+
+
+def entry_of(log: RequestLog, now: float) -> Entry:
+    """What is kept of one request: no content, only what the console shows."""
+    entry: Entry = {"time": round(now, 3), "request_id": log.request_id, "tenant": log.tenant,
+                    "user": log.user, "conversation": log.conversation, "model": log.model,
+                    "stream": log.stream, "status": log.status, "passthrough": log.passthrough,
+                    "reconcile": log.reconcile, "memory_tokens": log.memory_tokens,
+                    "memory_blocks": list(log.memory_blocks or ()),
+                    "recalled_items": [{"kind": k, "id": i, "score": s}
+                                       for k, i, s in log.recalled_items or ()],
+                    # The type of a memory failure only: its message may quote stored text.
+                    "memory_error": log.memory_error.split("(", 1)[0][:80]
+                    if log.memory_error else None}
+    for name in _NUMBERS:
+        value = getattr(log, name)
+        entry[name] = round(value, 3) if isinstance(value, float) else value
+    return entry
+
+
+class RequestHistory:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace, *, max_entries: int,
+                 last_ttl_seconds: int, capacity: int = 10_000,
+                 clock: Callable[[], float] = time.time):
+        self.redis = redis
+        self.keys = keys
+        self.max_entries = max_entries
+        self.last_ttl_seconds = last_ttl_seconds
+        self.clock = clock
+        self._held: collections.deque[Entry] = collections.deque(maxlen=capacity)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        self.dropped = 0
+
+    def add(self, log: RequestLog) -> None:
+        """Queue the request (a request refused before its tenant was known is not kept)."""
+        if log.tenant is None:
+            return
+        if len(self._held) == self._held.maxlen:
+            self.dropped += 1
+            logger.warning("request history full: dropped the oldest entry")
+        self._held.append(entry_of(log, self.clock()))
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(),
+                                                            name="request-history")
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything queued now."""
+        while self._held:
+            batch = [self._held.popleft() for _ in range(min(len(self._held), _BATCH))]
+            try:
+                await self._write(batch)
+            except Exception as exc:  # noqa: BLE001 — diagnostics: dropped, counted, logged
+                self.dropped += len(batch)
+                logger.warning("could not write %d request history entries: %r",
+                               len(batch), exc)
+            else:
+                self.written += len(batch)
+
+    async def _write(self, batch: list[Entry]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for entry in batch:
+                data = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+                # tenant/user/conversation as fields too: an erase finds a user's entries.
+                fields = {"tenant": entry["tenant"], "user": entry["user"] or "",
+                          "conversation": entry["conversation"] or "", "data": data}
+                pipe.xadd(self.keys.request_log(entry["tenant"]), fields,
+                          maxlen=self.max_entries, approximate=True)
+                if entry["conversation"] and entry["user"]:
+                    key = ConversationKey(entry["tenant"], entry["user"], entry["conversation"])
+                    pipe.set(self.keys.last_request(key), data, ex=self.last_ttl_seconds)
+            await pipe.execute()
+
+    async def drain(self, timeout: float) -> None:
+        """Stop the flusher and write what is still queued, for at most `timeout` s."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        try:
+            await asyncio.wait_for(self.flush(), timeout)
+        except TimeoutError:
+            logger.warning("request history: %d entries not written at shutdown",
+                           len(self._held))
+
+
+async def recent_requests(redis: aioredis.Redis, keys: KeySpace, tenant: str,
+                          count: int) -> list[Entry]:
+    """The tenant's last `count` requests, newest first."""
+    rows = await redis.xrevrange(keys.request_log(tenant), count=count)
+    return [_decoded(fields.get("data")) for _id, fields in rows
+            if _decoded(fields.get("data"))]
+
+
+async def last_request(redis: aioredis.Redis, keys: KeySpace,
+                       key: ConversationKey) -> Entry | None:
+    return _decoded(await redis.get(keys.last_request(key))) or None
+
+
+def _decoded(raw: str | None) -> Entry:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
