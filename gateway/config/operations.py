@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from gateway.config.extras import missing_tracing_packages
 from gateway.config.strict import Strict, required_env
 
 
@@ -42,9 +43,7 @@ class TracingConfig(Strict):
     @field_validator("enabled")
     @classmethod
     def _installed(cls, value: bool) -> bool:
-        from gateway.ops.tracing import missing_packages  # imports nothing of OpenTelemetry
-
-        missing = missing_packages() if value else []
+        missing = missing_tracing_packages() if value else []
         if missing:
             raise ValueError(f"tracing needs {', '.join(missing)}: install the `otel` extra "
                              "(pip install 'context-gateway[otel]') or set it to false")

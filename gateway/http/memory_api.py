@@ -49,7 +49,7 @@ def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, 
     gateway: Gateway = request.app.state.gateway
     authorization = request.headers.get("authorization")
     named = request.headers.get(TENANT_HEADER)
-    if gateway.http.admin.holds(authorization):
+    if gateway.admin.holds(authorization):
         if named is None:
             raise BadRequest(f"An admin key acts for one tenant at a time: name it in the "
                              f"`{TENANT_HEADER}` header.", param=TENANT_HEADER,
@@ -57,9 +57,9 @@ def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, 
         if named not in gateway.config.tenants:
             raise NotFound(f"No tenant `{named}` is configured.", param=TENANT_HEADER,
                            code="tenant_not_found")
-        tenant = gateway.config.tenants.tenant(named)
+        tenant = gateway.tenants.tenant(named)
     else:
-        tenant = gateway.config.tenants.authenticate(authorization)
+        tenant = gateway.tenants.authenticate(authorization)
         if named is not None and named != tenant.name:
             raise Forbidden(f"This API key belongs to another tenant than `{named}`.",
                             param=TENANT_HEADER)

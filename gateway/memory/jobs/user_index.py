@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import redis.asyncio as aioredis
@@ -38,53 +37,12 @@ from gateway.core.messages import StoredMessage
 from gateway.memory.records.chunk_store import VECTOR_PREFIX as CHUNK_PREFIX
 from gateway.memory.records.chunk_store import chunk_from_json
 from gateway.memory.records.keys import MemoryKeySpace, UserMemoryKeys
+from gateway.memory.records.user_recall import Synced, qualified_id
 from gateway.store.codec import json_object
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
 
-SEPARATOR = "/"
 PAGE = 512
-
-
-def qualified_id(conversation: str, item_id: str) -> str:
-    return f"{conversation}{SEPARATOR}{item_id}"
-
-
-def split_id(qualified: str) -> tuple[str, str]:
-    """(conversation, item id) of a qualified id."""
-    conversation, _, item = qualified.partition(SEPARATOR)
-    return conversation, item
-
-
-def is_chunk(qualified: str) -> bool:
-    """Chunks may change under their id (a deleted chunk's text is blanked); turns never do."""
-    return split_id(qualified)[1].startswith(CHUNK_PREFIX)
-
-
-@dataclass(frozen=True, slots=True)
-class Synced:
-    version: str | None
-    started_at: float
-    chunks: dict[str, str] = field(default_factory=dict, compare=False)
-    """Chunk item id -> fingerprint of the entry mirrored for it (`_fingerprint`): a sync
-    writes again only the chunks that changed (rewriting all ~30 on every turn made the user
-    namespace change, and its caches refresh, on every turn)."""
-
-    def to_json(self) -> str:
-        return json.dumps({"version": self.version, "started_at": self.started_at,
-                           "chunks": self.chunks})
-
-    @classmethod
-    def parse(cls, raw: str | None) -> Synced | None:
-        data = json_object(raw)
-        if data is None:
-            return None
-        version = data.get("version")
-        chunks = data.get("chunks")
-        return cls(version if isinstance(version, str) else None,
-                   float(data.get("started_at") or 0.0),
-                   {str(k): str(v) for k, v in chunks.items()} if isinstance(chunks, dict)
-                   else {})
 
 
 class UserRecallIndex:

@@ -24,7 +24,7 @@ from gateway.memory.recall.entry_cache import Entries, EntryCache, Link
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.search.lexical_index import CHUNK_PREFIX, chunk_id
 from gateway.memory.ports import Namespace
-from gateway.memory.jobs.user_index import Synced, qualified_id, split_id
+from gateway.memory.records.user_recall import Synced, qualified_id, split_id
 from gateway.store.codec import json_object
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 

@@ -57,7 +57,7 @@ from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
 from gateway.memory.recall.entries import EntryReader, OtherItems, OwnItems
-from gateway.memory.jobs.user_index import SEPARATOR
+from gateway.memory.records.user_recall import SEPARATOR
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 
 Hits = list[tuple[str, float]]

@@ -44,7 +44,7 @@ from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.search.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import UNREAD, Namespace, Unread
 from gateway.memory.search.stemming import stemmed
-from gateway.memory.jobs.user_index import is_chunk, split_id
+from gateway.memory.records.user_recall import is_chunk, split_id
 from gateway.store.codec import json_object
 from gateway.store.crypto import NO_ENCRYPTION, Encryption
 

@@ -45,7 +45,7 @@ import redis.asyncio as aioredis
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.search.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import UNREAD, Namespace, Unread
-from gateway.memory.jobs.user_index import is_chunk, split_id
+from gateway.memory.records.user_recall import is_chunk, split_id
 from gateway.memory.records.vector_store import ForeignVector, decode_vector
 
 log = logging.getLogger(__name__)
