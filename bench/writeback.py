@@ -28,7 +28,8 @@ from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
 from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
-from gateway.store import EmbeddedRedis, Recorder, RedisStore, connect
+from gateway.store import EmbeddedRedis, RedisStore, connect
+from gateway.store.recording import Recorder
 
 TEXT = ("I finally repaired the old bicycle my grandfather left me; the chain was rusted "
         "through, so I ordered a new one from the shop near the harbour. ")

@@ -110,12 +110,12 @@ def _rotate_key(path: str, tenant: str) -> int:
     import asyncio
     import json
 
-    from gateway.http.app import store_url
     from gateway.store import connect
     from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError
     from gateway.store.keyring import load_encryption
     from gateway.store.rotation import rotate_tenant
+    from gateway.wiring import store_url
 
     try:
         config = load_config(path)
@@ -150,8 +150,8 @@ def _rotate_key(path: str, tenant: str) -> int:
 def _config_and_logging(args: argparse.Namespace) -> Config:
     """The config named by `--config` (exit with its error if invalid: before the config is
     read its log format is unknown, so that one message is plain text), logging set up."""
-    from gateway.http.app import LOG_LEVEL_ENV
     from gateway.ops.logs import configure_logging
+    from gateway.wiring import LOG_LEVEL_ENV
 
     try:
         config = load_config(args.config)
@@ -172,9 +172,9 @@ def _fail(message: str) -> NoReturn:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from gateway.http.app import CONFIG_ENV, STORE_URL_ENV, store_url
     from gateway.ops.logs import uvicorn_log_config
     from gateway.store.embedded import EmbeddedRedisError
+    from gateway.wiring import CONFIG_ENV, STORE_URL_ENV, store_url
 
     config = _config_and_logging(args)
     host = args.host or config.server.host
@@ -199,7 +199,8 @@ def _serve(args: argparse.Namespace) -> None:
         logging.getLogger("gateway").info(JsonMessage(event="embedded_store", url=url))
     worker = None
     if config.recorder.mode == "process":
-        from gateway.worker import WORKER_ENV, WorkerProcess
+        from gateway.wiring import WORKER_ENV
+        from gateway.worker import WorkerProcess
 
         worker = WorkerProcess(Path(args.config).resolve(), args.log_level)
         worker.start()
@@ -254,8 +255,8 @@ def _check_keys(config: Config, url: str) -> None:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    from gateway.http.app import routing_upstream, store_url
     from gateway.store.embedded import EmbeddedRedisError
+    from gateway.wiring import routing_upstream, store_url
     from gateway.worker import serve_worker
 
     config = _config_and_logging(args)
@@ -273,15 +274,15 @@ def _worker(args: argparse.Namespace) -> None:
 def _reindex(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gateway.http.app import store_url
     from gateway.memory.embedders import embedder_from_config
-    from gateway.memory.search.embedding import EmbeddingService
-    from gateway.memory.records.keys import MemoryKeySpace
     from gateway.memory.jobs.reindex import reindex_command
+    from gateway.memory.records.keys import MemoryKeySpace
+    from gateway.memory.search.embedding import EmbeddingService
     from gateway.store import connect
     from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError
     from gateway.store.keyring import load_encryption
+    from gateway.wiring import store_url
 
     config = _config_and_logging(args)
     enabled = sorted(n for n, t in config.tenants.items() if t.memory.enabled)

@@ -27,121 +27,33 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable
-
-import redis.asyncio as aioredis
+from typing import TYPE_CHECKING
 
 from gateway.config import Config
-from gateway.ops.job_metrics import JobMetrics
-from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ports import Upstream
-from gateway.store import connect
-from gateway.store.cluster import key_space
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.embedded import die_with_parent
-from gateway.store.keyring import load_encryption
-from gateway.store.recording.recorder import Recorder
-from gateway.store.recording.sharded import ShardedRecorder
-from gateway.config.tenants import TenantDirectory
-from gateway.ops.tracing import start_tracing
+from gateway.wiring import PARENT_ENV, open_services, step
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger("gateway.worker")
 
-WORKER_ENV = "GATEWAY_WORKER"
-"""Set by `gateway serve` for its serving processes: a worker process runs beside them."""
-PARENT_ENV = "GATEWAY_WORKER_PARENT"
-"""Set for a worker child: the pid of the `gateway serve` that started it."""
-
-
-def build_recorder(config: Config, client: aioredis.Redis,
-                   jobs: JobMetrics | None = None, *,
-                   encryption: Encryption = NO_ENCRYPTION) -> Recorder | ShardedRecorder:
-    """One Redis: a `Recorder` of the one record stream; a cluster: one per shard's stream."""
-    r = config.recorder
-    options: dict[str, Any] = {
-        "workers": r.workers, "max_attempts": r.max_attempts,
-        "backoff_seconds": r.backoff_seconds,
-        "claim_idle_ms": int(r.claim_idle_seconds * 1000), "jobs": jobs,
-        "encryption": encryption}
-    keys = key_space(config)
-    if keys.cluster:
-        return ShardedRecorder(client, keys, **options)
-    return Recorder(client, keys, **options)
-
-
-@dataclass
-class Background:
-    """The recorder and the memory worker of one process, started and drained together."""
-
-    recorder: Recorder | ShardedRecorder
-    memory: MemoryRuntime | None
-
-    async def start(self) -> None:
-        await self.recorder.start()
-        if self.memory is not None:
-            await self.memory.worker.start()
-
-    async def drain(self, timeout: float, claim_idle_seconds: float) -> None:
-        """Apply what is queued now (each step bounded by `timeout`), then leave the consumer
-        group tidy. Every step tolerates a store that is gone: it logs and the next runs."""
-        await step("recorder", self.recorder.drain(timeout), timeout)
-        await step("recorder consumers", self.recorder.remove_consumers(
-            stale_after_ms=max(60_000, 4 * int(claim_idle_seconds * 1000))), timeout)
-        if self.memory is not None:
-            await step("memory worker", self.memory.worker.drain(timeout), timeout)
-
-
-async def step(name: str, work: Awaitable[Any], timeout: float = 10.0) -> None:
-    """One shutdown step, bounded by `timeout` (+1 s for a step that bounds itself by it to
-    finish): its failure or overrun is logged and the next step runs."""
-    try:
-        await asyncio.wait_for(work, timeout + 1)  # a hung store too
-    except Exception as exc:  # noqa: BLE001 — shutdown must finish; each failure is logged
-        logger.warning(json.dumps({"event": "shutdown_step_failed", "step": name,
-                                   "error": repr(exc)}))
-
 
 async def run_worker(config: Config, url: str, upstream: Upstream,
                      stop: asyncio.Event, *, span_exporter: SpanExporter | None = None) -> None:
     """Apply turns and derive memory until `stop` is set, then drain. This process sets up
     its own tracing (`span_exporter` replaces OTLP: tests)."""
-    timeout = config.server.store_timeout_seconds
-    cluster = config.store_cluster.enabled
-    memory_redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                           cluster=cluster)
-    # The recorder's blocking stream reads outlast any socket timeout: a connection of its own.
-    recorder_redis = connect(url, socket_connect_timeout=timeout, cluster=cluster)
-    jobs = JobMetrics(memory_redis)  # job latency and retries, for every replica's /metrics
-    memory = None
-    encryption = await load_encryption(config, memory_redis)
-    tracing = start_tracing(config.tracing, span_exporter)
-    if any(t.memory.enabled for t in config.tenants.values()):
-        memory = build_memory(config, memory_redis, upstream, TenantDirectory(config),
-                              tracing=tracing, jobs=jobs, encryption=encryption)
-        await memory.embedding.warm_up()
-    background = Background(build_recorder(config, recorder_redis, jobs,
-                                           encryption=encryption), memory)
-    await background.start()
-    logger.info(json.dumps({"event": "worker_started", "pid": os.getpid(),
-                            "memory": memory is not None}))
-    try:
+    async with open_services(config, url, upstream, applies_turns=True,
+                             span_exporter=span_exporter) as services:
+        await services.start_background()
+        logger.info(json.dumps({"event": "worker_started", "pid": os.getpid(),
+                                "memory": services.memory is not None}))
         await stop.wait()
-    finally:
-        await background.drain(config.recorder.drain_timeout_seconds,
-                               config.recorder.claim_idle_seconds)
-        if memory is not None:
-            memory.close()
-        await step("store connection", memory_redis.aclose())
-        await step("recorder store connection", recorder_redis.aclose())
-        if tracing is not None:  # the last spans out (a blocking export: off the loop)
-            await asyncio.to_thread(tracing.shutdown)
-        logger.info(json.dumps({"event": "worker_stopped",
-                                "recorder_applied": background.recorder.applied}))
+    recorder = services.recorder
+    logger.info(json.dumps({"event": "worker_stopped",
+                            "recorder_applied": recorder.applied if recorder else None}))
 
 
 def serve_worker(config: Config, url: str, upstream: Upstream) -> None:

@@ -17,7 +17,8 @@ from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.jobs.worker import MemoryWorker
-from gateway.store import EmbeddedRedis, Recorder, RedisStore
+from gateway.store import EmbeddedRedis, RedisStore
+from gateway.store.recording import Recorder
 from gateway.store.codec import encode_key
 from gateway.store.keys import KeySpace
 from tests.support.gateway import KEYS, MODELS, running_gateway

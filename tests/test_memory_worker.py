@@ -10,7 +10,8 @@ from gateway.core.transcript import TurnRecord
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.records.settings_store import SettingsStore
 from gateway.memory.jobs.worker import MemoryUpdate, MemoryWorker
-from gateway.store import Recorder, RedisStore
+from gateway.store import RedisStore
+from gateway.store.recording import Recorder
 from gateway.store.codec import encode_key
 
 KEY = ConversationKey("acme", "alice", "c1")

@@ -11,7 +11,8 @@ import pytest
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
 from gateway.core.transcript import TurnRecord
-from gateway.store import Recorder, RedisStore
+from gateway.store import RedisStore
+from gateway.store.recording import Recorder
 from gateway.store.codec import encode_record
 
 KEY = ConversationKey("acme", "alice", "conv-1")

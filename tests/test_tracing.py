@@ -17,8 +17,9 @@ import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.http.app import create_app, routing_upstream
 from gateway.config import ConfigError, parse_config
+from gateway.http.app import create_app
+from gateway.wiring import routing_upstream
 from gateway.worker import run_worker
 from tests.support.gateway import KEYS, gateway_config
 from tests.support.servers import serve

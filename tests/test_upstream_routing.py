@@ -111,7 +111,7 @@ _NO_LITELLM = """
 import json, sys
 import httpx
 from tests.support.gateway import KEYS, gateway_config, running_gateway
-from gateway.http.app import routing_upstream
+from gateway.wiring import routing_upstream
 
 store, base = sys.argv[1], sys.argv[2]
 models = {"fast": {"model": "openai/echo", "api_base": base}}

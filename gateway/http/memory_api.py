@@ -17,15 +17,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.pipeline.chat_request import parse_body
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge
 from gateway.memory.control import MemoryControl
 from gateway.memory.records.pin_store import PinLimitReached
 from gateway.memory.records.settings_store import UserSettings
+from gateway.pipeline.chat_request import parse_body
 
 if TYPE_CHECKING:
-    from gateway.http.app import Gateway
+    from gateway.http.state import Gateway
 
 TENANT_HEADER = "X-Gateway-Tenant"
 """Which tenant an admin key acts for (a tenant key may send its own tenant's name)."""

@@ -13,16 +13,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.pipeline.chat_request import ChatRequest, parse_body, parse_chat_request
+from gateway.config.tenants import Tenant
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
 from gateway.http.memory_api import memory_routes
-from gateway.ops.observability import RequestLog, request_id
 from gateway.http.openapi import openapi
-from gateway.config.tenants import Tenant
+from gateway.ops.observability import RequestLog, request_id
+from gateway.pipeline.chat_request import ChatRequest, parse_body, parse_chat_request
 
 if TYPE_CHECKING:
-    from gateway.http.app import Gateway
+    from gateway.http.state import Gateway
 
 logger = logging.getLogger("gateway.routes")
 

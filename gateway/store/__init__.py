@@ -4,8 +4,9 @@ Public surface:
 - `connect(url)`: the `redis.asyncio` client every store part expects (decoded responses);
 - `EmbeddedRedis`: the bundled server for `store: embedded`;
 - `RedisStore`: `ports.ConversationStore` (durable enqueue, read-your-writes load);
-- `Recorder`: the worker that applies enqueued turns;
 - `KeySpace`: every key name.
+
+The recorder, which applies enqueued turns, is in `gateway.store.recording` (above this package).
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from gateway.store.cluster import connect_cluster
 from gateway.store.embedded import EmbeddedRedis, EmbeddedRedisError
 from gateway.store.keys import KeySpace
 from gateway.store.pool import PoolStats, StorePool
-from gateway.store.recording.recorder import Recorder
 from gateway.store.redis_store import RedisStore
 
-__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "KeySpace", "PoolStats", "Recorder",
-           "RedisStore", "StorePool", "connect"]
+__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "KeySpace", "PoolStats", "RedisStore",
+           "StorePool", "connect"]
 
 DEFAULT_POOL_SIZE = 100
 

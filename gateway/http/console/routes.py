@@ -24,16 +24,21 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from gateway.core.ids import ConversationKey, valid_id
 from gateway.http.console.chart import token_chart
 from gateway.http.console.session import COOKIE, COOKIE_PATH, Session, SessionStore
-from gateway.http.console.views import (conversation_view, find_conversation, request_log,
-                                   user_view, users_page)
-from gateway.core.ids import ConversationKey, valid_id
+from gateway.http.console.views import (
+    conversation_view,
+    find_conversation,
+    request_log,
+    user_view,
+    users_page,
+)
 from gateway.memory.control import MemoryControl
 from gateway.memory.records.facts_store import FactStore
 
 if TYPE_CHECKING:
-    from gateway.http.app import Gateway
+    from gateway.http.state import Gateway
 
 HERE = Path(__file__).parent
 MAX_FORM_BYTES = 16_384

@@ -1,0 +1,1 @@
+"""Pure tests: no servers, no processes, no network — the fast loop (`./scripts/test --fast`)."""

@@ -1,0 +1,158 @@
+"""The package's layers: every import goes down (or stays in its layer), and no module imports
+itself back through others. Every import counts — at module level, inside a function, or under
+`TYPE_CHECKING` — since each one is a dependency a reader has to hold in mind."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "gateway"
+
+LAYERS: list[tuple[str, ...]] = [
+    ("gateway", "gateway._offline", "gateway.errors", "gateway.core"),
+    ("gateway.core.text",),
+    ("gateway.core.recall", "gateway.core.memory"),
+    ("gateway.core.context",),
+    ("gateway.config", "gateway.ports", "gateway.tokenizer", "gateway.inprocess"),
+    ("gateway.ops",),
+    ("gateway.store", "gateway.upstream"),
+    ("gateway.store.recording",),
+    ("gateway.memory", "gateway.memory.ports"),
+    ("gateway.memory.embedders", "gateway.memory.records"),
+    ("gateway.memory.search",),
+    ("gateway.memory.recall", "gateway.memory.jobs"),
+    ("gateway.memory.control", "gateway.memory.runtime"),
+    ("gateway.pipeline",),
+    ("gateway.wiring",),
+    ("gateway.http", "gateway.worker"),
+    ("gateway.cli", "gateway.__main__"),
+]
+"""Lowest first. A module belongs to the layer of its longest listed prefix; it may import its
+own layer and those before it. `gateway.memory` (the package's `__init__`) and `ports` sit
+below every memory room; the recall and the jobs are peers that never import each other."""
+
+PEERS_APART = [("gateway.memory.recall", "gateway.memory.jobs"),
+               ("gateway.store", "gateway.upstream")]
+"""Peers of one layer that must not import each other at all."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def imports_of(name: str) -> set[str]:
+    """The gateway modules `name` imports (a `from package import module` names the module)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                      for a in node.names}
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def layer_of(name: str) -> tuple[int, str]:
+    best: tuple[int, str] | None = None
+    for rank, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and \
+                    (best is None or len(prefix) > len(best[1])):
+                best = (rank, prefix)
+    assert best is not None, f"{name} is in no layer: add it to LAYERS"
+    return best
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_every_room():
+    assert len(MODULES) > 100
+    assert "gateway.pipeline.chat" in GRAPH["gateway.http.routes"] | GRAPH["gateway.http.app"]
+
+
+def test_no_module_imports_itself_back_through_others():
+    assert cycles(GRAPH) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_go_down_the_layers(name):
+    rank, _ = layer_of(name)
+    upward = sorted(m for m in GRAPH[name] if layer_of(m)[0] > rank)
+    assert upward == [], f"{name} (layer {rank}) imports a higher layer"
+
+
+@pytest.mark.parametrize("a, b", PEERS_APART)
+def test_peers_do_not_import_each_other(a, b):
+    def inside(name: str, prefix: str) -> bool:
+        return layer_of(name)[1] == prefix
+
+    crossing = sorted((n, m) for n in MODULES for m in GRAPH[n]
+                      if (inside(n, a) and inside(m, b)) or (inside(n, b) and inside(m, a)))
+    assert crossing == []
+
+
+def test_folders_stay_small():
+    top = [p for p in ROOT.glob("*.py")]
+    assert len(top) <= 10, sorted(p.name for p in top)
+    for folder in [p for p in ROOT.rglob("*") if p.is_dir() and p.name != "__pycache__"]:
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= 15, folder
+
+
+def test_every_package_says_what_lives_there():
+    for init in ROOT.rglob("__init__.py"):
+        tree = ast.parse(init.read_text())
+        assert ast.get_docstring(tree), f"{init.relative_to(ROOT.parent)} has no docstring"
