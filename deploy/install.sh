@@ -2,7 +2,7 @@
 # Install the gateway (not editable) into a new virtual environment: deploy/install.sh VENV_DIR
 #
 # Run from a source tree holding pyproject.toml, README.md and gateway/. The image's only
-# build command is this script (deploy/Dockerfile), and tests/test_deploy.py runs it on a copy
+# build command is this script (deploy/Dockerfile), and tests/e2e/test_deploy.py runs it on a copy
 # of the same build context, so CI exercises the image's install step without a Docker engine.
 set -eu
 venv="${1:?usage: deploy/install.sh VENV_DIR}"

@@ -129,7 +129,7 @@ class TiktokenTokenizer:
     o200k alike) ends a piece at the newline after a line's last non-blank character, and the
     next line starts a new one (o200k alone carries a "/" right after the newline into the
     piece before). gateway/core/context/packing.py prices recalled blocks on it (their lines start
-    with "- " or "["); tests/test_packing.py checks it on random texts in both encodings."""
+    with "- " or "["); tests/unit/test_packing.py checks it on random texts in both encodings."""
 
     def __init__(self, encoding_name: str, *, count_entries: int = COUNT_CACHE_ENTRIES,
                  count_chars: int = COUNT_CACHE_CHARS,

@@ -10,7 +10,7 @@ longer than the tenant's threshold. The request then has two forms of the client
   `tool_call_id` and other fields, content `[one-shot tool result, 12,345 chars, not stored]` —
   which is what is reconciled with the transcript and recorded.
 
-Invariants (tested table-driven in tests/test_one_shot.py):
+Invariants (tested table-driven in tests/unit/test_one_shot.py):
 - the placeholder depends only on the message itself (its role, its fields, the length of its
   text), so a stateless client resending the same message next turn gets the same kept form,
   the same chained id, and reconciles with the stored placeholder instead of forking;

@@ -3,7 +3,7 @@
 It describes what the gateway itself accepts and answers — the chat endpoint as the subset of
 OpenAI's request the gateway validates (everything else passes through to the upstream), the
 model list, health, metrics and the user-control API — so clients can generate code against
-it and `schemathesis` can fuzz every operation (tests/test_openapi.py). Every error is
+it and `schemathesis` can fuzz every operation (tests/integration/test_openapi.py). Every error is
 OpenAI's error shape.
 """
 

@@ -16,7 +16,7 @@ longest of its history's prefixes held (a stateless client's previous request en
 messages back) and counts only what follows.
 
 Invariants: costs are only ever reused for the same ids under the same tokenizer, and equal
-`count_each` of the same messages (tests/test_history_costs.py); bounded in entries and in
+`count_each` of the same messages (tests/unit/test_history_costs.py); bounded in entries and in
 costs held (least recently used first).
 """
 

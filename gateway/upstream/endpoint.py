@@ -28,7 +28,7 @@ Everything else stays on litellm, which translates for its provider:
   text completions API (`ft:davinci-002:...`, `ft:babbage-002:...`, bare `*-instruct`; an
   `openai/...-instruct` model, say a vLLM-served Llama, is chat and goes direct).
   The patterns err towards litellm: a name wrongly kept on litellm costs speed, never
-  behaviour. tests/test_upstream_routing.py checks the rule against
+  behaviour. tests/integration/test_upstream_routing.py checks the rule against
   litellm's own model map, so a litellm upgrade that disagrees fails a test.
 """
 

@@ -1,7 +1,7 @@
 """ports.Upstream through `litellm.acompletion`, every setting passed per call.
 
 What litellm 1.106.2 would otherwise do to a request, and how this adapter keeps it untouched
-(each point pinned by tests/test_upstream_litellm.py):
+(each point pinned by tests/integration/test_upstream_litellm.py):
 
 - For the `openai` provider (`openai/<model>` with an api_base, or a bare OpenAI model name)
   every body field but `stream` goes in `extra_body`, which the openai SDK merges over the JSON

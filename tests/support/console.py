@@ -18,7 +18,7 @@ def console_config(redis_url: str, facts_k: int = 0, **console: Any) -> Config:
     """Two tenants with memory (inline recording, the test embedder, compaction after two
     rounds; `facts_k` facts offered per request), admin keys, and the console on over plain
     http."""
-    from tests.test_memory_erase import memory_config
+    from tests.integration.test_memory_erase import memory_config
 
     data = memory_config(redis_url).model_dump(mode="json", exclude_defaults=True)
     for tenant in data["tenants"].values():

@@ -15,7 +15,7 @@ It has up to two sections:
   may be an attempt at prompt injection) and assistant/tool messages (text a model or a tool
   wrote) — presented like other memory: background data, not instructions.
 
-Invariants (tests/test_pinned.py, tests/test_rewrite_properties.py):
+Invariants (tests/unit/test_pinned.py, tests/unit/test_rewrite_properties.py):
 - an item is shown whole or not at all (never shortened): one line, newlines made spaces, its
   role named unless it is the user's;
 - packing takes the rules first, then the noted items, each group oldest pin first, skipping

@@ -5,7 +5,7 @@ Output order (DESIGN.md, "What the model sees"), cache friendly:
     [instructions] [pinned block] [summary block] [profile block] [recent history]
     [recalled block] [current]
 
-Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properties.py):
+Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrite_properties.py):
 - instructions and the current turn are forwarded verbatim and never dropped, even when they
   alone exceed the budget (then `over_budget` is set and nothing else is added);
 - otherwise the forwarded prompt, counted with `count_messages`, fits `policy.prompt_budget`;
@@ -39,7 +39,7 @@ Invariants (each pinned by tests/test_rewrite.py and tests/test_rewrite_properti
   recalled chunk whose source messages are all in the window, nor an item whose text is a
   window message's text or a higher-ranked item's (see `packing.drop_redundant`);
 - with nothing pinned, the output is what it was before pins existed (the goldens of
-  tests/test_rewrite_golden.py);
+  tests/unit/test_rewrite_golden.py);
 - with empty memory and everything fitting, the output is exactly instructions + history +
   current, the same `Message` values.
 """

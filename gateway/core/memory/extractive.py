@@ -1,7 +1,7 @@
 """The extractive summariser: the most important sentences of a span, kept verbatim.
 
 Used when no LLM is configured for summaries, when the LLM fails, and to merge old chunks.
-Invariants (tests/test_extractive.py):
+Invariants (tests/unit/test_extractive.py):
 - it never invents text: every kept sentence is a verbatim piece of one utterance (only the
   speaker labels, the optional date anchor, and " …" after a sentence cut to fit are added);
 - kept sentences appear in their original order, grouped per utterance behind its label;

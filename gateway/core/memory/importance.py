@@ -19,7 +19,7 @@ The rule reads the message after PII redaction (gateway/core/text/pii.py): phone
 numbers are never a reason to pin (and a pin made by the rule stores the redacted text).
 Dates alone are not a reason either: a third of everyday messages mention one ("on 7 May",
 "yesterday", "in 2022") and recall already dates every turn — pinning them would fill the
-block with small talk. Measured on tables of examples in tests/test_importance.py.
+block with small talk. Measured on tables of examples in tests/unit/test_importance.py.
 """
 
 from __future__ import annotations

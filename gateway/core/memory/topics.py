@@ -7,7 +7,7 @@ leaves the current topic — by embedding drift (`is_switch`: the message is les
 the embedder's threshold to every one of the last turns of the segment) or, when configured,
 an LLM classifier — then keeps the segments here and labels them from their salient words.
 
-Invariants (tests/test_topics.py):
+Invariants (tests/unit/test_topics.py):
 - segments are ordered, never overlap and leave no gap: segment k+1 starts right after
   segment k ends; the last one (the current topic) has no end;
 - a segment holds at least `min_turns` user turns before a switch may end it (one off-topic

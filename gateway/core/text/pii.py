@@ -26,7 +26,7 @@ Detected (ASCII or full-width digits, spaces or dashes between digit groups):
 - `[PASSPORT]`: 6–9 capitals and digits (at least one digit) within 40 characters after a
   passport keyword (passport, 护照, パスポート, Reisepass, passeport, pasaporte, ...).
 
-Invariants (tests/test_pii.py, with hypothesis):
+Invariants (tests/unit/test_pii.py, with hypothesis):
 - `redact` is idempotent: `redact(redact(x)) == redact(x)` (it repeats until nothing is found);
 - text with no digit, no `@` and no SWIFT/BIC keyword is returned unchanged; placeholders
   contain none of them;

@@ -1,6 +1,6 @@
 """The console's HTTP handlers: sign in and out, read pages, and the few POST actions.
 
-Security rules every handler follows (tested in tests/test_console_http.py):
+Security rules every handler follows (tested in tests/integration/test_console_http.py):
 - a page needs a live session (else a redirect to the sign-in page); a POST needs one too,
   and the session's CSRF token in its form, and no cross-site origin (else 403);
 - templates autoescape everything (Jinja2, `autoescape=True`), and every page is sent with a

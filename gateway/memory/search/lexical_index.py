@@ -25,7 +25,7 @@ many documents runs on the index's own thread, on an index no search can see yet
 Invariants: a search reads only its namespace's keys; results are ids with BM25 score > 0,
 best first; a query with no known token returns [] without scoring; an excluded
 conversation's items are never returned; scores equal a fresh bm25s build over the live
-documents (tests/test_bm25.py).
+documents (tests/unit/test_bm25.py).
 """
 
 from __future__ import annotations

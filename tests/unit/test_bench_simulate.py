@@ -12,7 +12,7 @@ from bench.locomo.simulate import Knobs, VectorCache, build_corpus, prompt, reca
 from gateway.core.recall.ranking import SPEAKER_LABEL
 from gateway.memory.embedders.hashing import HashEmbedder
 
-FIXTURE = Path(__file__).parent / "fixtures" / "zh-conversations.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "zh-conversations.json"
 
 
 def test_simulated_prompts_fit_the_budget_and_end_with_the_question(tmp_path):

@@ -17,7 +17,7 @@ from gateway.upstream.endpoint import Endpoint, openai_endpoint
 from gateway.upstream.fake_server import create_fake_app
 from tests.support.servers import serve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPENAI = "https://api.openai.com/v1/chat/completions"
 
 

@@ -143,14 +143,14 @@ def test_encodings_load_without_network(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
     env["HOME"] = str(tmp_path)  # no user-level cache either
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=env, cwd=os.path.dirname(os.path.dirname(__file__)),
+                            env=env, cwd=pathlib.Path(__file__).parents[2],
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["2", "2"]
 
 
 def test_core_does_not_import_tiktoken():
-    core = pathlib.Path(__file__).parent.parent / "gateway" / "core"
+    core = pathlib.Path(__file__).parents[2] / "gateway" / "core"
     importing = re.compile(r"^\s*(import|from)\s+tiktoken\b", re.MULTILINE)
     for path in core.glob("*.py"):
         assert not importing.search(path.read_text(encoding="utf-8")), path

@@ -35,7 +35,7 @@ from gateway import cli
 from gateway.config import _ENV_REF, load_config
 from gateway.http.routes import routes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 EXAMPLE_CONFIG = DEPLOY / "config.example.yaml"

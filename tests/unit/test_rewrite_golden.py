@@ -13,13 +13,13 @@ were cached and the blocks priced incrementally. One case differs since, on purp
 `o200k_base/202`, whose best-ranked recollection holds `</memory>`. d8503e1 priced recalled
 lines unescaped and took the block's constant from that item's escaped block, so every other
 item was priced too high and one that fits was left out (the best-first invariant of
-tests/test_rewrite_properties.py fails on d8503e1's output); lines are priced as escaped now.
+tests/unit/test_rewrite_properties.py fails on d8503e1's output); lines are priced as escaped now.
 Re-record (only for a change of behaviour that is meant) with:
-`python -m tests.test_rewrite_golden tests/fixtures/rewrite_golden.json`.
+`python -m tests.unit.test_rewrite_golden tests/fixtures/rewrite_golden.json`.
 
 Pinned messages came later: the recorded cases (nothing pinned) must stay identical, and
 tests/fixtures/rewrite_golden_pinned.json holds cases with pins (`generate_pinned`, recorded
-when pins were introduced; re-record with `python -m tests.test_rewrite_golden --pinned`).
+when pins were introduced; re-record with `python -m tests.unit.test_rewrite_golden --pinned`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
 from gateway.core.text.tokens import Tokenizer, count_messages
 from gateway.tokenizer import tokenizer_for_encoding
-from tests.test_rewrite import WordTokenizer
+from tests.unit.test_rewrite import WordTokenizer
 
-GOLDEN = Path(__file__).parent / "fixtures" / "rewrite_golden.json"
+GOLDEN = Path(__file__).parents[1] / "fixtures" / "rewrite_golden.json"
 LATER_FIELDS = frozenset({"pinned", "pinned_ids", "pinned_tokens"})
 """Fields of `Rewrite` added after the golden file was recorded (pinned messages): left out
 of the digest while they hold their defaults, so a request with nothing pinned must give the
@@ -147,7 +147,7 @@ def generate(seed: int, tok: Tokenizer) -> RewriteRequest:
                           policy=policy, memory=memory, history_ids=ids)
 
 
-GOLDEN_PINNED = Path(__file__).parent / "fixtures" / "rewrite_golden_pinned.json"
+GOLDEN_PINNED = Path(__file__).parents[1] / "fixtures" / "rewrite_golden_pinned.json"
 PINNED_SEEDS = range(120)
 
 
@@ -228,7 +228,7 @@ def test_rewrite_output_with_pins_is_byte_identical_to_the_recorded_golden():
     golden = json.loads(GOLDEN_PINNED.read_text())
     got = record_pinned()
     assert {k: (golden[k], v) for k, v in got.items() if golden.get(k) != v} == {}
-    from tests.test_rewrite_properties import check_pinned
+    from tests.unit.test_rewrite_properties import check_pinned
 
     tok = TOKENIZERS["o200k_base"]
     outs = []

@@ -24,7 +24,7 @@ from gateway.worker import run_worker
 from tests.support.gateway import KEYS, gateway_config
 from tests.support.servers import serve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"
 STEPS = {"gateway.load", "gateway.recall", "gateway.rewrite", "gateway.upstream",

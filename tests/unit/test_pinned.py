@@ -1,7 +1,7 @@
 """Pinned messages in the pure core (gateway/core/context/pinned.py and the rewrite's pinned block):
 how a block is rendered and packed, which ids a client's markers pin, and where the block goes
 in the forwarded prompt. Budgets use `WordTokenizer` (one token per word), as in
-tests/test_rewrite.py."""
+tests/unit/test_rewrite.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from gateway.core.text.tokens import count_message, count_messages
 from gateway.core.transcript import apply_turn, reconcile
 from gateway.core.context.truncation import TRUNCATION_MARKER
 from gateway.tokenizer import tokenizer_for_encoding
-from tests.test_rewrite import TOK, assistant, policy, sys_, user, words
+from tests.unit.test_rewrite import TOK, assistant, policy, sys_, user, words
 
 
 def pin(id_: str, text: str, source: str = "client", role: str = "user",

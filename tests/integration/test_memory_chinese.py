@@ -18,7 +18,7 @@ from bench.locomo.data import load
 from bench.locomo.script import build_script
 from bench.locomo.score import Scorer
 
-FIXTURE = Path(__file__).parent / "fixtures" / "zh-conversations.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "zh-conversations.json"
 CONVERSATION = "zh-liuyang-zhaomin"
 BUDGET = 300
 MEASURED_RECALL = 0.658

@@ -2,7 +2,7 @@
 client unchanged, a client that hangs up closes the upstream stream, connections are pooled, the
 timeout is per read (not a total), a pooled connection the upstream dropped is retried once, a
 gzip answer is decoded, a bad api_base is a 502.
-(Its behaviour shared with litellm is in tests/test_upstream_litellm.py.)"""
+(Its behaviour shared with litellm is in tests/integration/test_upstream_litellm.py.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 .ci/run; Playwright downloads nothing) against the real gateway and store.
 
 With CONSOLE_SCREENSHOTS=<dir> set, the tests also save the README's screenshots there
-(`CONSOLE_SCREENSHOTS=docs/console pytest tests/test_console_browser.py`).
+(`CONSOLE_SCREENSHOTS=docs/console pytest tests/e2e/test_console_browser.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.console import ADMIN_KEY, chat, console_config
 from tests.support.gateway import running_gateway
-from tests.test_memory_erase import converse
+from tests.integration.test_memory_erase import converse
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium")

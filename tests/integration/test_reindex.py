@@ -27,7 +27,7 @@ from gateway.memory.search.vector_index import FaissVectorIndex
 from gateway.memory.records.vector_store import encode_vector, space_of, vector_space
 from tests.support.gateway import running_gateway
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KEY, USER = "acme-key", "alice-3F"
 KEYS = MemoryKeySpace()
 OLD, NEW = HashEmbedder(), HashEmbedder(variant="b")

@@ -30,7 +30,7 @@ from gateway.store.keyring import load_encryption
 from gateway.store.keys import KeySpace
 from gateway.store.rotation import rotate_tenant
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
-from tests.test_encryption import KEY_A
+from tests.integration.test_encryption import KEY_A
 
 SHARDS = 8
 CANARY = {("acme", "ursula"): "Quixote", ("acme", "bruno"): "Rocinante",

@@ -33,7 +33,7 @@ from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
 from gateway.core.context.truncation import TRUNCATION_MARKER, truncate_message
 from gateway.tokenizer import tokenizer_for_encoding
-from tests.test_rewrite import WordTokenizer
+from tests.unit.test_rewrite import WordTokenizer
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REAL = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,7 +23,7 @@ from gateway.memory.embedders.use import UseEmbedder
 from gateway.core.text.tokens import count_messages
 from gateway.tokenizer import tokenizer_for_encoding
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 ZH, EN = FIXTURES / "conversations_zh.json", FIXTURES / "conversations_tiny_en.json"
 RESULT_KEYS = {"strategy", "mode", "budget", "category", "n", "evidence_recall",
                "answer_containment", "date_recall", "forwarded_tokens_mean", "prefix_reuse"}

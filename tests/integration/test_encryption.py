@@ -44,8 +44,8 @@ from gateway.store.keyring import load_encryption
 from gateway.store.keys import KeySpace
 from gateway.store.redis_store import RedisStore
 from tests.support.gateway import KEYS, MODELS, forwarded, running_gateway
-from tests.test_memory_erase import chat, converse, dump, mentions
-from tests.test_one_shot_http import append_only_files
+from tests.integration.test_memory_erase import chat, converse, dump, mentions
+from tests.integration.test_one_shot_http import append_only_files
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
 KEY_B = base64.b64encode(bytes(range(100, 132))).decode()

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.support.gateway import KEYS, forwarded, running_gateway
-from tests.test_memory_erase import BOB, ERIN, chat, converse, memory_config, populate
+from tests.integration.test_memory_erase import BOB, ERIN, chat, converse, memory_config, populate
 
 
 class Api:

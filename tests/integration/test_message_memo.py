@@ -84,7 +84,7 @@ def test_the_memo_keeps_the_most_recently_used_values_within_its_bound():
 
 
 async def test_compaction_dates_from_the_memo_equal_the_dates_read_off_every_text(redis_client):
-    from tests.test_compactor import compactor, conversation
+    from tests.integration.test_compactor import compactor, conversation
     full = conversation(30)
     worker = compactor(redis_client, memo=MessageMemo())
     first = worker._dates(full)

@@ -43,7 +43,7 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.core.text.tokens import count_each, count_message
 from gateway.tokenizer import tokenizer_for_encoding
-from tests.test_rewrite import WordTokenizer
+from tests.unit.test_rewrite import WordTokenizer
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REAL = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

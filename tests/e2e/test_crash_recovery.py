@@ -77,7 +77,7 @@ def test_kill_9_of_a_replica_under_load_loses_no_completed_turn(tmp_path, store,
     with Processes(tmp_path) as procs:
         url, shards = shared_store(procs, store, request)
         # Recorders on the serving loops (`background`), so the killed process holds record
-        # jobs; a killed worker process is tests/test_worker_process.py.
+        # jobs; a killed worker process is tests/e2e/test_worker_process.py.
         config = gateway_config_file(tmp_path / "config.yaml", url, shards=shards,
                                      recorder={"mode": "background"})
         a, b = procs.gateway(config), procs.gateway(config)

@@ -2,7 +2,7 @@
 journals are claimed once and only from processes that are gone, and a replayed turn created
 before its user's erase is refused by the store.
 
-The process-level scenario (redis down, SIGTERM, restart) is in tests/test_graceful_shutdown.py.
+The process-level scenario (redis down, SIGTERM, restart) is in tests/e2e/test_graceful_shutdown.py.
 """
 
 from __future__ import annotations

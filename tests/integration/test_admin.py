@@ -13,7 +13,7 @@ import pytest
 from gateway.config import hash_key, parse_config
 from gateway.errors import ConfigError
 from tests.support.gateway import KEYS, running_gateway
-from tests.test_memory_erase import BOB, ERIN, converse, memory_config
+from tests.integration.test_memory_erase import BOB, ERIN, converse, memory_config
 
 ADMIN_KEY = "admin-key-for-tests"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}

@@ -1,6 +1,6 @@
 """One-shot context, the pure part: which messages are one-shot, their placeholders, and that a
 stateless client resending one reconciles with the stored placeholder (gateway/core/one_shot.py).
-The gateway end to end, with a store-wide scan: tests/test_one_shot_http.py."""
+The gateway end to end, with a store-wide scan: tests/integration/test_one_shot_http.py."""
 
 from __future__ import annotations
 

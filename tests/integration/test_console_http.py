@@ -19,7 +19,7 @@ from gateway.store.keys import KeySpace
 from tests.support.console import (ADMIN_KEY, chat, console_config, csrf_of, signed_in,
                                    wait_for_request_log)
 from tests.support.gateway import KEYS, running_gateway
-from tests.test_memory_erase import converse, memory_config
+from tests.integration.test_memory_erase import converse, memory_config
 
 ERIN = "erin-7Q"
 XSS = '<script>alert("owned")</script><img src=x onerror=alert(2)>'

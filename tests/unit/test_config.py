@@ -16,7 +16,7 @@ from gateway.core.policy import ContextPolicy
 from gateway.errors import ConfigError
 from gateway.config.tenants import TenantDirectory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def minimal(**tenant_extra):
