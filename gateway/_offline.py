@@ -2,7 +2,7 @@
 
 litellm fetches its model cost map at import unless told to use the bundled one, and tiktoken
 downloads its encodings on first use; litellm ships the encoding files tiktoken expects, so we
-point tiktoken's cache there (ENVIRONMENT.md). Environment variables an operator already set
+point tiktoken's cache there. Environment variables an operator already set
 win. This runs when the `gateway` package is imported, before either library is.
 """
 

@@ -5,6 +5,9 @@ reason (`tenants.acme.context.max_recent_turns: Input should be greater than 0`)
 live in the file: strings may reference environment variables as `${NAME}` (or
 `${NAME:-default}`), API keys are either `{env: NAME}` or `{sha256: <hex digest>}`, and model
 keys are named by `api_key_env`.
+
+Every layer above the core may import the config; it imports only core and errors (its
+checks of installed extras live in `extras.py`, not in the adapters).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reconciling what a client sends with the stored transcript, and applying recorded turns.
 
-Two kinds of client must both work (DESIGN.md, "Reconciling what the client sends"):
+Two kinds of client must both work:
 stateless clients resend the whole history each call, stateful clients send only what is new.
 `reconcile` works out, for one request, the conversation the model should see and which
 incoming messages are new. `apply_turn` is what the recorder does with a recorded turn: append

@@ -3,7 +3,7 @@
 load the conversation ─► reconcile ─► core.rewrite ─► upstream ─► answer ─► enqueue the turn
 
 The pipeline is the only place that touches the store and the upstream on the request path.
-Failure policy (DESIGN.md): if the store fails, the client's own messages go upstream
+Failure policy: if the store fails, the client's own messages go upstream
 unchanged and the log says why; upstream errors reach the client with the upstream's status;
 a turn that cannot be enqueued is logged and counted, never raised to the client.
 """

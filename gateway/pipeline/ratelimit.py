@@ -143,7 +143,7 @@ class RateLimiter:
             args += [limit.per_minute, 1 if limit.kind == "requests" else tokens]
         try:
             answer = await self._admit(keys=[limit.key for limit in limits], args=args)
-        except Exception as exc:  # noqa: BLE001 — limits fail open (DESIGN.md), logged
+        except Exception as exc:  # noqa: BLE001 — limits fail open, logged
             self._metrics.store_unavailable.labels("rate_limit").inc()
             logger.warning("rate limits unavailable, admitting the request: %r", exc)
             return

@@ -7,6 +7,7 @@ Public surface:
 - `KeySpace`: every key name.
 
 The recorder, which applies enqueued turns, is in `gateway.store.recording` (above this package).
+Imported by everything that touches the store; it imports only config, ops and core.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Upstream adapters: the built-in fake for `fake/<behaviour>`, a direct HTTP client for
-OpenAI-compatible endpoints (the rule: gateway/upstream/endpoint.py), litellm for the rest."""
+OpenAI-compatible endpoints (the rule: gateway/upstream/endpoint.py), litellm for the rest.
+They implement `gateway.ports.Upstream`; the wiring builds them (gateway/wiring.py) and the
+pipeline and memory jobs call them through the port. They import only ports and errors."""
 
 from __future__ import annotations
 

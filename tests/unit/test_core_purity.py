@@ -1,4 +1,4 @@
-"""gateway/core decides what the model sees; it must stay pure (STYLE.md, habit 1)."""
+"""gateway/core decides what the model sees; it must stay pure."""
 
 import ast
 import importlib

@@ -1,6 +1,6 @@
 """The rewrite: which messages the model sees for one request, under the tenant's budget.
 
-Output order (DESIGN.md, "What the model sees"), cache friendly:
+Output order, cache friendly:
 
     [instructions] [pinned block] [summary block] [profile block] [recent history]
     [recalled block] [current]

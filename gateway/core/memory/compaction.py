@@ -1,6 +1,6 @@
 """Rolling conversation summaries: what a summary chunk is, and when to make or merge one.
 
-A conversation's chunks summarise its older turns (DESIGN.md, "Memory layers"). They are kept
+A conversation's chunks summarise its older turns. They are kept
 oldest first and, together, cover a prefix of the active branch's transcript:
 
 - chunk k covers the transcript positions `first_position..last_position` (inclusive), and the

@@ -2,7 +2,7 @@
 In a Redis Cluster each shard has its stream, consumed by a recorder of its own
 (gateway/store/recording/sharded.py); everything below holds per stream.
 
-Background work is tracked, bounded, drained and durable (STYLE.md habit 5):
+Background work is tracked, bounded, drained and durable:
 - tracked: worker tasks are held by the Recorder and ended by `stop()`/`drain()`;
 - bounded: each read takes at most `batch` entries; a failing job is retried with exponential
   backoff at most `max_attempts` times, then dead-lettered;
