@@ -215,7 +215,7 @@ def markdown(result: dict[str, Any]) -> str:
              f"{m['cores']} cores, {m['cpu_model']}, Python {m['python']}; o200k_base; "
              f"median of {result['runs']} warm runs"
              + (", one decoded history per case reused" if result.get("same_objects") else "")
-             + ("; the history's costs carried from the previous request (gateway/"
+             + ("; the history's costs carried from the previous request (gateway/pipeline/"
                 "history_costs.py), the lookup timed" if result.get("costs_carried")
                 else "; every history message counted in the rewrite")
              + f"; commit {result.get('commit') or '?'}"

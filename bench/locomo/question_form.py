@@ -9,7 +9,7 @@ question's language. On the LoCoMo dev split it marks 22 of the 32 open-domain q
 1 of the other 725. Recalling those differently (fewer successors, less BM25, the named
 person's turns first) was simulated and did not hold out in leave-one-conversation-out, so
 the gateway does not use it: it lives here, beside the simulation that does
-(bench/locomo/simulate.py; README, "Open-domain (category 3)").
+(bench/locomo/simulate.py; bench/README.md, "Open-domain (category 3)").
 
 Invariants: pure; case-insensitive; whole words for languages written with spaces (so
 "mighty" is no hedge), substrings for Chinese and Japanese (written without spaces); the

@@ -123,10 +123,10 @@ def held_out(corpora: Sequence[Corpus], budget: int, knobs: Knobs,
 
 def weights_module(ranker: Ranker, source: str) -> str:
     lines = [f'    "{name}": {weight!r},' for name, weight in ranker.to_dict().items()]
-    return (f'"""The learned ranking\'s weights (gateway/core/recall/ranking.py), per raw unit of each '
-            f'feature,\nwritten by `python -m bench locomo-ranker --write` '
+    return (f'"""The learned ranking\'s weights (gateway/core/recall/ranking.py), per raw unit '
+            f'of each feature,\nwritten by `python -m bench locomo-ranker --write` '
             f'(bench/locomo/ranker.py): trained on\nevery conversation of {source} once '
-            f'leave-one-conversation-out had measured the\nranking (README, "Learned '
+            f'leave-one-conversation-out had measured the\nranking (bench/README.md, "Learned '
             f'ranking")."""\n\nDEV_WEIGHTS = {{\n' + "\n".join(lines) + "\n}\n")
 
 

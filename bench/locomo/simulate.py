@@ -10,11 +10,12 @@ What it reproduces, with the gateway's own code wherever the code is pure:
   (`gateway.memory.search.bm25.Bm25` over `lexical_index`'s tokens), `Recaller.recall`'s fusion,
   context ranking and successors (`gateway.core.recall.fusion`), and its learned ranking of the
   fused candidates (`gateway.core.recall.ranking`, the same candidates and features);
-- the rewrite (`gateway.core.context.rewrite.rewrite`) with the bench tenant's policy, scored with the
+- the rewrite (`gateway.core.context.rewrite.rewrite`) with the bench tenant's policy, scored with
+the
   harness's Scorer (strict rules).
 What it leaves out: summary chunks (compacted by the worker on its own timing; also
 recallable in the gateway), the user namespace (`sessions` mode) and facts (off by
-default). So its figures sit near, not on, the gateway's (README, "Tuning recall offline").
+default). So its figures sit near, not on, the gateway's (bench/README.md, "Tuning recall offline").
 
     python -m bench locomo-simulate [--budgets 2000] [--set NAME=VALUE ...] [--loo NAME=V1,V2]
 
@@ -42,7 +43,8 @@ from bench.locomo.question_form import asks_inference
 from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
-from gateway.core.recall.fusion import RECENCY_WEIGHT, RRF_K, asks, fuse, with_context, with_successors
+from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
+                                       with_successors)
 from gateway.core.text.lexical import tokens
 from gateway.core.context.blocks import MemoryContext
 from gateway.core.messages import Message, chain
@@ -59,7 +61,8 @@ from gateway.memory.search.stemming import stemmed
 from gateway.memory.jobs.turn_index import TurnEntry, turn_entries
 from gateway.tokenizer import CL100K, tokenizer_for_encoding
 
-DEFAULT_DATA = "/work/shared/bench-data/locomo-dev.json"
+DEFAULT_DATA = str(Path(__file__).resolve().parents[3] / "shared" / "bench-data"
+                   / "locomo-dev.json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ class Knobs:
     """"all" turns recalled, or only those that ask something ("questions")."""
     context: bool = True
     # For a question that asks for an inference (`bench.locomo.question_form.asks_inference`)
-    # only; the defaults leave it recalled like any other (README, "Open-domain (category 3)").
+    # only; the defaults leave it recalled like any other (bench/README.md, "Open-domain (category
+    # 3)").
     inference_successors_of: str = "questions"
     """"all", "questions" or "none": which recalled turns bring the turn after them."""
     inference_lexical_weight: float = 1.0

@@ -161,7 +161,7 @@ class HeaderConfig(Strict):
 
 
 class EncryptionConfig(Strict):
-    """Encryption at rest of every stored text (README, "Encryption at rest"). Keys are 32
+    """Encryption at rest of every stored text (docs/encryption.md). Keys are 32
     random bytes, base64 or hex, in environment variables — never in the file or the store."""
 
     key_env: str = Field(min_length=1)
@@ -212,7 +212,7 @@ class TenantConfig(Strict):
 
 
 class StoreClusterConfig(Strict):
-    """The store is a Redis Cluster (README, "Redis Cluster"); `store` is the URL of any of
+    """The store is a Redis Cluster (docs/cluster.md); `store` is the URL of any of
     its nodes, the others are discovered."""
 
     enabled: bool = False

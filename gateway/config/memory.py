@@ -41,7 +41,7 @@ class CompactionConfig(Strict):
 
 
 class TopicsConfig(Strict):
-    """Topic state per conversation (README, "Topics")."""
+    """Topic state per conversation (docs/memory.md, "Topics")."""
 
     enabled: bool = True
     """Track each conversation's topics: the `x-gateway-topic` header, the request log's
@@ -58,7 +58,7 @@ class TopicsConfig(Strict):
     Unset: `compaction.topic_shift_similarity`, else the embedder's own threshold."""
     boost: float = Field(0.0, ge=0, le=1)
     """Recall scores of the current topic's turns and chunks are multiplied by 1 + boost.
-    0 (the default, measured: README "Topics"): no boost."""
+    0 (the default, measured: bench/README.md, "Topics"): no boost."""
     classifier: bool = False
     """Ask the tenant's `summarizer_model` whether each new user message starts a new topic
     (one short LLM call per message); on any failure, embedding drift decides."""
@@ -75,22 +75,23 @@ class TenantMemoryConfig(Strict):
     """Which recalled turns bring the turn after them: "questions" (turns holding a question
     mark — ?, ？ or ؟ —, whose next turn is their answer) or "all". Measured on the LoCoMo dev
     split: the replies to recalled statements spent most of the successors' tokens for little
-    evidence (README, "Successors after questions")."""
+    evidence (bench/README.md, "Successors after questions")."""
     recall_rrf_k: int = Field(20, ge=1, le=1000)
     """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
     ranks of each weigh more)."""
     recall_chunks: bool = False
     """Summary chunks are recalled beside turns. Off by default, measured: on the LoCoMo dev
     split recalled extractive chunks took ~490 of 2,000 tokens in 632 of 757 prompts and kept
-    less evidence and fewer answers than the turns they displaced (README, "Learned
+    less evidence and fewer answers than the turns they displaced (bench/README.md, "Learned
     ranking"); worth measuring again with an LLM summariser (`summarizer_model`)."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
     (gateway/core/recall/ranking.py; measured on the LoCoMo dev split by leave-one-conversation-out:
-    README, "Learned ranking"); "fusion": the fused order as it is."""
+    bench/README.md, "Learned ranking"); "fusion": the fused order as it is."""
     recall_ranker_weights: dict[str, float] | None = None
     """The learned ranking's weights, one per feature of gateway/core/recall/ranking.py (per raw
-    unit); unset: the weights trained on the LoCoMo dev split (gateway/core/recall/ranker_weights.py)."""
+    unit); unset: the weights trained on the LoCoMo dev split
+    (gateway/core/recall/ranker_weights.py)."""
 
     @field_validator("recall_ranker_weights")
     @classmethod
@@ -179,7 +180,8 @@ class MemoryWorkerConfig(Strict):
 
 class IndexConfig(Strict):
     """How turns are indexed for recall (for every tenant: one index per namespace). Both
-    measured on the LoCoMo dev split (README, "Memory quality"); switches for ablations."""
+    measured on the LoCoMo dev split (bench/README.md, "Memory quality on LoCoMo"); switches for
+    ablations."""
 
     context_vectors: bool = True
     """Embed each turn after the turn before it (a dense hit then ranks both)."""

@@ -273,7 +273,7 @@ class MemoryControl:
         "rewrite_requested", "not_needed" (no AOF: nothing was written to disk this way) or
         "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
         the keys are deleted either way. RDB snapshots an operator configured keep their
-        copies until the next snapshot (README, "Erasure")."""
+        copies until the next snapshot (docs/user-control-api.md, "What a delete reaches")."""
         return await rewrite_append_only_files(self.redis)
 
     # -- helpers -----------------------------------------------------------------------------

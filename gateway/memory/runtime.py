@@ -165,7 +165,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     caps = {n: config.request_limits_for(n).max_stored_messages for n in enabled}
 
     async def archive(key: ConversationKey, branch: tuple[StoredMessage, ...]) -> int:
-        # Tenants without memory: nothing is indexed, so nothing moves (README, limits). A
+        # Tenants without memory: nothing is indexed, so nothing moves (docs/memory.md, "Long
+        # conversations: the stored-messages cap"). A
         # branch within the cap has a transcript within it too (it is the branch's tail):
         # no store round trip until a conversation is that long.
         cap = caps.get(key.tenant)

@@ -3,7 +3,7 @@ the next start replays them — never dropped.
 
 At shutdown the app drains the record buffer (`RecordBuffer.drain`); what the store did not
 take by then (it is down) is `spill`ed here: one JSON line per turn, appended to
-`<data_dir>/record-journal-<pid>.jsonl` (mode 0600: it holds conversation text, like the
+`<data_dir>/record-journal-<pid>-<start>.jsonl` (mode 0600: it holds conversation text, like the
 store's own AOF), the file and its directory fsync'd before the process goes on. One file per
 serving process, so several uvicorn workers never interleave their writes. A process is named
 by its pid and its start time (`<pid>-<start>`): a pid alone is reused, and in a container

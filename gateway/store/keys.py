@@ -9,7 +9,7 @@ Invariants:
 - the record stream, its group and the dead-letter place are global to the key space (one
   of each per shard in a cluster): any worker of any replica may apply any conversation's job.
 
-Redis Cluster (`shards` >= 1; README, "Redis Cluster"): every key of one user of one tenant
+Redis Cluster (`shards` >= 1; docs/cluster.md): every key of one user of one tenant
 (its conversations' keys, its memory keys, its erase tombstone) carries the hash tag of the
 user's shard, `<prefix>:{<tag>}:...`, and so do the queues a script or transaction writes
 together with them (the record stream, its dead letters, the memory queue): every multi-key
@@ -40,7 +40,7 @@ def _part(value: str) -> str:
 def shard_tag(shard: int, shards: int) -> str:
     """The hash tag of `shard` of `shards`: the first "s<shard>.<n>" whose slot falls in the
     shard's equal share of the 16384 slots. Deterministic, so every process and release
-    agrees; changing `shards` renames every key (README: there is no migration)."""
+    agrees; changing `shards` renames every key (docs/cluster.md: there is no migration)."""
     low = shard * REDIS_CLUSTER_HASH_SLOTS // shards
     high = (shard + 1) * REDIS_CLUSTER_HASH_SLOTS // shards
     n = 0

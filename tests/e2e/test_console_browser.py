@@ -1,7 +1,7 @@
 """The memory console in a real browser: Playwright driving Debian's `chromium` (CI installs it,
 .ci/run; Playwright downloads nothing) against the real gateway and store.
 
-With CONSOLE_SCREENSHOTS=<dir> set, the tests also save the README's screenshots there
+With CONSOLE_SCREENSHOTS=<dir> set, the tests also save docs/console.md's screenshots there
 (`CONSOLE_SCREENSHOTS=docs/console pytest tests/e2e/test_console_browser.py`).
 """
 

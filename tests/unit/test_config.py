@@ -63,7 +63,8 @@ def test_the_learned_ranking_is_on_by_default_with_the_shipped_weights():
     weights = {f: 0.5 for f in FEATURES}
     tenants = parse_config(minimal()).tenants
     assert tenants["acme"].memory.ranker() == Ranker.of(DEV_WEIGHTS)
-    assert tenants["acme"].memory.recall_chunks is False  # measured: README, "Learned ranking"
+    # measured: bench/README.md, "Learned ranking"
+    assert tenants["acme"].memory.recall_chunks is False
     own = parse_config(minimal(memory={"recall_ranker_weights": weights})).tenants
     assert own["acme"].memory.ranker() == Ranker.of(weights)
     off = parse_config(minimal(memory={"recall_ranking": "fusion"})).tenants

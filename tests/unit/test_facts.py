@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.memory.facts import (DAY_SECONDS, MAX_HISTORY, Fact, FactPolicy, FactVersion, forget_sources,
-                                age_out, apply_policy, cap, decayed_weight, dedupe_key,
-                                normalize_key, render_fact, upsert)
+from gateway.core.memory.facts import (DAY_SECONDS, MAX_HISTORY, Fact, FactPolicy, FactVersion,
+                                       age_out, apply_policy, cap, decayed_weight, dedupe_key,
+                                       forget_sources, normalize_key, render_fact, upsert)
 
 T0 = 1_700_000_000.0
 

@@ -1,4 +1,5 @@
-"""A history's token costs kept by chained id (gateway/pipeline/history_costs.py), and what makes that
+"""A history's token costs kept by chained id (gateway/pipeline/history_costs.py), and what makes
+that
 sound: `count_message` is a function of what a message says (its canonical form)."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The learned re-ranking of recall's candidates (gateway/core/recall/ranking.py): its features, that
+"""The learned re-ranking of recall's candidates (gateway/core/recall/ranking.py): its features,
+that
 only turns move, that scores stay with places, and its weights' validation."""
 
 from __future__ import annotations

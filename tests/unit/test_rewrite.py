@@ -1,4 +1,5 @@
-"""Table-driven and golden tests of the rewrite (gateway/core/context/rewrite.py, gateway/core/context/blocks.py).
+"""Table-driven and golden tests of the rewrite (gateway/core/context/rewrite.py,
+gateway/core/context/blocks.py).
 
 Budgets are worked out with `WordTokenizer` (one token per whitespace-separated word), so a
 message "q1" from the user costs 3 (per message) + 1 (role) + 1 (text) = 5 tokens, and a

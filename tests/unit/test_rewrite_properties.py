@@ -3,7 +3,8 @@
 Random requests hold tool-call groups, long messages, multimodal content, messages before the
 first user message, tool results whose call is missing, and memory (summary chunks, a profile,
 recollections of turns, chunks and facts, some of them already in the history by id, and
-random memory shares). Every invariant of gateway/core/context/rewrite.py is checked on each. The main
+random memory shares). Every invariant of gateway/core/context/rewrite.py is checked on each. The
+main
 suite counts with the fast `WordTokenizer`; a smaller one repeats it with the real tiktoken
 tokenizer on arbitrary Unicode (CJK, emoji).
 """

@@ -36,7 +36,8 @@ SUMMARY_TAG, PROFILE_TAG, RECALLED_TAG = "summary", "profile", "memory"
 
 @dataclass(frozen=True, slots=True)
 class PinnedMessage:
-    """A message marked important in one conversation (gateway/core/context/pinned.py shows them)."""
+    """A message marked important in one conversation (gateway/core/context/pinned.py shows
+    them)."""
 
     id: str
     """The stored message's chained id (for a pinned instruction, which the transcript never

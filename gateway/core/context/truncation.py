@@ -1,7 +1,8 @@
 """Shortening one long history message: its head, then `TRUNCATION_MARKER`.
 
 The rewrite forwards a history message longer than the policy's `truncate_message_tokens` as a
-shortened copy (gateway/core/context/rewrite.py); these are the pure pieces it uses. Inputs are never
+shortened copy (gateway/core/context/rewrite.py); these are the pure pieces it uses. Inputs are
+never
 altered: a message that fits is returned as the same object, so its cost need not be counted
 again.
 """

@@ -1,7 +1,7 @@
 """The learned ranking's weights (gateway/core/recall/ranking.py), per raw unit of each feature,
 written by `python -m bench locomo-ranker --write` (bench/locomo/ranker.py): trained on
 every conversation of locomo-dev.json once leave-one-conversation-out had measured the
-ranking (README, "Learned ranking")."""
+ranking (bench/README.md, "Learned ranking")."""
 
 DEV_WEIGHTS = {
     "similarity": 2.125519656733187,

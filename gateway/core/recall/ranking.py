@@ -8,7 +8,8 @@ Why: reciprocal-rank fusion weighs only ranks. Which turns hold a question's evi
 shows in what fusion ignores: a long turn says more than a short one; the turn after a
 relevant question is its answer; a turn that asks something rarely answers; a turn spoken by
 the person a question names is about them. Measured by leave-one-conversation-out on the dev
-split (README, "Learned ranking"), the ranking keeps more multi-hop and open-domain evidence
+split (bench/README.md, "Learned ranking"), the ranking keeps more multi-hop and open-domain
+evidence
 within the same budget.
 
 Features (`FEATURES`), per candidate, all relative to this question's candidates:
@@ -46,7 +47,7 @@ RANK_K = 20
 """The k of the rank features' 1 / (k + rank), as the fusion's."""
 DEPTH = 120
 """Hits each search contributes when the ranking re-ranks them: on the LoCoMo dev split, held
-out, 70 or 100 a search kept less open-domain evidence than 120, and 150 no more (README,
+out, 70 or 100 a search kept less open-domain evidence than 120, and 150 no more (bench/README.md,
 "Learned ranking")."""
 CANDIDATES = 300
 """The most fused candidates the ranking weighs, best first (its cost is per candidate). One

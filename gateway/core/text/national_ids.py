@@ -1,4 +1,5 @@
-"""National identity and tax numbers of the main locales, for `gateway.core.text.pii` (`[ID_NUMBER]`).
+"""National identity and tax numbers of the main locales, for `gateway.core.text.pii`
+(`[ID_NUMBER]`).
 
 Each finder takes the folded text (full-width digits as ASCII) and yields spans. False
 positives are kept down the way the other finders do it: a number counts only in its

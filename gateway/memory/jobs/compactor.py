@@ -10,7 +10,8 @@ chunks up to date with its active branch:
    (LLM, else extractive), dated, embedded and appended as one chunk;
 3. while there are more than `max_chunks` chunks, the oldest two are merged (extractively).
 
-Invariants (tests/integration/test_compactor.py): chunks cover the branch's turns beyond the recent window
+Invariants (tests/integration/test_compactor.py): chunks cover the branch's turns beyond the recent
+window
 exactly once, in order; a second run on the same transcript writes nothing (idempotent: spans
 follow from the stored chunks, and the store refuses a chunk whose span is already covered);
 no text enters a chunk unredacted. The worker holds the conversation's lock; should another

@@ -3,7 +3,8 @@
 `LlmFactExtractor.extract` asks the tenant's model for a JSON object
 `{"facts": [{key, value, type, importance, confidence, source}]}` and returns None whenever the
 answer cannot be trusted (upstream error, timeout, not JSON, not that shape): the caller then
-uses the heuristic (`gateway.core.memory.extraction`), so no clear statement is lost to a bad answer.
+uses the heuristic (`gateway.core.memory.extraction`), so no clear statement is lost to a bad
+answer.
 Items of a well-formed answer that are individually malformed are skipped and logged.
 
 What the model sees is redacted; what it returns is redacted again and a value still holding a

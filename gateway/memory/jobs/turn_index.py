@@ -134,7 +134,7 @@ class TurnIndexer:
                  keys: MemoryKeySpace = MemoryKeySpace(), batch_size: int = 64, *,
                  context: bool = True, encryption: Encryption = NO_ENCRYPTION):
         """`context`: embed each turn after the one before it (see `turn_entries`);
-        `encryption`: seals the entries (their vectors stay clear: README)."""
+        `encryption`: seals the entries (their vectors stay clear: docs/encryption.md)."""
         self.redis = redis
         self.encryption = encryption
         self.context = context

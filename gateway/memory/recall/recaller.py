@@ -13,7 +13,7 @@ tenants' default), the fused candidates' turns are re-ordered by it: each search
 contributes at least `ranking.DEPTH` hits, the candidates not read yet (turns before dense
 hits) are read, and at most `ranking.CANDIDATES` are weighed; a topic boost applies to the
 order it gives. Then drop what the request already shows and return the best k. Summary
-chunks are candidates unless `chunks` is false (the tenants' default: README, "Learned
+chunks are candidates unless `chunks` is false (the tenants' default: bench/README.md, "Learned
 ranking"); then every search is of turns only, so each still contributes its depth of turns.
 
 Neighbours (measured on the LoCoMo dev split, bench/results/memory-ablation.md): a turn's

@@ -1,6 +1,7 @@
 """A conversation's summary chunks in Redis, with their vectors.
 
-Layout (gateway/memory/records/keys.py): `chunks` is a list of JSON chunks, oldest first; each chunk's
+Layout (gateway/memory/records/keys.py): `chunks` is a list of JSON chunks, oldest first; each
+chunk's
 vector sits in the conversation's `vectors` hash under "chunk:<id>" (base64 float32, as
 gateway/memory/records/vector_store.py encodes it); `version` is bumped by every change.
 
@@ -55,7 +56,8 @@ def chunk_from_json(text: str | bytes) -> SummaryChunk:
 class ChunkStore:
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace | None = None, *,
                  encryption: Encryption = NO_ENCRYPTION, space: str | None = None) -> None:
-        """`encryption` seals each chunk's JSON (its vector stays clear: README). `space`: the
+        """`encryption` seals each chunk's JSON (its vector stays clear: docs/encryption.md).
+        `space`: the
         vector space of the vectors written (vector_store.space_of); None for a store that
         never writes one (deleting a chunk writes no vector)."""
         self.redis = redis
