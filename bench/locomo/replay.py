@@ -222,8 +222,12 @@ class Replayer:
 
     async def _gateway(self, work: list[_Work]) -> None:
         gate = asyncio.Semaphore(self.concurrency)
+        # Idle connections expire on the client well before uvicorn's 5 s keep-alive does: a
+        # connection reused just as the server closes it fails with ReadError (seen after a
+        # long memory drain on a loaded machine).
         limits = httpx.Limits(max_connections=self.concurrency + 64,
-                              max_keepalive_connections=self.concurrency + 64)
+                              max_keepalive_connections=self.concurrency + 64,
+                              keepalive_expiry=2.0)
         async with contextlib.AsyncExitStack() as stack:
             clients = [await stack.enter_async_context(
                 httpx.AsyncClient(base_url=url, timeout=600.0, limits=limits))
