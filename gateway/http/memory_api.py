@@ -35,6 +35,9 @@ MAX_NAME_LENGTH = 256
 SETTINGS = ("memory", "auto_extract")
 SETTLE_SECONDS = 10.0
 """At most this long a delete waits for a memory run of the same conversation to end."""
+DISK_WAIT_SECONDS = 2.0
+"""At most this long a delete's answer waits for the store's files to be rewritten (`"disk":
+"rewritten"`); past it the answer says "pending" and the rewrite goes on."""
 
 
 def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, str]:
@@ -76,7 +79,8 @@ def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, 
 
 def _control(gateway: Gateway) -> MemoryControl:
     settle = min(SETTLE_SECONDS, gateway.config.memory.worker.lock_seconds)
-    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle)
+    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle,
+                         disk=gateway.disk, disk_wait_seconds=DISK_WAIT_SECONDS)
 
 
 def _conversation(request: Request, tenant: str, user: str) -> ConversationKey:
@@ -99,8 +103,12 @@ def _listed(items: list[Any]) -> JSONResponse:
     return JSONResponse({"object": "list", "data": items})
 
 
-def _deleted(kind: str, item_id: str) -> JSONResponse:
-    return JSONResponse({"id": item_id, "object": f"memory.{kind}.deleted", "deleted": True})
+def _deleted(kind: str, item_id: str, disk: str | None = None) -> JSONResponse:
+    """`disk`: the state of the deleted text's copies on the store's disk, where it had any."""
+    body: dict[str, Any] = {"id": item_id, "object": f"memory.{kind}.deleted", "deleted": True}
+    if disk is not None:
+        body["disk"] = disk
+    return JSONResponse(body)
 
 
 def _settings_json(gateway: Gateway, tenant: str, settings: UserSettings) -> JSONResponse:
@@ -149,9 +157,10 @@ async def list_facts(request: Request) -> Response:
 async def delete_fact(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
     key = _name(request, "fact_key")
-    if not await _control(gateway).delete_fact(tenant, user, key):
+    disk = await _control(gateway).delete_fact(tenant, user, key)
+    if disk is None:
         raise NotFound(f"No fact `{key}` is stored for this user.", param="fact_key")
-    return _deleted("fact", key)
+    return _deleted("fact", key, disk)
 
 
 async def get_profile(request: Request) -> Response:
@@ -162,8 +171,7 @@ async def get_profile(request: Request) -> Response:
 
 async def delete_profile(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
-    await _control(gateway).delete_profile(tenant, user)
-    return _deleted("profile", user)
+    return _deleted("profile", user, await _control(gateway).delete_profile(tenant, user))
 
 
 async def list_conversations(request: Request) -> Response:
@@ -183,9 +191,10 @@ async def get_conversation(request: Request) -> Response:
 async def delete_conversation(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
-    if not await _control(gateway).delete_conversation(key):
+    disk = await _control(gateway).delete_conversation(key)
+    if disk is None:
         raise _no_conversation(key)
-    return _deleted("conversation", key.conversation)
+    return _deleted("conversation", key.conversation, disk)
 
 
 async def list_chunks(request: Request) -> Response:
@@ -201,10 +210,11 @@ async def delete_chunk(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     chunk_id = _name(request, "chunk_id")
-    if not await _control(gateway).delete_chunk(key, chunk_id):
+    disk = await _control(gateway).delete_chunk(key, chunk_id)
+    if disk is None:
         raise NotFound(f"No summary chunk `{chunk_id}` in conversation `{key.conversation}`.",
                        param="chunk_id")
-    return _deleted("chunk", chunk_id)
+    return _deleted("chunk", chunk_id, disk)
 
 
 async def export(request: Request) -> Response:

@@ -35,7 +35,7 @@ from gateway.memory.records.profile_store import ProfileStore
 from gateway.memory.records.settings_store import SettingsStore, UserSettings
 from gateway.memory.records.topic_store import TopicStore, topic_json
 from gateway.memory.jobs.user_index import UserRecallIndex
-from gateway.store.cluster import rewrite_append_only_files
+from gateway.store.disk import DiskRewrites
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
 from gateway.store.redis_store import RedisStore
@@ -71,7 +71,7 @@ class Erasure:
     """False if a memory worker was still processing one of the user's conversations when
     the erase stopped waiting for it: what it writes afterwards needs another erase."""
     disk: str = "not_needed"
-    """What was done about copies on the store's disk (`rewrite_disk_copies`)."""
+    """The state of copies on the store's disk (`rewrite_disk_copies`)."""
 
     def to_json(self) -> Json:
         return {"object": "memory.erasure", "erased_at": self.erased_at,
@@ -86,7 +86,8 @@ class MemoryControl:
 
     def __init__(self, redis: aioredis.Redis, store: RedisStore,
                  keys: MemoryKeySpace | None = None, *, settle_seconds: float = 10.0,
-                 poll_seconds: float = 0.05, clock: Callable[[], float] = time.time):
+                 poll_seconds: float = 0.05, clock: Callable[[], float] = time.time,
+                 disk: DiskRewrites | None = None, disk_wait_seconds: float = 2.0):
         self.redis = redis
         self.store = store
         self.keys = keys or MemoryKeySpace(store.keys)
@@ -101,6 +102,8 @@ class MemoryControl:
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
+        self.disk = disk
+        self.disk_wait_seconds = disk_wait_seconds
 
     # -- settings and profile ----------------------------------------------------------------
 
@@ -114,8 +117,10 @@ class MemoryControl:
     async def profile(self, tenant: str, user: str) -> Json:
         return (await self.profiles.get(tenant, user)).to_dict()
 
-    async def delete_profile(self, tenant: str, user: str) -> None:
+    async def delete_profile(self, tenant: str, user: str) -> str:
+        """Forget the profile; the state of its copies on disk (`rewrite_disk_copies`)."""
         await self.profiles.delete(tenant, user)
+        return await self.rewrite_disk_copies()
 
     # -- conversations -----------------------------------------------------------------------
 
@@ -152,14 +157,15 @@ class MemoryControl:
                               "messages": [message_json(m) for m in b.messages]}
                              for b in branches]}
 
-    async def delete_conversation(self, key: ConversationKey) -> bool:
+    async def delete_conversation(self, key: ConversationKey) -> str | None:
         """Forget the conversation: transcript, branches, pending turns, meta and every memory
         key derived from it (its queued jobs become duplicates: the seq counters stay), its
         entries in the user-level recall index, and what the user's facts owe to it — a fact
         stated only in it is deleted, the others lose its messages from their sources
-        (`core.facts.forget_sources`)."""
+        (`core.facts.forget_sources`). The state of its copies on disk
+        (`rewrite_disk_copies`); None if there was no such conversation."""
         if not await self.exists(key):
-            return False
+            return None
         said = frozenset(m.id for m in await self._messages_of(key))
         await self.store.delete(key)
         memory = self.keys.conversation(key)
@@ -169,8 +175,7 @@ class MemoryControl:
         await self.redis.zrem(self.keys.store.memory_dirty_of(key), encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.
         await self.facts.forget_sources(key.tenant, key.user, said)
-        await self.rewrite_disk_copies()
-        return True
+        return await self.rewrite_disk_copies()
 
     # -- facts and chunks, with their sources ------------------------------------------------
 
@@ -181,10 +186,13 @@ class MemoryControl:
         sources = await self._messages_of_user(tenant, user)
         return [_fact_json(f, sources) for f in facts]
 
-    async def delete_fact(self, tenant: str, user: str, fact_key: str) -> bool:
+    async def delete_fact(self, tenant: str, user: str, fact_key: str) -> str | None:
+        """The state of the fact's copies on disk; None if there was no such fact."""
         if await self.facts.get(tenant, user, fact_key) is None:
-            return False  # checked first: deleting a missing fact would still bump a version
-        return await self.facts.delete(tenant, user, fact_key)
+            return None  # checked first: deleting a missing fact would still bump a version
+        if not await self.facts.delete(tenant, user, fact_key):
+            return None
+        return await self.rewrite_disk_copies()
 
     async def chunks_with_sources(self, key: ConversationKey) -> list[Json] | None:
         """Summary chunks oldest first (deleted ones as blank tombstones); None if the
@@ -196,11 +204,12 @@ class MemoryControl:
                     for m in await self._messages_of(key)}
         return [_chunk_json(c, messages) for c in chunks]
 
-    async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> bool:
+    async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> str | None:
+        """The state of the chunk's copies on disk; None if there was no such chunk."""
         if not await self.chunks.delete(key, chunk_id):
-            return False
+            return None
         await self.user_index.remove_chunk(key, chunk_id)
-        return True
+        return await self.rewrite_disk_copies()
 
     # -- pinned messages ---------------------------------------------------------------------
 
@@ -267,14 +276,18 @@ class MemoryControl:
         return Erasure(erased_ms / 1000, deleted + again, entries, complete, disk)
 
     async def rewrite_disk_copies(self) -> str:
-        """Ask the store to rewrite its append-only file, so what was just deleted leaves the
-        disk too (until then the AOF still holds the commands that wrote it). Requests made
-        while a rewrite runs are coalesced by the server into one more rewrite. Returns
-        "rewrite_requested", "not_needed" (no AOF: nothing was written to disk this way) or
+        """Have every primary's append-only file rewritten by a rewrite that starts after what
+        was just deleted (until then the files still hold it), waiting up to
+        `disk_wait_seconds`: "rewritten", "pending" (it goes on in the background, and is
+        resumed by the next process if this one ends first), "not_needed" (no AOF) or
         "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
-        the keys are deleted either way. RDB snapshots an operator configured keep their
-        copies until the next snapshot (docs/user-control-api.md, "What a delete reaches")."""
-        return await rewrite_append_only_files(self.redis)
+        the keys are deleted either way (gateway/store/disk.py). RDB snapshots an operator
+        configured keep their copies until the next snapshot (docs/user-control-api.md,
+        "What a delete reaches")."""
+        if self.disk is None:
+            return await DiskRewrites.once(self.redis, self.keys.store.disk_rewrite_owed(),
+                                           self.disk_wait_seconds)
+        return await self.disk.after_delete(self.disk_wait_seconds)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -247,7 +247,8 @@ def _sessions(gateway: Gateway) -> SessionStore:
 
 def _control(gateway: Gateway) -> MemoryControl:
     settle = min(10.0, gateway.config.memory.worker.lock_seconds)
-    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle)
+    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle,
+                         disk=gateway.disk)
 
 
 def _check_origin(request: Request) -> None:
