@@ -159,7 +159,9 @@ class MemoryControl:
 
     async def delete_conversation(self, key: ConversationKey) -> str | None:
         """Forget the conversation: transcript, branches, pending turns, meta and every memory
-        key derived from it (its queued jobs become duplicates: the seq counters stay), its
+        key derived from it, its queued and dead-lettered jobs and its requests in the
+        console's request log (a job a recorder already holds is a duplicate: the seq counters
+        say so for an hour, then go — no key or entry keeps its id), its
         entries in the user-level recall index, and what the user's facts owe to it — a fact
         stated only in it is deleted, the others lose its messages from their sources
         (`core.facts.forget_sources`). The state of its copies on disk
@@ -168,6 +170,7 @@ class MemoryControl:
             return None
         said = frozenset(m.id for m in await self._messages_of(key))
         await self.store.delete(key)
+        await self._delete_conversation_entries(key)
         memory = self.keys.conversation(key)
         await self._settle([memory.lock])
         await self.redis.delete(*memory.all(), self.keys.store.last_request(key))
@@ -361,13 +364,26 @@ class MemoryControl:
                 removed += await self._delete_stream_entries(stream, tenant, user)
         return removed
 
-    async def _delete_stream_entries(self, stream: str, tenant: str, user: str) -> int:
+    async def _delete_conversation_entries(self, key: ConversationKey) -> int:
+        keys = self.keys.store
+        shard = keys.shard_of(key.tenant, key.user)
+        removed = 0
+        for stream in (keys.records_at(shard), keys.dead_at(shard),
+                       keys.request_log(key.tenant)):
+            removed += await self._delete_stream_entries(stream, key.tenant, key.user,
+                                                         key.conversation)
+        return removed
+
+    async def _delete_stream_entries(self, stream: str, tenant: str, user: str,
+                                     conversation: str | None = None) -> int:
+        """The entries of the user (of one of its conversations, if named) in `stream`."""
         # A recorder holding a deleted entry in its pending list acks it when it re-reads it
         # (the entry comes back without fields); the tombstone covers one being applied.
         removed, cursor = 0, "-"
         while True:
             page = await self.redis.xrange(stream, cursor, "+", count=_PAGE)
-            ids = [i for i, f in page if f.get("tenant") == tenant and f.get("user") == user]
+            ids = [i for i, f in page if f.get("tenant") == tenant and f.get("user") == user
+                   and (conversation is None or f.get("conversation") == conversation)]
             if ids:
                 removed += int(await self.redis.xdel(stream, *ids))
             if len(page) < _PAGE:

@@ -23,6 +23,7 @@ from gateway.store import EmbeddedRedis, RedisStore
 from gateway.store.recording import Recorder
 from gateway.store.codec import encode_key
 from gateway.store.keys import KeySpace
+from gateway.store.redis_store import DELETED_COUNTERS_TTL_MS
 from tests.support.gateway import KEYS, MODELS, running_gateway
 
 ERIN, BOB = "erin-7Q", "bob-5K"
@@ -159,10 +160,49 @@ def test_deleting_a_conversation_leaves_nothing_of_it_in_the_users_recall_index(
 
         after = dump(redis_url)
         assert not [n for n, v in after.items() if mentions(v, "glimmer") or mentions(v, "c-gone")]
-        # Only its seq counters stay (by design: a job still queued becomes a duplicate).
+        # Only its seq counters stay, for an hour (a job a recorder read before the delete is
+        # a duplicate), then go with the id in their names.
         gone = KeySpace().conversation(ConversationKey("acme", ERIN, "c-gone"))
         assert {n for n in after if "c-gone" in n} <= {gone.seq, gone.applied}
+        import redis
+
+        with redis.Redis.from_url(redis_url) as r:
+            assert all(0 < r.pttl(n) <= DELETED_COUNTERS_TTL_MS for n in (gone.seq, gone.applied))
         assert any(mentions(v, "zorblax kept") for v in after[uk.recall].values())
+
+
+def test_a_deleted_conversation_leaves_no_id_in_the_request_log_and_its_counters_expire(
+        redis_url):
+    import redis
+
+    from tests.support.console import console_config
+
+    gone = KeySpace().conversation(ConversationKey("acme", ERIN, "c-gone"))
+    log = KeySpace().request_log("acme")
+    with running_gateway(console_config(redis_url)) as url, \
+            redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        converse(url, "acme", ERIN, "c-gone", ["Glimmer one.", "Glimmer two."])
+        converse(url, "acme", ERIN, "c-kept", ["Zorblax kept."])
+
+        def logged() -> set[str]:
+            return {f["conversation"] for _, f in r.xrange(log)}
+
+        deadline = time.monotonic() + 10  # the request log is written in the background
+        while logged() != {"c-gone", "c-kept"}:
+            assert time.monotonic() < deadline, logged()
+            time.sleep(0.05)
+        assert r.ttl(gone.seq) == -1  # a live conversation's counter never expires
+
+        response = httpx.delete(url + "/v1/memory/conversations/c-gone", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
+        assert response.status_code == 200, response.text
+        assert logged() == {"c-kept"}
+        assert not [n for n in r.scan_iter() if "c-gone" in n
+                    and not (n in (gone.seq, gone.applied) and r.pttl(n) > 0)]
+
+        # Written again under the same id, the conversation's counter lives on.
+        converse(url, "acme", ERIN, "c-gone", ["A new start."])
+        assert r.ttl(gone.seq) == -1 and int(r.get(gone.seq)) == 3
 
 
 def _dead_letters_and_a_queued_turn(redis_url: str, key: ConversationKey) -> None:
