@@ -100,6 +100,16 @@ def _check(path: str) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
+    from gateway.upstream.providers import litellm_providers, provider_problem
+
+    providers = litellm_providers()
+    problems = [f"tenants.{name}.models.{alias}.model: {problem}"
+                for name, tenant in sorted(config.tenants.items())
+                for alias, route in sorted(tenant.models.items())
+                if (problem := provider_problem(route.model, route.litellm_params, providers))]
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
     print(f"{path}: OK — store {config.store}, tenants: {', '.join(sorted(config.tenants))}")
     return 0
 

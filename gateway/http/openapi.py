@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.pipeline.chat_fields import BODY_FIELDS, ITEM_TYPES
+
 Json = dict[str, Any]
 
 _ERROR: Json = {
@@ -44,10 +46,21 @@ _MESSAGE: Json = {
                            "request of the conversation, never shortened."},
     },
 }
+def _typed_fields() -> Json:
+    """OpenAI's request fields as the gateway checks their JSON types (chat_fields.py)."""
+    fields: Json = {name: {"type": sorted(types)} for name, types in BODY_FIELDS.items()}
+    for name, items in ITEM_TYPES.items():
+        fields[name]["items"] = {"type": sorted(items)}
+    return fields
+
+
 _CHAT_REQUEST: Json = {
     "type": "object", "required": ["model", "messages"],
     "properties": {
-        "model": {"type": "string", "description": "A model alias of the tenant."},
+        **_typed_fields(),
+        # The gateway refuses an empty model (no tenant has an alias ""): so does the schema.
+        "model": {"type": "string", "minLength": 1,
+                  "description": "A model alias of the tenant."},
         "messages": {"type": "array", "minItems": 1,
                      "items": {"$ref": "#/components/schemas/Message"}},
         "stream": {"type": "boolean"},

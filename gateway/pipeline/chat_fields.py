@@ -94,7 +94,7 @@ BODY_FIELDS: Mapping[str, frozenset[str]] = {
 }
 """OpenAI's request fields with their JSON types (null: the field's default)."""
 
-_ITEMS: Mapping[str, frozenset[str]] = {
+ITEM_TYPES: Mapping[str, frozenset[str]] = {
     "stop": _types(STRING), "modalities": _types(STRING), "tools": _types(OBJECT),
     "functions": _types(OBJECT),
 }
@@ -126,9 +126,9 @@ def check_body_fields(body: Mapping[str, Any]) -> None:
         if allowed is None:
             continue
         check_type(value, allowed, name)
-        if type(value) is list and name in _ITEMS:
+        if type(value) is list and name in ITEM_TYPES:
             for i, item in enumerate(value):
-                check_type(item, _ITEMS[name], f"{name}[{i}]")
+                check_type(item, ITEM_TYPES[name], f"{name}[{i}]")
         elif name == "stream_options" and type(value) is dict:
             for option in ("include_usage", "include_obfuscation"):
                 if option in value:

@@ -187,7 +187,14 @@ def test_a_wrong_key_is_a_401_and_an_unknown_method_a_405(url):
     response = httpx.get(url + "/v1/memory/facts",
                          headers={"Authorization": "Bearer wrong", "X-User-Id": ERIN})
     assert error(response, 401)["code"] == "invalid_api_key"
-    assert error(Api(url)("PUT", "/facts"), 405)["type"] == "invalid_request_error"
+    wrong = Api(url)("PUT", "/facts")
+    assert error(wrong, 405)["type"] == "invalid_request_error"
+    # Allow names every method served at the path, also where each has a route of its own.
+    assert wrong.headers["allow"] == "GET, HEAD"
+    assert Api(url)("POST", "/settings").headers["allow"] == "GET, HEAD, PATCH"
+    assert Api(url)("POST", "/conversations/c-one/pins/m1").headers["allow"] == "DELETE, PUT"
+    chat = httpx.get(url + "/v1/chat/completions", timeout=30)
+    assert chat.status_code == 405 and chat.headers["allow"] == "POST"
 
 
 def test_deleting_a_conversation_forgets_the_facts_learned_only_from_it(erin):
