@@ -239,6 +239,13 @@ def _serve(args: argparse.Namespace) -> None:
         if embedded is not None:
             embedded.stop()
     if signalled is not None:
+        if exit_signals.received == [signal.SIGTERM]:
+            # One SIGTERM, served: in-flight requests finished, the buffer and the recorder
+            # drained, the store stopped. That is the stop a supervisor asked for — status 0
+            # (Kubernetes and systemd read 143 as a failure). A second signal forced the
+            # exit (uvicorn skips the drain): the process ends by that signal, as before.
+            logging.shutdown()
+            sys.exit(0)
         exit_signals.exit_by(signalled)
 
 
