@@ -11,21 +11,34 @@ visible, exportable and erasable (`tenant_memory` in the settings says if it is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+import logging
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from redis.exceptions import ConnectionError as StoreConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as StoreTimeoutError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
-from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge
+from gateway.errors import (BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge,
+                            StoreUnavailable)
 from gateway.memory.control import MemoryControl
+from gateway.memory.export import Export
 from gateway.memory.records.pin_store import PinLimitReached
 from gateway.memory.records.settings_store import UserSettings
 from gateway.pipeline.chat_request import parse_body
 
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
+
+logger = logging.getLogger("gateway.memory_api")
+
+STORE_FAILURES = (StoreTimeoutError, StoreConnectionError, RedisClusterException, OSError,
+                  TimeoutError)
+"""A store that does not answer (in time): the operation is repeated later, never a 500."""
 
 TENANT_HEADER = "X-Gateway-Tenant"
 """Which tenant an admin key acts for (a tenant key may send its own tenant's name)."""
@@ -219,7 +232,21 @@ async def delete_chunk(request: Request) -> Response:
 
 async def export(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
-    return JSONResponse(await _control(gateway).export(tenant, user))
+    document = Export(_control(gateway), tenant, user)
+    await document.opening()  # a store that is down: a 503 before any byte is sent
+    return StreamingResponse(_cut_short_on_store_failure(document.body(), user),
+                             media_type="application/json")
+
+
+async def _cut_short_on_store_failure(body: AsyncIterator[bytes],
+                                      user: str) -> AsyncIterator[bytes]:
+    # Past the first byte the status is sent: a store failure can only end the body early
+    # (its JSON does not parse), logged here rather than as an unhandled ASGI error.
+    try:
+        async for piece in body:
+            yield piece
+    except STORE_FAILURES as exc:
+        logger.warning("export of a user cut short by the store: %r", exc)
 
 
 async def erase(request: Request) -> Response:
@@ -276,24 +303,41 @@ def _no_conversation(key: ConversationKey) -> NotFound:
                     param="conversation_id")
 
 
+def _guarded(handler: Callable[[Request], Awaitable[Response]]
+             ) -> Callable[[Request], Awaitable[Response]]:
+    """`handler`, answering a store that does not answer (in time) with a 503 and
+    Retry-After instead of a 500. Every operation here is safe to repeat: reads; deletes that
+    find nothing left the second time (an erase repeated goes on from where it stopped)."""
+    @functools.wraps(handler)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except STORE_FAILURES as exc:
+            logger.warning("memory API %s %s: the store failed (%r)", request.method,
+                           request.url.path, exc)
+            raise StoreUnavailable("The store did not answer in time; nothing is lost. "
+                                   "Repeat the request (it is safe to repeat).") from None
+    return guarded
+
+
 _CONVERSATION = "/v1/memory/conversations/{conversation_id}"
 
 memory_routes = [
-    Route("/v1/memory/settings", get_settings, methods=["GET"]),
-    Route("/v1/memory/settings", patch_settings, methods=["PATCH"]),
-    Route("/v1/memory/facts", list_facts, methods=["GET"]),
-    Route("/v1/memory/facts/{fact_key}", delete_fact, methods=["DELETE"]),
-    Route("/v1/memory/profile", get_profile, methods=["GET"]),
-    Route("/v1/memory/profile", delete_profile, methods=["DELETE"]),
-    Route("/v1/memory/conversations", list_conversations, methods=["GET"]),
-    Route(_CONVERSATION, get_conversation, methods=["GET"]),
-    Route(_CONVERSATION, delete_conversation, methods=["DELETE"]),
-    Route(_CONVERSATION + "/chunks", list_chunks, methods=["GET"]),
-    Route(_CONVERSATION + "/chunks/{chunk_id}", delete_chunk, methods=["DELETE"]),
-    Route("/v1/memory/export", export, methods=["GET"]),
-    Route("/v1/memory", erase, methods=["DELETE"]),
-    Route(_CONVERSATION + "/topics", list_topics, methods=["GET"]),
-    Route(_CONVERSATION + "/pins", list_pins, methods=["GET"]),
-    Route(_CONVERSATION + "/pins/{message_id}", put_pin, methods=["PUT"]),
-    Route(_CONVERSATION + "/pins/{message_id}", delete_pin, methods=["DELETE"]),
+    Route("/v1/memory/settings", _guarded(get_settings), methods=["GET"]),
+    Route("/v1/memory/settings", _guarded(patch_settings), methods=["PATCH"]),
+    Route("/v1/memory/facts", _guarded(list_facts), methods=["GET"]),
+    Route("/v1/memory/facts/{fact_key}", _guarded(delete_fact), methods=["DELETE"]),
+    Route("/v1/memory/profile", _guarded(get_profile), methods=["GET"]),
+    Route("/v1/memory/profile", _guarded(delete_profile), methods=["DELETE"]),
+    Route("/v1/memory/conversations", _guarded(list_conversations), methods=["GET"]),
+    Route(_CONVERSATION, _guarded(get_conversation), methods=["GET"]),
+    Route(_CONVERSATION, _guarded(delete_conversation), methods=["DELETE"]),
+    Route(_CONVERSATION + "/chunks", _guarded(list_chunks), methods=["GET"]),
+    Route(_CONVERSATION + "/chunks/{chunk_id}", _guarded(delete_chunk), methods=["DELETE"]),
+    Route("/v1/memory/export", _guarded(export), methods=["GET"]),
+    Route("/v1/memory", _guarded(erase), methods=["DELETE"]),
+    Route(_CONVERSATION + "/topics", _guarded(list_topics), methods=["GET"]),
+    Route(_CONVERSATION + "/pins", _guarded(list_pins), methods=["GET"]),
+    Route(_CONVERSATION + "/pins/{message_id}", _guarded(put_pin), methods=["PUT"]),
+    Route(_CONVERSATION + "/pins/{message_id}", _guarded(delete_pin), methods=["DELETE"]),
 ]

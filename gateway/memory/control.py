@@ -1,5 +1,6 @@
 """What a user may see and do with what the gateway keeps of them (the user-control API's
-logic; gateway/http/memory_api.py is its HTTP face): list, export, delete, erase.
+logic; gateway/http/memory_api.py is its HTTP face): list, delete, erase; the export is
+gateway/memory/export.py.
 
 Invariants:
 - everything is scoped to one (tenant, user): keys come from `KeySpace` / `MemoryKeySpace`
@@ -55,7 +56,7 @@ def message_json(message: StoredMessage) -> Json:
             "message": message.message.to_openai()}
 
 
-def _source_json(conversation: str, message: StoredMessage) -> Json:
+def source_json(conversation: str, message: StoredMessage) -> Json:
     return {"conversation": conversation, "id": message.id, "role": message.message.role,
             "content": message.message.to_openai().get("content")}
 
@@ -138,7 +139,7 @@ class MemoryControl:
         ids = await self.conversation_ids(tenant, user)
         metas = await asyncio.gather(*(self.store.meta(ConversationKey(tenant, user, c))
                                        for c in ids))
-        return [_conversation_json(c, meta) for c, meta in zip(ids, metas)]
+        return [conversation_json(c, meta) for c, meta in zip(ids, metas)]
 
     async def exists(self, key: ConversationKey) -> bool:
         ck = self.keys.store.conversation(key)
@@ -151,7 +152,7 @@ class MemoryControl:
             return None
         meta, messages, branches = await asyncio.gather(
             self.store.meta(key), self.store.history(key), self.store.branches(key))
-        return {**_conversation_json(key.conversation, meta),
+        return {**conversation_json(key.conversation, meta),
                 "messages": [message_json(m) for m in messages],
                 "branches": [{"archived_at": b.archived_at,
                               "messages": [message_json(m) for m in b.messages]}
@@ -187,7 +188,7 @@ class MemoryControl:
         if not facts:
             return []
         sources = await self._messages_of_user(tenant, user)
-        return [_fact_json(f, sources) for f in facts]
+        return [fact_json(f, sources) for f in facts]
 
     async def delete_fact(self, tenant: str, user: str, fact_key: str) -> str | None:
         """The state of the fact's copies on disk; None if there was no such fact."""
@@ -203,9 +204,9 @@ class MemoryControl:
         if not await self.exists(key):
             return None
         chunks = await self.chunks.list(key)
-        messages = {m.id: _source_json(key.conversation, m)
+        messages = {m.id: source_json(key.conversation, m)
                     for m in await self._messages_of(key)}
-        return [_chunk_json(c, messages) for c in chunks]
+        return [chunk_json(c, messages) for c in chunks]
 
     async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> str | None:
         """The state of the chunk's copies on disk; None if there was no such chunk."""
@@ -244,25 +245,6 @@ class MemoryControl:
                 if state.current else None, "data": [topic_json(s) for s in state.segments]}
 
     # -- export and erase --------------------------------------------------------------------
-
-    async def export(self, tenant: str, user: str) -> Json:
-        """Everything the store keeps of the user, as one JSON document."""
-        settings = await self.settings.get(tenant, user)
-        conversations = []
-        for conversation in await self.conversation_ids(tenant, user):
-            key = ConversationKey(tenant, user, conversation)
-            view = await self.conversation(key)
-            if view is not None:
-                view["chunks"] = await self.chunks_with_sources(key) or []
-                view["pins"] = await self.pins(key) or []
-                view["topics"] = [topic_json(t) for t in
-                                  (await self.topic_store.load(key)).segments]
-                conversations.append(view)
-        return {"object": "memory.export", "user": user, "exported_at": self.clock(),
-                "settings": {"memory": settings.memory, "auto_extract": settings.auto_extract},
-                "profile": await self.profile(tenant, user),
-                "facts": await self.facts_with_sources(tenant, user),
-                "conversations": conversations}
 
     async def erase(self, tenant: str, user: str) -> Erasure:
         """Erase everything of the user. Order matters: the tombstone first (from then on no
@@ -308,7 +290,7 @@ class MemoryControl:
         out: dict[str, Json] = {}
         for conversation in await self.conversation_ids(tenant, user):
             for m in await self._messages_of(ConversationKey(tenant, user, conversation)):
-                out.setdefault(m.id, _source_json(conversation, m))
+                out.setdefault(m.id, source_json(conversation, m))
         return out
 
     async def _user_keys(self, tenant: str, user: str) -> list[str]:
@@ -329,7 +311,10 @@ class MemoryControl:
         doomed = [n for n in names if n not in spared]
         deleted = 0
         for start in range(0, len(doomed), _PAGE):
-            deleted += int(await self.redis.delete(*doomed[start:start + _PAGE]))
+            # UNLINK: the server frees a big value (a 100 MB transcript) off its main thread,
+            # so no call of the batch waits on it. A failure mid-way (a 503 to the client)
+            # leaves the rest for the erase repeated: it finds only what is left.
+            deleted += int(await self.redis.unlink(*doomed[start:start + _PAGE]))
         return deleted, locks
 
     async def _settle(self, locks: Sequence[str]) -> bool:
@@ -409,7 +394,7 @@ def _owned_by(tenant: str, user: str) -> Callable[[str], bool]:
     return owned
 
 
-def _conversation_json(conversation: str, meta: dict[str, str]) -> Json:
+def conversation_json(conversation: str, meta: dict[str, str]) -> Json:
     def number(name: str) -> float | None:
         return float(meta[name]) if name in meta else None
     return {"object": "memory.conversation", "id": conversation,
@@ -422,12 +407,12 @@ def _resolved(ids: Iterable[str], messages: dict[str, Json]) -> list[Json]:
     return [messages[i] for i in ids if i in messages]
 
 
-def _fact_json(fact: Fact, messages: dict[str, Json]) -> Json:
+def fact_json(fact: Fact, messages: dict[str, Json]) -> Json:
     return {"object": "memory.fact", **fact.to_dict(),
             "sources": _resolved(fact.source_ids, messages)}
 
 
-def _chunk_json(chunk: SummaryChunk, messages: dict[str, Json]) -> Json:
+def chunk_json(chunk: SummaryChunk, messages: dict[str, Json]) -> Json:
     return {"object": "memory.chunk", "id": chunk.id, "text": chunk.text,
             "deleted": chunk.deleted, "first_position": chunk.first_position,
             "last_position": chunk.last_position, "start_date": chunk.start_date,
