@@ -45,6 +45,8 @@ TENANT_HEADER = "X-Gateway-Tenant"
 MAX_BODY_BYTES = 4096
 """A settings change is a few bytes; nothing else here takes a body."""
 MAX_NAME_LENGTH = 256
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
+"""Items of a list answer unless `limit` names another number, and at most."""
 SETTINGS = ("memory", "auto_extract")
 SETTLE_SECONDS = 10.0
 """At most this long a delete waits for a memory run of the same conversation to end."""
@@ -112,8 +114,35 @@ def _name(request: Request, param: str) -> str:
     return value
 
 
-def _listed(items: list[Any]) -> JSONResponse:
-    return JSONResponse({"object": "list", "data": items})
+def _listed(items: list[Any], has_more: bool = False) -> JSONResponse:
+    """OpenAI's list shape; `last_id` is the cursor of the next page (`?after=`)."""
+    return JSONResponse({"object": "list", "data": items,
+                         "first_id": items[0]["id"] if items else None,
+                         "last_id": items[-1]["id"] if items else None,
+                         "has_more": has_more})
+
+
+def _page(request: Request) -> tuple[int, str | None]:
+    """(`limit`, `after`) of a paginated list: 1-MAX_PAGE items (DEFAULT_PAGE unless named),
+    those after the id `after`."""
+    raw = request.query_params.get("limit")
+    if raw is None:
+        limit = DEFAULT_PAGE
+    elif not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise BadRequest(f"`limit` must be an integer from 1 to {MAX_PAGE}.", param="limit")
+    else:
+        limit = int(raw)
+    after = request.query_params.get("after")
+    if after is not None and not 1 <= len(after) <= MAX_NAME_LENGTH:
+        raise BadRequest(f"`after` must be 1-{MAX_NAME_LENGTH} characters: the `last_id` of "
+                         "the page before.", param="after")
+    return limit, after
+
+
+def _paged(items: list[Any], limit: int, after: str | None) -> JSONResponse:
+    """A page of `items` (sorted by id) as `_page` asks for it."""
+    rest = [item for item in items if after is None or item["id"] > after]
+    return _listed(rest[:limit], len(rest) > limit)
 
 
 def _deleted(kind: str, item_id: str, disk: str | None = None) -> JSONResponse:
@@ -164,7 +193,9 @@ async def patch_settings(request: Request) -> Response:
 
 async def list_facts(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
-    return _listed(await _control(gateway).facts_with_sources(tenant, user))
+    limit, after = _page(request)  # (facts are capped per user: read together, then paged)
+    facts = await _control(gateway).facts_with_sources(tenant, user)
+    return _paged([{**f, "id": f["key"]} for f in facts], limit, after)
 
 
 async def delete_fact(request: Request) -> Response:
@@ -189,16 +220,18 @@ async def delete_profile(request: Request) -> Response:
 
 async def list_conversations(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
-    return _listed(await _control(gateway).conversations(tenant, user))
+    limit, after = _page(request)
+    items, more = await _control(gateway).conversations(tenant, user, limit=limit, after=after)
+    return _listed(items, more)
 
 
 async def get_conversation(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
-    view = await _control(gateway).conversation(key)
-    if view is None:
+    control = _control(gateway)
+    if not await control.exists(key):
         raise _no_conversation(key)
-    return JSONResponse(view)
+    return await _streamed(Export(control, tenant, user).conversation(key))
 
 
 async def delete_conversation(request: Request) -> Response:
@@ -233,20 +266,26 @@ async def delete_chunk(request: Request) -> Response:
 async def export(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
     document = Export(_control(gateway), tenant, user)
-    await document.opening()  # a store that is down: a 503 before any byte is sent
-    return StreamingResponse(_cut_short_on_store_failure(document.body(), user),
-                             media_type="application/json")
+    await document.opening()
+    return await _streamed(document.body())
 
 
-async def _cut_short_on_store_failure(body: AsyncIterator[bytes],
-                                      user: str) -> AsyncIterator[bytes]:
-    # Past the first byte the status is sent: a store failure can only end the body early
-    # (its JSON does not parse), logged here rather than as an unhandled ASGI error.
-    try:
-        async for piece in body:
-            yield piece
-    except STORE_FAILURES as exc:
-        logger.warning("export of a user cut short by the store: %r", exc)
+async def _streamed(body: AsyncIterator[bytes]) -> StreamingResponse:
+    """A JSON document written as it is read. Its first piece is read before the answer
+    starts: a store that is down is still a 503 (`_guarded`)."""
+    first = await anext(body, b"")
+
+    async def rest() -> AsyncIterator[bytes]:
+        # Past the first byte the status is sent: a store failure can only end the body early
+        # (its JSON does not parse), logged here rather than as an unhandled ASGI error.
+        yield first
+        try:
+            async for piece in body:
+                yield piece
+        except STORE_FAILURES as exc:
+            logger.warning("memory API answer cut short by the store: %r", exc)
+
+    return StreamingResponse(rest(), media_type="application/json")
 
 
 async def erase(request: Request) -> Response:

@@ -28,6 +28,7 @@ from gateway.core.memory.facts import Fact
 from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import StoredMessage
+from gateway.memory.pages import MessagePages
 from gateway.memory.records.chunk_store import ChunkStore
 from gateway.memory.records.facts_store import FactStore
 from gateway.memory.records.keys import MemoryKeySpace
@@ -100,6 +101,7 @@ class MemoryControl:
         self.user_index = UserRecallIndex(redis, self.keys, **sealed)
         self.pin_store = PinStore(redis, self.keys, **sealed)
         self.topic_store = TopicStore(redis, self.keys, **sealed)
+        self.pages = MessagePages(redis, store)
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
@@ -135,11 +137,17 @@ class MemoryControl:
                 found.add(conversation)
         return sorted(found)
 
-    async def conversations(self, tenant: str, user: str) -> list[Json]:
-        ids = await self.conversation_ids(tenant, user)
+    async def conversations(self, tenant: str, user: str, *, limit: int = 100,
+                            after: str | None = None) -> tuple[list[Json], bool]:
+        """A page of the user's conversations by id: at most `limit`, those after the id
+        `after` (a cursor: the last id of the page before); and whether more follow. Only the
+        page's conversations are read beyond their ids."""
+        ids = [c for c in await self.conversation_ids(tenant, user)
+               if after is None or c > after]
+        page = ids[:limit]
         metas = await asyncio.gather(*(self.store.meta(ConversationKey(tenant, user, c))
-                                       for c in ids))
-        return [conversation_json(c, meta) for c, meta in zip(ids, metas)]
+                                       for c in page))
+        return [conversation_json(c, meta) for c, meta in zip(page, metas)], len(ids) > limit
 
     async def exists(self, key: ConversationKey) -> bool:
         ck = self.keys.store.conversation(key)
@@ -169,7 +177,7 @@ class MemoryControl:
         (`rewrite_disk_copies`); None if there was no such conversation."""
         if not await self.exists(key):
             return None
-        said = frozenset(m.id for m in await self._messages_of(key))
+        said = await self._ids_of(key)
         await self.store.delete(key)
         await self._delete_conversation_entries(key)
         memory = self.keys.conversation(key)
@@ -187,7 +195,11 @@ class MemoryControl:
         facts = await self.facts.list(tenant, user)
         if not facts:
             return []
-        sources = await self._messages_of_user(tenant, user)
+        wanted = {i for fact in facts for i in fact.source_ids}
+        sources: dict[str, Json] = {}
+        for conversation in await self.conversation_ids(tenant, user):
+            sources.update(await self._sources(ConversationKey(tenant, user, conversation),
+                                               wanted - sources.keys()))
         return [fact_json(f, sources) for f in facts]
 
     async def delete_fact(self, tenant: str, user: str, fact_key: str) -> str | None:
@@ -204,8 +216,7 @@ class MemoryControl:
         if not await self.exists(key):
             return None
         chunks = await self.chunks.list(key)
-        messages = {m.id: source_json(key.conversation, m)
-                    for m in await self._messages_of(key)}
+        messages = await self._sources(key, {i for c in chunks for i in c.source_ids})
         return [chunk_json(c, messages) for c in chunks]
 
     async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> str | None:
@@ -226,7 +237,7 @@ class MemoryControl:
     async def pin(self, key: ConversationKey, message_id: str) -> Json | None:
         """Pin a stored message (active or archived branch) by id; None if there is none.
         Raises PinLimitReached when the conversation holds the most pins it may."""
-        found = next((m for m in await self._messages_of(key) if m.id == message_id), None)
+        found = await self._find(key, message_id)
         if found is None:
             return None
         pin = PinnedMessage(found.id, found.message, "api", self.clock())
@@ -279,19 +290,25 @@ class MemoryControl:
     def _ck(self, tenant: str, user: str, conversation: str) -> ConversationKeys:
         return self.keys.store.conversation(ConversationKey(tenant, user, conversation))
 
-    async def _messages_of(self, key: ConversationKey) -> list[StoredMessage]:
-        """The conversation's active branch (archived messages included) and archived branches
-        (a source may be in any)."""
-        messages, branches = await asyncio.gather(self.store.history(key),
-                                                  self.store.branches(key))
-        return [*messages, *(m for b in branches for m in b.messages)]
+    async def _ids_of(self, key: ConversationKey) -> frozenset[str]:
+        """Ids of the conversation's messages, every branch (read a page at a time)."""
+        return frozenset([m.id async for page in self.pages.every(key) for m in page])
 
-    async def _messages_of_user(self, tenant: str, user: str) -> dict[str, Json]:
-        out: dict[str, Json] = {}
-        for conversation in await self.conversation_ids(tenant, user):
-            for m in await self._messages_of(ConversationKey(tenant, user, conversation)):
-                out.setdefault(m.id, source_json(conversation, m))
-        return out
+    async def _sources(self, key: ConversationKey, wanted: set[str]) -> dict[str, Json]:
+        """The messages of the conversation with an id in `wanted`, as sources."""
+        found: dict[str, Json] = {}
+        if wanted:
+            async for page in self.pages.every(key):
+                found.update((m.id, source_json(key.conversation, m)) for m in page
+                             if m.id in wanted)
+        return found
+
+    async def _find(self, key: ConversationKey, message_id: str) -> StoredMessage | None:
+        async for page in self.pages.every(key):
+            for m in page:
+                if m.id == message_id:
+                    return m
+        return None
 
     async def _user_keys(self, tenant: str, user: str) -> list[str]:
         names: set[str] = set()

@@ -2,15 +2,15 @@
 memory, however much the user holds, with no store call larger than a page.
 
 Built in one piece, a user holding ~100 MB took 2.5-2.9 s to export, over the store's timeout:
-the answer was a 500. Here every list is read a page of `PAGE` elements at a time (a message
-may hold a million characters) and each message is written out before the next page is read;
+the answer was a 500. Here every list is read a page at a time (gateway/memory/pages.py) and
+each message is written out before the next page is read;
 what needs the messages — the sources of facts and summary chunks — is collected on the way,
 for the ids it names only, and written after them (`facts` comes last in the document).
 
 The document is the one `MemoryControl.export` describes, but for turns received and not yet
 applied by the recorder: listed per conversation in `pending` (as they were sent) rather than
 merged into `messages`. A conversation written while it is exported may show a message moved
-to its archive meanwhile once more, never lose it (see `_active_branch`).
+to its archive meanwhile once more, never lose it (`MessagePages.active`).
 
 Errors: the first store reads (settings, profile, facts, the conversation ids) happen before
 the answer starts, so a store that is down still gets a 503. A store failure after the first
@@ -34,11 +34,10 @@ from gateway.memory.control import (
 )
 from gateway.memory.records.pin_store import pin_json
 from gateway.memory.records.topic_store import topic_json
-from gateway.store.codec import decode_branch, decode_record, decode_stored
+from gateway.memory.pages import PAGE, MessagePages
+from gateway.store.codec import decode_record
 
 Json = dict[str, Any]
-PAGE = 16
-"""List elements per store call: at 1 M characters a message, ~16 MB at most per call."""
 
 
 def _dumps(value: Any) -> bytes:
@@ -55,6 +54,7 @@ class Export:
         self.tenant, self.user = tenant, user
         self.store = control.store
         self.redis = control.redis
+        self.pages = MessagePages(control.redis, control.store)
         self._head: Json = {}
         self._facts: list[Any] = []
         self._ids: list[str] = []
@@ -81,6 +81,12 @@ class Export:
                 first = False
         yield b'],"facts":' + _dumps([fact_json(f, sources) for f in self._facts]) + b"}"
 
+    async def conversation(self, key: ConversationKey) -> AsyncIterator[bytes]:
+        """One conversation as the export writes it (the answer of
+        `GET /v1/memory/conversations/{id}`); nothing if it does not exist."""
+        async for piece in self._conversation(key, set(), {}, True):
+            yield piece
+
     async def _conversation(self, key: ConversationKey, wanted: set[str],
                             sources: dict[str, Json], first: bool) -> AsyncIterator[bytes]:
         meta = await self.store.meta(key)
@@ -100,61 +106,22 @@ class Export:
         head = _dumps(conversation_json(key.conversation, meta))
         yield (b"" if first else b",") + head[:-1] + b',"messages":['
         comma = b""
-        async for page in self._active_branch(key):
+        async for page in self.pages.active(key):
             note(page)
             yield comma + b",".join(_dumps(message_json(m)) for m in page)
             comma = b","
         yield b'],"pending":' + _dumps(await self._pending(key)) + b',"branches":['
-        ck = self.store.keys.conversation(key)
-        for index in range(int(await self.redis.llen(ck.branches))):
-            raw = await self.redis.lrange(ck.branches, index, index)  # one branch a call
-            if not raw:
-                break
-            branch = decode_branch(self._open(key, raw[0]))
+        index = 0
+        async for branch in self.pages.branches(key):  # one branch a call
             note(branch.messages)
             yield (b"," if index else b"") + _dumps(
                 {"archived_at": branch.archived_at,
                  "messages": [message_json(m) for m in branch.messages]})
+            index += 1
         pins = [pin_json(p) for p in await self.control.pin_store.list(key)]
         topics = [topic_json(t) for t in (await self.control.topic_store.load(key)).segments]
         yield (b'],"chunks":' + _dumps([chunk_json(c, chunk_sources) for c in chunks])
                + b',"pins":' + _dumps(pins) + b',"topics":' + _dumps(topics) + b"}")
-
-    async def _active_branch(self, key: ConversationKey) -> AsyncIterator[list[StoredMessage]]:
-        """The archive, then the transcript, a page at a time. The recorder may move the
-        transcript's oldest messages to the archive meanwhile: where the transcript does not
-        follow what was read, the archive is read on from where it stopped."""
-        ck = self.store.keys.conversation(key)
-        archived, last = 0, None
-        while True:
-            async for page in self._pages(key, ck.archive, archived):
-                archived += len(page)
-                last = page[-1].id
-                yield page
-            skip = None
-            async for page in self._pages(key, ck.transcript, 0):
-                if skip is None:  # where the transcript follows what was read
-                    skip = next((i for i, m in enumerate(page) if m.parent_id == last), None) \
-                        if last is not None else 0
-                    if skip is None and await self.redis.llen(ck.archive) > archived:
-                        break  # messages moved to the archive meanwhile: read them first
-                    skip = skip or 0
-                    page = page[skip:]
-                if page:
-                    yield page
-            else:
-                return
-
-    async def _pages(self, key: ConversationKey, list_key: str,
-                     start: int) -> AsyncIterator[list[StoredMessage]]:
-        while True:
-            raw = await self.redis.lrange(list_key, start, start + PAGE - 1)
-            if not raw:
-                return
-            yield [decode_stored(self._open(key, text)) for text in raw]
-            if len(raw) < PAGE:
-                return
-            start += len(raw)
 
     async def _pending(self, key: ConversationKey) -> list[Json]:
         """Turns received and not yet applied, by seq (`HSCAN`: a page at a time)."""

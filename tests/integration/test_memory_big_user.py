@@ -84,9 +84,21 @@ def test_a_user_of_over_100_mb_is_exported_as_a_stream_and_erased(big_user, redi
     assert {c["id"] for c in document["conversations"]} == {"huge", "small"}
     assert pieces > 1
 
+    one = httpx.get(big_user + "/v1/memory/conversations/huge", headers=AUTH, timeout=120)
+    assert one.status_code == 200 and one.headers["transfer-encoding"] == "chunked"
+    assert len(one.json()["messages"]) == MESSAGES
+    for path in ("/v1/memory/facts", "/v1/memory/conversations/huge/chunks",
+                 "/v1/memory/conversations"):  # sources looked up a page at a time
+        assert httpx.get(big_user + path, headers=AUTH, timeout=120).status_code == 200, path
+    pinned = httpx.put(big_user + f"/v1/memory/conversations/huge/pins/{huge['messages'][-1]['id']}",
+                       headers=AUTH, timeout=120)
+    assert pinned.status_code == 200, pinned.text
+    gone = httpx.delete(big_user + "/v1/memory/conversations/huge", headers=AUTH, timeout=120)
+    assert gone.status_code == 200, gone.text
+
     erased = httpx.delete(big_user + "/v1/memory", headers=AUTH, timeout=120)
     assert erased.status_code == 200, erased.text
-    assert erased.json()["keys_deleted"] >= 4
+    assert erased.json()["keys_deleted"] >= 2  # what the conversation delete left
     with redis.Redis.from_url(redis_url) as client:
         assert not [n for n in client.scan_iter(f"*{USER}*") if b":erased:" not in n]
     again = httpx.get(big_user + "/v1/memory/export", headers=AUTH, timeout=30).json()
@@ -118,3 +130,31 @@ def test_a_store_that_does_not_answer_in_time_is_a_503_with_retry_after(
         assert time.monotonic() < deadline, again.text
         time.sleep(0.2)
     assert again.status_code in (200, 404), again.text
+
+
+def test_lists_are_paged_by_cursor(redis_url):
+    names = [f"c-{i:02d}" for i in range(7)]
+    with redis.Redis.from_url(redis_url) as client:
+        for name in names:
+            client.hset(KeySpace().conversation(ConversationKey("acme", "pager", name)).meta,
+                        mapping={"message_count": 1})
+    headers = {**AUTH, "X-User-Id": "pager"}
+    with running_gateway(gateway_config(redis_url)) as url:
+        seen, after, pages = [], None, 0
+        while True:
+            params = {"limit": 3, **({"after": after} if after else {})}
+            page = httpx.get(url + "/v1/memory/conversations", headers=headers, params=params,
+                             timeout=30).json()
+            pages += 1
+            seen += [c["id"] for c in page["data"]]
+            assert page["last_id"] == page["data"][-1]["id"]
+            if not page["has_more"]:
+                break
+            after = page["last_id"]
+        assert (seen, pages) == (names, 3)
+        whole = httpx.get(url + "/v1/memory/conversations", headers=headers, timeout=30).json()
+        assert [c["id"] for c in whole["data"]] == names and whole["has_more"] is False
+        for bad in ("0", "1001", "x", "-1"):
+            response = httpx.get(url + "/v1/memory/conversations", headers=headers,
+                                 params={"limit": bad}, timeout=30)
+            assert response.status_code == 400 and response.json()["error"]["param"] == "limit"
