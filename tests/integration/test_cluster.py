@@ -382,18 +382,30 @@ def test_a_burst_beyond_the_pool_on_the_cluster_runs_with_memory(cluster_url):
     assert pool["max_connections"] == 4 and pool["timeouts"] == 0 and pool["waits"] > 0
 
 
+def _blocked_clients(url: str) -> int:
+    with redis.RedisCluster.from_url(url) as probe:
+        return sum(int(probe.info("clients", target_nodes=node)["blocked_clients"])
+                   for node in probe.get_nodes())
+
+
 async def test_a_recorders_blocking_reads_hold_no_place_the_requests_wait_for(cluster_url):
     client = connect(cluster_url, cluster=True, max_connections=2, pool_timeout=5)
     try:
-        # Four blocking reads (as four shards' recorders) wait 500 ms for entries...
-        reads = [asyncio.create_task(client.xread({f"{{s{i}}}:stream": "$"}, block=500))
+        # Four blocking reads (as four shards' recorders) wait for entries — the store
+        # shows all four blocked before the test goes on (a wait on the condition)...
+        reads = [asyncio.create_task(client.xread({f"{{s{i}}}:stream": "$"}, block=30_000))
                  for i in range(4)]
-        await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while await asyncio.to_thread(_blocked_clients, cluster_url) < 4:
+            assert time.monotonic() < deadline, "the four reads never blocked"
+            await asyncio.sleep(0.01)
         # ...while calls go through the 2 places without waiting for them.
         for i in range(5):
             assert await client.get(f"absent-{i}") is None
-        assert [r for r in await asyncio.gather(*reads) if r] == []
         stats = client.gate.stats()
+        for i in range(4):  # an entry each ends the reads
+            await client.xadd(f"{{s{i}}}:stream", {"n": str(i)})
+        assert all(await asyncio.gather(*reads))
     finally:
         await client.aclose()
     assert stats.waits == 0 and stats.timeouts == 0
