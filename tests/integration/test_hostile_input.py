@@ -370,6 +370,10 @@ class Hostile:
             return "PATCH", "/v1/memory/settings", headers, body
         method, template = self.rng.choice(memory)
         path = template.replace("{c}", self.path_part()).replace("{x}", self.path_part())
+        if self.rng.random() < 0.3:  # the lists' cursor, any value
+            path += "?" + self.rng.choice(["limit=", "after=", "limit=2&after="]) + \
+                self.rng.choice(["0", "1", "1000", "1001", "-1", "x", "%00", "1e3", "",
+                                 "conv-1", "a" * 300, "%FF"])
         return method, path, headers, None
 
 

@@ -90,8 +90,9 @@ def test_a_user_of_over_100_mb_is_exported_as_a_stream_and_erased(big_user, redi
     for path in ("/v1/memory/facts", "/v1/memory/conversations/huge/chunks",
                  "/v1/memory/conversations"):  # sources looked up a page at a time
         assert httpx.get(big_user + path, headers=AUTH, timeout=120).status_code == 200, path
-    pinned = httpx.put(big_user + f"/v1/memory/conversations/huge/pins/{huge['messages'][-1]['id']}",
-                       headers=AUTH, timeout=120)
+    last = huge["messages"][-1]["id"]
+    pinned = httpx.put(big_user + f"/v1/memory/conversations/huge/pins/{last}", headers=AUTH,
+                       timeout=120)
     assert pinned.status_code == 200, pinned.text
     gone = httpx.delete(big_user + "/v1/memory/conversations/huge", headers=AUTH, timeout=120)
     assert gone.status_code == 200, gone.text
