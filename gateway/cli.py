@@ -100,6 +100,16 @@ def _check(path: str) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
+    from gateway.upstream.providers import litellm_providers, provider_problem
+
+    providers = litellm_providers()
+    problems = [f"tenants.{name}.models.{alias}.model: {problem}"
+                for name, tenant in sorted(config.tenants.items())
+                for alias, route in sorted(tenant.models.items())
+                if (problem := provider_problem(route.model, route.litellm_params, providers))]
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
     print(f"{path}: OK — store {config.store}, tenants: {', '.join(sorted(config.tenants))}")
     return 0
 
@@ -229,6 +239,13 @@ def _serve(args: argparse.Namespace) -> None:
         if embedded is not None:
             embedded.stop()
     if signalled is not None:
+        if exit_signals.received == [signal.SIGTERM]:
+            # One SIGTERM, served: in-flight requests finished, the buffer and the recorder
+            # drained, the store stopped. That is the stop a supervisor asked for — status 0
+            # (Kubernetes and systemd read 143 as a failure). A second signal forced the
+            # exit (uvicorn skips the drain): the process ends by that signal, as before.
+            logging.shutdown()
+            sys.exit(0)
         exit_signals.exit_by(signalled)
 
 

@@ -91,6 +91,20 @@ class PayloadTooLarge(GatewayError):
     log_level = logging.INFO
 
 
+class StoreUnavailable(GatewayError):
+    """The store did not answer in time (or at all) on a path that cannot fail open (the
+    memory API): 503, and Retry-After — every such operation is safe to repeat."""
+
+    status = 503
+    type = "api_error"
+    code = "store_unavailable"
+    log_level = logging.WARNING
+    retry_after = 1
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after)}
+
+
 class UpstreamError(GatewayError):
     """The upstream answered with an error, or could not be reached (502) or timed out (504).
 

@@ -9,6 +9,14 @@ import gateway  # noqa: E402,F401  (sets the offline environment before litellm 
 
 pytest_plugins = ["tests.support.redis", "tests.support.cluster"]
 
+from hypothesis import settings  # noqa: E402
+
+# Every property test: the same cases on every run and machine (derandomized, no example
+# database), and no per-example deadline — a busy 2-core machine is not a failing property
+# (speed is measured in bench/, not asserted here). A test's own @settings still narrows this.
+settings.register_profile("gateway", derandomize=True, database=None, deadline=None)
+settings.load_profile("gateway")
+
 
 def pytest_terminal_summary(terminalreporter):
     """Counts the scale-out and failure tests report (turns sent, stored, lost, ...), shown in

@@ -29,6 +29,7 @@ from gateway.pipeline.request_history import RequestHistory
 from gateway.pipeline.tasks import TaskTracker
 from gateway.ports import Upstream
 from gateway.store.cluster import key_space
+from gateway.store.disk import DiskRewrites
 from gateway.store.redis_store import RedisStore
 from gateway.tokenizer import tokenizer_for_model
 from gateway.wiring import (
@@ -116,11 +117,13 @@ async def _serving(app: Starlette, config: Config, services: Services, upstream:
                         memory=memory.service if memory else None,
                         recall_settings=memory.recall if memory else None, buffer=buffer,
                         tracing=services.tracing, limiter=limiter, history=history)
+    disk = DiskRewrites(redis, store.keys.disk_rewrite_owed())
     app.state.gateway = Gateway(config, services.tenants, AdminKeys(config), limiter, pipeline,
                                 store, recorder, metrics, memory, buffer,
                                 store_pool=getattr(redis, "gate", None)
                                 or getattr(redis, "connection_pool", None),
-                                history=history)
+                                history=history, disk=disk)
+    await disk.resume()  # a rewrite an earlier process owed after a delete (in the background)
     if history is not None:
         await history.start()
     # Turns a previous process could not hand to the store go first, then new ones.
@@ -142,6 +145,8 @@ async def _serving(app: Starlette, config: Config, services: Services, upstream:
         # store timeout) and tolerates a store that is gone: it logs and shutdown goes on —
         # turns already enqueued are in the store.
         drain = config.recorder.drain_timeout_seconds
+        # A rewrite still owed stays marked in the store: the next process resumes it.
+        await step("disk rewrites", disk.aclose(), drain)
         await step("background tasks", tasks.drain(drain), drain)
         if history is not None:  # after the tasks: streams log their requests last
             await step("request history", history.drain(drain), drain)

@@ -11,15 +11,22 @@ visible, exportable and erasable (`tenant_memory` in the settings says if it is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+import logging
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from redis.exceptions import ConnectionError as StoreConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as StoreTimeoutError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
-from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge
+from gateway.errors import (BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge,
+                            StoreUnavailable)
 from gateway.memory.control import MemoryControl
+from gateway.memory.export import Export
 from gateway.memory.records.pin_store import PinLimitReached
 from gateway.memory.records.settings_store import UserSettings
 from gateway.pipeline.chat_request import parse_body
@@ -27,14 +34,25 @@ from gateway.pipeline.chat_request import parse_body
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
 
+logger = logging.getLogger("gateway.memory_api")
+
+STORE_FAILURES = (StoreTimeoutError, StoreConnectionError, RedisClusterException, OSError,
+                  TimeoutError)
+"""A store that does not answer (in time): the operation is repeated later, never a 500."""
+
 TENANT_HEADER = "X-Gateway-Tenant"
 """Which tenant an admin key acts for (a tenant key may send its own tenant's name)."""
 MAX_BODY_BYTES = 4096
 """A settings change is a few bytes; nothing else here takes a body."""
 MAX_NAME_LENGTH = 256
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
+"""Items of a list answer unless `limit` names another number, and at most."""
 SETTINGS = ("memory", "auto_extract")
 SETTLE_SECONDS = 10.0
 """At most this long a delete waits for a memory run of the same conversation to end."""
+DISK_WAIT_SECONDS = 2.0
+"""At most this long a delete's answer waits for the store's files to be rewritten (`"disk":
+"rewritten"`); past it the answer says "pending" and the rewrite goes on."""
 
 
 def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, str]:
@@ -76,7 +94,8 @@ def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, 
 
 def _control(gateway: Gateway) -> MemoryControl:
     settle = min(SETTLE_SECONDS, gateway.config.memory.worker.lock_seconds)
-    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle)
+    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle,
+                         disk=gateway.disk, disk_wait_seconds=DISK_WAIT_SECONDS)
 
 
 def _conversation(request: Request, tenant: str, user: str) -> ConversationKey:
@@ -95,12 +114,43 @@ def _name(request: Request, param: str) -> str:
     return value
 
 
-def _listed(items: list[Any]) -> JSONResponse:
-    return JSONResponse({"object": "list", "data": items})
+def _listed(items: list[Any], has_more: bool = False) -> JSONResponse:
+    """OpenAI's list shape; `last_id` is the cursor of the next page (`?after=`)."""
+    return JSONResponse({"object": "list", "data": items,
+                         "first_id": items[0]["id"] if items else None,
+                         "last_id": items[-1]["id"] if items else None,
+                         "has_more": has_more})
 
 
-def _deleted(kind: str, item_id: str) -> JSONResponse:
-    return JSONResponse({"id": item_id, "object": f"memory.{kind}.deleted", "deleted": True})
+def _page(request: Request) -> tuple[int, str | None]:
+    """(`limit`, `after`) of a paginated list: 1-MAX_PAGE items (DEFAULT_PAGE unless named),
+    those after the id `after`."""
+    raw = request.query_params.get("limit")
+    if raw is None:
+        limit = DEFAULT_PAGE
+    elif not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise BadRequest(f"`limit` must be an integer from 1 to {MAX_PAGE}.", param="limit")
+    else:
+        limit = int(raw)
+    after = request.query_params.get("after")
+    if after is not None and not 1 <= len(after) <= MAX_NAME_LENGTH:
+        raise BadRequest(f"`after` must be 1-{MAX_NAME_LENGTH} characters: the `last_id` of "
+                         "the page before.", param="after")
+    return limit, after
+
+
+def _paged(items: list[Any], limit: int, after: str | None) -> JSONResponse:
+    """A page of `items` (sorted by id) as `_page` asks for it."""
+    rest = [item for item in items if after is None or item["id"] > after]
+    return _listed(rest[:limit], len(rest) > limit)
+
+
+def _deleted(kind: str, item_id: str, disk: str | None = None) -> JSONResponse:
+    """`disk`: the state of the deleted text's copies on the store's disk, where it had any."""
+    body: dict[str, Any] = {"id": item_id, "object": f"memory.{kind}.deleted", "deleted": True}
+    if disk is not None:
+        body["disk"] = disk
+    return JSONResponse(body)
 
 
 def _settings_json(gateway: Gateway, tenant: str, settings: UserSettings) -> JSONResponse:
@@ -143,15 +193,18 @@ async def patch_settings(request: Request) -> Response:
 
 async def list_facts(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
-    return _listed(await _control(gateway).facts_with_sources(tenant, user))
+    limit, after = _page(request)  # (facts are capped per user: read together, then paged)
+    facts = await _control(gateway).facts_with_sources(tenant, user)
+    return _paged([{**f, "id": f["key"]} for f in facts], limit, after)
 
 
 async def delete_fact(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
     key = _name(request, "fact_key")
-    if not await _control(gateway).delete_fact(tenant, user, key):
+    disk = await _control(gateway).delete_fact(tenant, user, key)
+    if disk is None:
         raise NotFound(f"No fact `{key}` is stored for this user.", param="fact_key")
-    return _deleted("fact", key)
+    return _deleted("fact", key, disk)
 
 
 async def get_profile(request: Request) -> Response:
@@ -162,30 +215,32 @@ async def get_profile(request: Request) -> Response:
 
 async def delete_profile(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
-    await _control(gateway).delete_profile(tenant, user)
-    return _deleted("profile", user)
+    return _deleted("profile", user, await _control(gateway).delete_profile(tenant, user))
 
 
 async def list_conversations(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
-    return _listed(await _control(gateway).conversations(tenant, user))
+    limit, after = _page(request)
+    items, more = await _control(gateway).conversations(tenant, user, limit=limit, after=after)
+    return _listed(items, more)
 
 
 async def get_conversation(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
-    view = await _control(gateway).conversation(key)
-    if view is None:
+    control = _control(gateway)
+    if not await control.exists(key):
         raise _no_conversation(key)
-    return JSONResponse(view)
+    return await _streamed(Export(control, tenant, user).conversation(key))
 
 
 async def delete_conversation(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
-    if not await _control(gateway).delete_conversation(key):
+    disk = await _control(gateway).delete_conversation(key)
+    if disk is None:
         raise _no_conversation(key)
-    return _deleted("conversation", key.conversation)
+    return _deleted("conversation", key.conversation, disk)
 
 
 async def list_chunks(request: Request) -> Response:
@@ -201,15 +256,36 @@ async def delete_chunk(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
     chunk_id = _name(request, "chunk_id")
-    if not await _control(gateway).delete_chunk(key, chunk_id):
+    disk = await _control(gateway).delete_chunk(key, chunk_id)
+    if disk is None:
         raise NotFound(f"No summary chunk `{chunk_id}` in conversation `{key.conversation}`.",
                        param="chunk_id")
-    return _deleted("chunk", chunk_id)
+    return _deleted("chunk", chunk_id, disk)
 
 
 async def export(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
-    return JSONResponse(await _control(gateway).export(tenant, user))
+    document = Export(_control(gateway), tenant, user)
+    await document.opening()
+    return await _streamed(document.body())
+
+
+async def _streamed(body: AsyncIterator[bytes]) -> StreamingResponse:
+    """A JSON document written as it is read. Its first piece is read before the answer
+    starts: a store that is down is still a 503 (`_guarded`)."""
+    first = await anext(body, b"")
+
+    async def rest() -> AsyncIterator[bytes]:
+        # Past the first byte the status is sent: a store failure can only end the body early
+        # (its JSON does not parse), logged here rather than as an unhandled ASGI error.
+        yield first
+        try:
+            async for piece in body:
+                yield piece
+        except STORE_FAILURES as exc:
+            logger.warning("memory API answer cut short by the store: %r", exc)
+
+    return StreamingResponse(rest(), media_type="application/json")
 
 
 async def erase(request: Request) -> Response:
@@ -266,24 +342,41 @@ def _no_conversation(key: ConversationKey) -> NotFound:
                     param="conversation_id")
 
 
+def _guarded(handler: Callable[[Request], Awaitable[Response]]
+             ) -> Callable[[Request], Awaitable[Response]]:
+    """`handler`, answering a store that does not answer (in time) with a 503 and
+    Retry-After instead of a 500. Every operation here is safe to repeat: reads; deletes that
+    find nothing left the second time (an erase repeated goes on from where it stopped)."""
+    @functools.wraps(handler)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except STORE_FAILURES as exc:
+            logger.warning("memory API %s %s: the store failed (%r)", request.method,
+                           request.url.path, exc)
+            raise StoreUnavailable("The store did not answer in time; nothing is lost. "
+                                   "Repeat the request (it is safe to repeat).") from None
+    return guarded
+
+
 _CONVERSATION = "/v1/memory/conversations/{conversation_id}"
 
 memory_routes = [
-    Route("/v1/memory/settings", get_settings, methods=["GET"]),
-    Route("/v1/memory/settings", patch_settings, methods=["PATCH"]),
-    Route("/v1/memory/facts", list_facts, methods=["GET"]),
-    Route("/v1/memory/facts/{fact_key}", delete_fact, methods=["DELETE"]),
-    Route("/v1/memory/profile", get_profile, methods=["GET"]),
-    Route("/v1/memory/profile", delete_profile, methods=["DELETE"]),
-    Route("/v1/memory/conversations", list_conversations, methods=["GET"]),
-    Route(_CONVERSATION, get_conversation, methods=["GET"]),
-    Route(_CONVERSATION, delete_conversation, methods=["DELETE"]),
-    Route(_CONVERSATION + "/chunks", list_chunks, methods=["GET"]),
-    Route(_CONVERSATION + "/chunks/{chunk_id}", delete_chunk, methods=["DELETE"]),
-    Route("/v1/memory/export", export, methods=["GET"]),
-    Route("/v1/memory", erase, methods=["DELETE"]),
-    Route(_CONVERSATION + "/topics", list_topics, methods=["GET"]),
-    Route(_CONVERSATION + "/pins", list_pins, methods=["GET"]),
-    Route(_CONVERSATION + "/pins/{message_id}", put_pin, methods=["PUT"]),
-    Route(_CONVERSATION + "/pins/{message_id}", delete_pin, methods=["DELETE"]),
+    Route("/v1/memory/settings", _guarded(get_settings), methods=["GET"]),
+    Route("/v1/memory/settings", _guarded(patch_settings), methods=["PATCH"]),
+    Route("/v1/memory/facts", _guarded(list_facts), methods=["GET"]),
+    Route("/v1/memory/facts/{fact_key}", _guarded(delete_fact), methods=["DELETE"]),
+    Route("/v1/memory/profile", _guarded(get_profile), methods=["GET"]),
+    Route("/v1/memory/profile", _guarded(delete_profile), methods=["DELETE"]),
+    Route("/v1/memory/conversations", _guarded(list_conversations), methods=["GET"]),
+    Route(_CONVERSATION, _guarded(get_conversation), methods=["GET"]),
+    Route(_CONVERSATION, _guarded(delete_conversation), methods=["DELETE"]),
+    Route(_CONVERSATION + "/chunks", _guarded(list_chunks), methods=["GET"]),
+    Route(_CONVERSATION + "/chunks/{chunk_id}", _guarded(delete_chunk), methods=["DELETE"]),
+    Route("/v1/memory/export", _guarded(export), methods=["GET"]),
+    Route("/v1/memory", _guarded(erase), methods=["DELETE"]),
+    Route(_CONVERSATION + "/topics", _guarded(list_topics), methods=["GET"]),
+    Route(_CONVERSATION + "/pins", _guarded(list_pins), methods=["GET"]),
+    Route(_CONVERSATION + "/pins/{message_id}", _guarded(put_pin), methods=["PUT"]),
+    Route(_CONVERSATION + "/pins/{message_id}", _guarded(delete_pin), methods=["DELETE"]),
 ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.pipeline.chat_fields import BODY_FIELDS, ITEM_TYPES
+
 Json = dict[str, Any]
 
 _ERROR: Json = {
@@ -44,10 +46,21 @@ _MESSAGE: Json = {
                            "request of the conversation, never shortened."},
     },
 }
+def _typed_fields() -> Json:
+    """OpenAI's request fields as the gateway checks their JSON types (chat_fields.py)."""
+    fields: Json = {name: {"type": sorted(types)} for name, types in BODY_FIELDS.items()}
+    for name, items in ITEM_TYPES.items():
+        fields[name]["items"] = {"type": sorted(items)}
+    return fields
+
+
 _CHAT_REQUEST: Json = {
     "type": "object", "required": ["model", "messages"],
     "properties": {
-        "model": {"type": "string", "description": "A model alias of the tenant."},
+        **_typed_fields(),
+        # The gateway refuses an empty model (no tenant has an alias ""): so does the schema.
+        "model": {"type": "string", "minLength": 1,
+                  "description": "A model alias of the tenant."},
         "messages": {"type": "array", "minItems": 1,
                      "items": {"$ref": "#/components/schemas/Message"}},
         "stream": {"type": "boolean"},
@@ -64,7 +77,9 @@ def _errors(*statuses: int) -> Json:
                404: "Not found", 405: "Method not allowed", 409: "Conflict",
                413: "Body too large",
                429: "Rate limited (upstream or the tenant's limit)", 500: "Upstream error",
-               502: "Upstream unreachable", 504: "Upstream timed out"}
+               502: "Upstream unreachable",
+               503: "The store did not answer in time: repeat it after Retry-After seconds",
+               504: "Upstream timed out"}
     return {str(s): {"description": reasons[s], "content": {
         "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
         for s in statuses}
@@ -78,6 +93,13 @@ def _ok(schema: Json | None = None, description: str = "OK") -> Json:
 _USER = {"name": "X-User-Id", "in": "header", "required": True, "schema": _ID,
          "description": "The end user (the tenant may name another header)."}
 _CONVERSATION = {"name": "conversation_id", "in": "path", "required": True, "schema": _ID}
+_PAGING = (
+    {"name": "limit", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+     "description": "Items in the page (100 unless named)."},
+    {"name": "after", "in": "query", "required": False,
+     "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+     "description": "The `last_id` of the page before: the items after it."})
 _MESSAGE_ID = {"name": "message_id", "in": "path", "required": True,
                "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
 
@@ -89,7 +111,7 @@ def _memory(summary: str, *, path: tuple[Json, ...] = (), body: Json | None = No
     operation: Json = {"summary": summary, "security": [{"tenantKey": []}],
                        "parameters": [user, *path],
                        "responses": {**_ok(), **_errors(400, 401, *((404,) if not_found else ()),
-                                                       413)}}
+                                                       413, 503)}}
     if body is not None:
         operation["requestBody"] = {"required": True,
                                     "content": {"application/json": {"schema": body}}}
@@ -138,14 +160,16 @@ def openapi() -> Json:
             "/v1/memory/settings": {
                 "get": _memory("The user's memory switches"),
                 "patch": _memory("Change the user's memory switches", body=settings)},
-            "/v1/memory/facts": {"get": _memory("The user's facts with their sources")},
+            "/v1/memory/facts": {"get": _memory("The user's facts with their sources, a page "
+                                                "at a time", path=_PAGING)},
             "/v1/memory/facts/{fact_key}": {"delete": _memory(
                 "Forget one fact", not_found=True,
                 path=({"name": "fact_key", "in": "path", "required": True,
                        "schema": {"type": "string", "minLength": 1, "maxLength": 256}},))},
             "/v1/memory/profile": {"get": _memory("The learned profile"),
                                    "delete": _memory("Forget the learned profile")},
-            "/v1/memory/conversations": {"get": _memory("The user's conversations",
+            "/v1/memory/conversations": {"get": _memory("The user's conversations, a page at "
+                                                        "a time", path=_PAGING,
                                                         anonymous=True)},
             conversation: {
                 "get": _memory("A transcript and its branches", path=(_CONVERSATION,),
@@ -169,7 +193,7 @@ def openapi() -> Json:
             conversation + "/pins/{message_id}": {
                 "put": {**_memory("Pin a stored message of the conversation", not_found=True,
                                   path=(_CONVERSATION, _MESSAGE_ID)),
-                        "responses": {**_ok(), **_errors(400, 401, 404, 409, 413)}},
+                        "responses": {**_ok(), **_errors(400, 401, 404, 409, 413, 503)}},
                 "delete": _memory("Unpin a message", not_found=True,
                                   path=(_CONVERSATION, _MESSAGE_ID))},
             "/v1/memory/export": {"get": _memory("Everything kept of the user")},

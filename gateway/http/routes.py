@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from gateway.config.tenants import Tenant
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
@@ -158,7 +158,21 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error = GatewayError(exc.detail, status=exc.status_code, type="invalid_request_error",
                          code="not_found" if exc.status_code == 404 else "invalid_request")
-    return error_response(error)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return error_response(error, headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path (RFC 9110: a 405 names them in `Allow`).
+    Starlette names only those of the first route that matched the path, and a path here may
+    have a route per method."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods.update(route.methods or ())
+    return ", ".join(sorted(methods))
 
 
 async def on_gateway_error(request: Request, exc: Exception) -> Response:

@@ -16,6 +16,7 @@ from gateway.pipeline.ratelimit import RateLimiter
 from gateway.pipeline.record_buffer import RecordBuffer
 from gateway.pipeline.request_history import RequestHistory
 from gateway.store.cluster import CommandGate
+from gateway.store.disk import DiskRewrites
 from gateway.store.pool import StorePool
 from gateway.store.recording.recorder import Recorder
 from gateway.store.recording.sharded import ShardedRecorder
@@ -43,6 +44,8 @@ class Gateway:
     """Counts the store's connections in use and waits (a cluster's: its commands in flight)."""
     history: RequestHistory | None = None
     """The recent requests kept for the console; None unless `console.enabled`."""
+    disk: DiskRewrites | None = None
+    """Rewrites of the store's files after deletes (None: each delete makes its own)."""
 
     async def refresh_queue_metrics(self) -> None:
         """The shared queues' gauges, from the store (one round trip; left as they were, and

@@ -1,5 +1,6 @@
 """What a user may see and do with what the gateway keeps of them (the user-control API's
-logic; gateway/http/memory_api.py is its HTTP face): list, export, delete, erase.
+logic; gateway/http/memory_api.py is its HTTP face): list, delete, erase; the export is
+gateway/memory/export.py.
 
 Invariants:
 - everything is scoped to one (tenant, user): keys come from `KeySpace` / `MemoryKeySpace`
@@ -27,6 +28,7 @@ from gateway.core.memory.facts import Fact
 from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import StoredMessage
+from gateway.memory.pages import MessagePages
 from gateway.memory.records.chunk_store import ChunkStore
 from gateway.memory.records.facts_store import FactStore
 from gateway.memory.records.keys import MemoryKeySpace
@@ -35,7 +37,7 @@ from gateway.memory.records.profile_store import ProfileStore
 from gateway.memory.records.settings_store import SettingsStore, UserSettings
 from gateway.memory.records.topic_store import TopicStore, topic_json
 from gateway.memory.jobs.user_index import UserRecallIndex
-from gateway.store.cluster import rewrite_append_only_files
+from gateway.store.disk import DiskRewrites
 from gateway.store.codec import CodecError, decode_key, encode_key
 from gateway.store.keys import ConversationKeys
 from gateway.store.redis_store import RedisStore
@@ -55,7 +57,7 @@ def message_json(message: StoredMessage) -> Json:
             "message": message.message.to_openai()}
 
 
-def _source_json(conversation: str, message: StoredMessage) -> Json:
+def source_json(conversation: str, message: StoredMessage) -> Json:
     return {"conversation": conversation, "id": message.id, "role": message.message.role,
             "content": message.message.to_openai().get("content")}
 
@@ -71,7 +73,7 @@ class Erasure:
     """False if a memory worker was still processing one of the user's conversations when
     the erase stopped waiting for it: what it writes afterwards needs another erase."""
     disk: str = "not_needed"
-    """What was done about copies on the store's disk (`rewrite_disk_copies`)."""
+    """The state of copies on the store's disk (`rewrite_disk_copies`)."""
 
     def to_json(self) -> Json:
         return {"object": "memory.erasure", "erased_at": self.erased_at,
@@ -86,7 +88,8 @@ class MemoryControl:
 
     def __init__(self, redis: aioredis.Redis, store: RedisStore,
                  keys: MemoryKeySpace | None = None, *, settle_seconds: float = 10.0,
-                 poll_seconds: float = 0.05, clock: Callable[[], float] = time.time):
+                 poll_seconds: float = 0.05, clock: Callable[[], float] = time.time,
+                 disk: DiskRewrites | None = None, disk_wait_seconds: float = 2.0):
         self.redis = redis
         self.store = store
         self.keys = keys or MemoryKeySpace(store.keys)
@@ -98,9 +101,12 @@ class MemoryControl:
         self.user_index = UserRecallIndex(redis, self.keys, **sealed)
         self.pin_store = PinStore(redis, self.keys, **sealed)
         self.topic_store = TopicStore(redis, self.keys, **sealed)
+        self.pages = MessagePages(redis, store)
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
+        self.disk = disk
+        self.disk_wait_seconds = disk_wait_seconds
 
     # -- settings and profile ----------------------------------------------------------------
 
@@ -114,8 +120,10 @@ class MemoryControl:
     async def profile(self, tenant: str, user: str) -> Json:
         return (await self.profiles.get(tenant, user)).to_dict()
 
-    async def delete_profile(self, tenant: str, user: str) -> None:
+    async def delete_profile(self, tenant: str, user: str) -> str:
+        """Forget the profile; the state of its copies on disk (`rewrite_disk_copies`)."""
         await self.profiles.delete(tenant, user)
+        return await self.rewrite_disk_copies()
 
     # -- conversations -----------------------------------------------------------------------
 
@@ -129,11 +137,17 @@ class MemoryControl:
                 found.add(conversation)
         return sorted(found)
 
-    async def conversations(self, tenant: str, user: str) -> list[Json]:
-        ids = await self.conversation_ids(tenant, user)
+    async def conversations(self, tenant: str, user: str, *, limit: int = 100,
+                            after: str | None = None) -> tuple[list[Json], bool]:
+        """A page of the user's conversations by id: at most `limit`, those after the id
+        `after` (a cursor: the last id of the page before); and whether more follow. Only the
+        page's conversations are read beyond their ids."""
+        ids = [c for c in await self.conversation_ids(tenant, user)
+               if after is None or c > after]
+        page = ids[:limit]
         metas = await asyncio.gather(*(self.store.meta(ConversationKey(tenant, user, c))
-                                       for c in ids))
-        return [_conversation_json(c, meta) for c, meta in zip(ids, metas)]
+                                       for c in page))
+        return [conversation_json(c, meta) for c, meta in zip(page, metas)], len(ids) > limit
 
     async def exists(self, key: ConversationKey) -> bool:
         ck = self.keys.store.conversation(key)
@@ -146,22 +160,26 @@ class MemoryControl:
             return None
         meta, messages, branches = await asyncio.gather(
             self.store.meta(key), self.store.history(key), self.store.branches(key))
-        return {**_conversation_json(key.conversation, meta),
+        return {**conversation_json(key.conversation, meta),
                 "messages": [message_json(m) for m in messages],
                 "branches": [{"archived_at": b.archived_at,
                               "messages": [message_json(m) for m in b.messages]}
                              for b in branches]}
 
-    async def delete_conversation(self, key: ConversationKey) -> bool:
+    async def delete_conversation(self, key: ConversationKey) -> str | None:
         """Forget the conversation: transcript, branches, pending turns, meta and every memory
-        key derived from it (its queued jobs become duplicates: the seq counters stay), its
+        key derived from it, its queued and dead-lettered jobs and its requests in the
+        console's request log (a job a recorder already holds is a duplicate: the seq counters
+        say so for an hour, then go — no key or entry keeps its id), its
         entries in the user-level recall index, and what the user's facts owe to it — a fact
         stated only in it is deleted, the others lose its messages from their sources
-        (`core.facts.forget_sources`)."""
+        (`core.facts.forget_sources`). The state of its copies on disk
+        (`rewrite_disk_copies`); None if there was no such conversation."""
         if not await self.exists(key):
-            return False
-        said = frozenset(m.id for m in await self._messages_of(key))
+            return None
+        said = await self._ids_of(key)
         await self.store.delete(key)
+        await self._delete_conversation_entries(key)
         memory = self.keys.conversation(key)
         await self._settle([memory.lock])
         await self.redis.delete(*memory.all(), self.keys.store.last_request(key))
@@ -169,8 +187,7 @@ class MemoryControl:
         await self.redis.zrem(self.keys.store.memory_dirty_of(key), encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.
         await self.facts.forget_sources(key.tenant, key.user, said)
-        await self.rewrite_disk_copies()
-        return True
+        return await self.rewrite_disk_copies()
 
     # -- facts and chunks, with their sources ------------------------------------------------
 
@@ -178,13 +195,20 @@ class MemoryControl:
         facts = await self.facts.list(tenant, user)
         if not facts:
             return []
-        sources = await self._messages_of_user(tenant, user)
-        return [_fact_json(f, sources) for f in facts]
+        wanted = {i for fact in facts for i in fact.source_ids}
+        sources: dict[str, Json] = {}
+        for conversation in await self.conversation_ids(tenant, user):
+            sources.update(await self._sources(ConversationKey(tenant, user, conversation),
+                                               wanted - sources.keys()))
+        return [fact_json(f, sources) for f in facts]
 
-    async def delete_fact(self, tenant: str, user: str, fact_key: str) -> bool:
+    async def delete_fact(self, tenant: str, user: str, fact_key: str) -> str | None:
+        """The state of the fact's copies on disk; None if there was no such fact."""
         if await self.facts.get(tenant, user, fact_key) is None:
-            return False  # checked first: deleting a missing fact would still bump a version
-        return await self.facts.delete(tenant, user, fact_key)
+            return None  # checked first: deleting a missing fact would still bump a version
+        if not await self.facts.delete(tenant, user, fact_key):
+            return None
+        return await self.rewrite_disk_copies()
 
     async def chunks_with_sources(self, key: ConversationKey) -> list[Json] | None:
         """Summary chunks oldest first (deleted ones as blank tombstones); None if the
@@ -192,15 +216,15 @@ class MemoryControl:
         if not await self.exists(key):
             return None
         chunks = await self.chunks.list(key)
-        messages = {m.id: _source_json(key.conversation, m)
-                    for m in await self._messages_of(key)}
-        return [_chunk_json(c, messages) for c in chunks]
+        messages = await self._sources(key, {i for c in chunks for i in c.source_ids})
+        return [chunk_json(c, messages) for c in chunks]
 
-    async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> bool:
+    async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> str | None:
+        """The state of the chunk's copies on disk; None if there was no such chunk."""
         if not await self.chunks.delete(key, chunk_id):
-            return False
+            return None
         await self.user_index.remove_chunk(key, chunk_id)
-        return True
+        return await self.rewrite_disk_copies()
 
     # -- pinned messages ---------------------------------------------------------------------
 
@@ -213,7 +237,7 @@ class MemoryControl:
     async def pin(self, key: ConversationKey, message_id: str) -> Json | None:
         """Pin a stored message (active or archived branch) by id; None if there is none.
         Raises PinLimitReached when the conversation holds the most pins it may."""
-        found = next((m for m in await self._messages_of(key) if m.id == message_id), None)
+        found = await self._find(key, message_id)
         if found is None:
             return None
         pin = PinnedMessage(found.id, found.message, "api", self.clock())
@@ -233,25 +257,6 @@ class MemoryControl:
 
     # -- export and erase --------------------------------------------------------------------
 
-    async def export(self, tenant: str, user: str) -> Json:
-        """Everything the store keeps of the user, as one JSON document."""
-        settings = await self.settings.get(tenant, user)
-        conversations = []
-        for conversation in await self.conversation_ids(tenant, user):
-            key = ConversationKey(tenant, user, conversation)
-            view = await self.conversation(key)
-            if view is not None:
-                view["chunks"] = await self.chunks_with_sources(key) or []
-                view["pins"] = await self.pins(key) or []
-                view["topics"] = [topic_json(t) for t in
-                                  (await self.topic_store.load(key)).segments]
-                conversations.append(view)
-        return {"object": "memory.export", "user": user, "exported_at": self.clock(),
-                "settings": {"memory": settings.memory, "auto_extract": settings.auto_extract},
-                "profile": await self.profile(tenant, user),
-                "facts": await self.facts_with_sources(tenant, user),
-                "conversations": conversations}
-
     async def erase(self, tenant: str, user: str) -> Erasure:
         """Erase everything of the user. Order matters: the tombstone first (from then on no
         turn created before it is applied, enqueued, loaded or learned from), then the user's
@@ -267,33 +272,43 @@ class MemoryControl:
         return Erasure(erased_ms / 1000, deleted + again, entries, complete, disk)
 
     async def rewrite_disk_copies(self) -> str:
-        """Ask the store to rewrite its append-only file, so what was just deleted leaves the
-        disk too (until then the AOF still holds the commands that wrote it). Requests made
-        while a rewrite runs are coalesced by the server into one more rewrite. Returns
-        "rewrite_requested", "not_needed" (no AOF: nothing was written to disk this way) or
+        """Have every primary's append-only file rewritten by a rewrite that starts after what
+        was just deleted (until then the files still hold it), waiting up to
+        `disk_wait_seconds`: "rewritten", "pending" (it goes on in the background, and is
+        resumed by the next process if this one ends first), "not_needed" (no AOF) or
         "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
-        the keys are deleted either way. RDB snapshots an operator configured keep their
-        copies until the next snapshot (docs/user-control-api.md, "What a delete reaches")."""
-        return await rewrite_append_only_files(self.redis)
+        the keys are deleted either way (gateway/store/disk.py). RDB snapshots an operator
+        configured keep their copies until the next snapshot (docs/user-control-api.md,
+        "What a delete reaches")."""
+        if self.disk is None:
+            return await DiskRewrites.once(self.redis, self.keys.store.disk_rewrite_owed(),
+                                           self.disk_wait_seconds)
+        return await self.disk.after_delete(self.disk_wait_seconds)
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _ck(self, tenant: str, user: str, conversation: str) -> ConversationKeys:
         return self.keys.store.conversation(ConversationKey(tenant, user, conversation))
 
-    async def _messages_of(self, key: ConversationKey) -> list[StoredMessage]:
-        """The conversation's active branch (archived messages included) and archived branches
-        (a source may be in any)."""
-        messages, branches = await asyncio.gather(self.store.history(key),
-                                                  self.store.branches(key))
-        return [*messages, *(m for b in branches for m in b.messages)]
+    async def _ids_of(self, key: ConversationKey) -> frozenset[str]:
+        """Ids of the conversation's messages, every branch (read a page at a time)."""
+        return frozenset([m.id async for page in self.pages.every(key) for m in page])
 
-    async def _messages_of_user(self, tenant: str, user: str) -> dict[str, Json]:
-        out: dict[str, Json] = {}
-        for conversation in await self.conversation_ids(tenant, user):
-            for m in await self._messages_of(ConversationKey(tenant, user, conversation)):
-                out.setdefault(m.id, _source_json(conversation, m))
-        return out
+    async def _sources(self, key: ConversationKey, wanted: set[str]) -> dict[str, Json]:
+        """The messages of the conversation with an id in `wanted`, as sources."""
+        found: dict[str, Json] = {}
+        if wanted:
+            async for page in self.pages.every(key):
+                found.update((m.id, source_json(key.conversation, m)) for m in page
+                             if m.id in wanted)
+        return found
+
+    async def _find(self, key: ConversationKey, message_id: str) -> StoredMessage | None:
+        async for page in self.pages.every(key):
+            for m in page:
+                if m.id == message_id:
+                    return m
+        return None
 
     async def _user_keys(self, tenant: str, user: str) -> list[str]:
         names: set[str] = set()
@@ -313,7 +328,10 @@ class MemoryControl:
         doomed = [n for n in names if n not in spared]
         deleted = 0
         for start in range(0, len(doomed), _PAGE):
-            deleted += int(await self.redis.delete(*doomed[start:start + _PAGE]))
+            # UNLINK: the server frees a big value (a 100 MB transcript) off its main thread,
+            # so no call of the batch waits on it. A failure mid-way (a 503 to the client)
+            # leaves the rest for the erase repeated: it finds only what is left.
+            deleted += int(await self.redis.unlink(*doomed[start:start + _PAGE]))
         return deleted, locks
 
     async def _settle(self, locks: Sequence[str]) -> bool:
@@ -348,13 +366,26 @@ class MemoryControl:
                 removed += await self._delete_stream_entries(stream, tenant, user)
         return removed
 
-    async def _delete_stream_entries(self, stream: str, tenant: str, user: str) -> int:
+    async def _delete_conversation_entries(self, key: ConversationKey) -> int:
+        keys = self.keys.store
+        shard = keys.shard_of(key.tenant, key.user)
+        removed = 0
+        for stream in (keys.records_at(shard), keys.dead_at(shard),
+                       keys.request_log(key.tenant)):
+            removed += await self._delete_stream_entries(stream, key.tenant, key.user,
+                                                         key.conversation)
+        return removed
+
+    async def _delete_stream_entries(self, stream: str, tenant: str, user: str,
+                                     conversation: str | None = None) -> int:
+        """The entries of the user (of one of its conversations, if named) in `stream`."""
         # A recorder holding a deleted entry in its pending list acks it when it re-reads it
         # (the entry comes back without fields); the tombstone covers one being applied.
         removed, cursor = 0, "-"
         while True:
             page = await self.redis.xrange(stream, cursor, "+", count=_PAGE)
-            ids = [i for i, f in page if f.get("tenant") == tenant and f.get("user") == user]
+            ids = [i for i, f in page if f.get("tenant") == tenant and f.get("user") == user
+                   and (conversation is None or f.get("conversation") == conversation)]
             if ids:
                 removed += int(await self.redis.xdel(stream, *ids))
             if len(page) < _PAGE:
@@ -380,7 +411,7 @@ def _owned_by(tenant: str, user: str) -> Callable[[str], bool]:
     return owned
 
 
-def _conversation_json(conversation: str, meta: dict[str, str]) -> Json:
+def conversation_json(conversation: str, meta: dict[str, str]) -> Json:
     def number(name: str) -> float | None:
         return float(meta[name]) if name in meta else None
     return {"object": "memory.conversation", "id": conversation,
@@ -393,12 +424,12 @@ def _resolved(ids: Iterable[str], messages: dict[str, Json]) -> list[Json]:
     return [messages[i] for i in ids if i in messages]
 
 
-def _fact_json(fact: Fact, messages: dict[str, Json]) -> Json:
+def fact_json(fact: Fact, messages: dict[str, Json]) -> Json:
     return {"object": "memory.fact", **fact.to_dict(),
             "sources": _resolved(fact.source_ids, messages)}
 
 
-def _chunk_json(chunk: SummaryChunk, messages: dict[str, Json]) -> Json:
+def chunk_json(chunk: SummaryChunk, messages: dict[str, Json]) -> Json:
     return {"object": "memory.chunk", "id": chunk.id, "text": chunk.text,
             "deleted": chunk.deleted, "first_position": chunk.first_position,
             "last_position": chunk.last_position, "start_date": chunk.start_date,

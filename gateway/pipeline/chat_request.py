@@ -1,8 +1,10 @@
 """Parsing and validating a chat completion request body into typed values.
 
-Only what the gateway itself relies on is checked (model, messages, stream, ids); every other
-field is kept as sent and passed upstream untouched. Problems raise `BadRequest` naming the
-offending parameter, so the client gets a 400 in OpenAI's error shape and never a 500.
+Every field OpenAI defines is checked for its JSON type before anything uses it
+(gateway/pipeline/chat_fields.py); what the gateway itself relies on (model, messages, stream,
+ids) is parsed into typed values, every other field is kept as sent and passed upstream
+untouched. Problems raise `BadRequest` naming the offending parameter, so the client gets a
+400 in OpenAI's error shape and never a 500.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gateway.core.messages import ROLES, Message
 from gateway.core.one_shot import MARKER
 from gateway.core.context.pinned import MARKER as PIN_MARKER
 from gateway.errors import BadRequest
+from gateway.pipeline.chat_fields import check_body_fields, check_message_fields, check_part
 
 # Fields the gateway consumes; they are not forwarded upstream.
 GATEWAY_FIELDS = ("conversation_id",)
@@ -137,10 +140,10 @@ def parse_chat_request(body: dict[str, Any], limits: RequestLimitsConfig) -> Cha
     cost one `len` each: the message count is checked before any message is parsed, and a
     message's length before it is copied."""
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if type(model) is not str or not model:
         raise BadRequest("`model` is required and must be a non-empty string.", param="model")
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
+    if type(messages) is not list or not messages:
         raise BadRequest("`messages` is required and must be a non-empty array.",
                          param="messages")
     if len(messages) > limits.max_messages:
@@ -149,13 +152,10 @@ def parse_chat_request(body: dict[str, Any], limits: RequestLimitsConfig) -> Cha
                          f"length {limits.max_messages}, but got an array with length "
                          f"{len(messages)} instead.", param="messages",
                          code="array_above_max_length")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise BadRequest("`stream` must be a boolean.", param="stream")
-    conversation_id = _optional_str(body, "conversation_id")
-    user = _optional_str(body, "user")
+    check_body_fields(body)  # stream, user, conversation_id among them
+    stream = body.get("stream") or False
+    conversation_id = body.get("conversation_id")
+    user = body.get("user")
     passthrough = {k: v for k, v in body.items()
                    if k not in ("model", "messages", *GATEWAY_FIELDS)}
     max_chars = limits.max_message_chars
@@ -183,42 +183,34 @@ def _text_length(content: Any) -> int:
     return 0
 
 
-def _optional_str(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise BadRequest(f"`{name}` must be a string.", param=name)
-    return value
-
-
 def _message(data: Any, index: int, max_chars: int) -> Message:
     if type(data) is dict and len(data) == 2:
         # The common message, `{"role": ..., "content": "..."}`: nothing else to check or to
         # freeze (a tool message needs its `tool_call_id`: the checks below refuse it).
         role, content = data.get("role"), data.get("content")
-        if type(content) is str and role in ROLES and role != "tool" \
+        # (`type(role) is str` first: a list or object as the role is unhashable.)
+        if type(content) is str and type(role) is str and role in ROLES and role != "tool" \
                 and len(content) <= max_chars:
             return Message.plain(role, content)
     where = f"messages[{index}]"
     if not isinstance(data, dict):
         raise BadRequest(f"`{where}` must be an object.", param=where)
     role = data.get("role")
-    if role not in ROLES:
-        raise BadRequest(f"`{where}.role` must be one of {', '.join(sorted(ROLES))}; "
-                         f"got {role!r}.", param=f"{where}.role")
+    if type(role) is not str or role not in ROLES:
+        shown = repr(role) if type(role) is str else "a value of another type"
+        raise BadRequest(f"`{where}.role` must be a string, one of "
+                         f"{', '.join(sorted(ROLES))}; got {shown[:80]}.",
+                         param=f"{where}.role")
+    check_message_fields(data, where)
     content = data.get("content")
     if content is None:
         if role not in ("assistant", "function") or not (data.get("tool_calls")
                                                           or data.get("function_call")):
             raise BadRequest(f"`{where}.content` is required.", param=f"{where}.content")
-    elif isinstance(content, list):
+    elif type(content) is list:
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise BadRequest(f"`{where}.content[{j}]` must be an object with a `type`.",
-                                 param=f"{where}.content")
-            if part["type"] == "text" and not isinstance(part.get("text"), str):
-                raise BadRequest(f"`{where}.content[{j}].text` must be a string.",
-                                 param=f"{where}.content")
-    elif not isinstance(content, str):
+            check_part(part, f"{where}.content[{j}]")
+    elif type(content) is not str:
         raise BadRequest(f"`{where}.content` must be a string or an array of content parts.",
                          param=f"{where}.content")
     chars = _text_length(content)
@@ -226,15 +218,9 @@ def _message(data: Any, index: int, max_chars: int) -> Message:
         raise BadRequest(f"Invalid '{where}.content': string too long. Expected a string with "
                          f"maximum length {max_chars}, but got a string with length {chars} "
                          "instead.", param=f"{where}.content", code="string_above_max_length")
-    if role == "tool" and not isinstance(data.get("tool_call_id"), str):
+    if role == "tool" and "tool_call_id" not in data:  # (its type: checked above)
         raise BadRequest(f"`{where}.tool_call_id` is required for tool messages.",
                          param=f"{where}.tool_call_id")
-    tool_calls = data.get("tool_calls")
-    if tool_calls is not None and not (
-        isinstance(tool_calls, list) and all(isinstance(c, dict) for c in tool_calls)
-    ):
-        raise BadRequest(f"`{where}.tool_calls` must be an array of objects.",
-                         param=f"{where}.tool_calls")
     if MARKER in data or PIN_MARKER in data:
         for marker in (MARKER, PIN_MARKER):
             if marker in data and not isinstance(data[marker], bool):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, ResponseError
+from redis.exceptions import RedisClusterException
 
 from gateway.store.keys import MAX_SHARDS, KeySpace
 from gateway.store.pool import PoolStats
@@ -174,27 +174,3 @@ async def primary_targets(client: Any) -> list[dict[str, Any]]:
         return [{}]
     await client.initialize()  # the nodes are discovered on first use; a no-op after
     return [{"target_nodes": node} for node in client.get_primaries()]
-
-
-
-async def rewrite_append_only_files(client: Any) -> str:
-    """Ask every primary with an append-only file to rewrite it, so what was just deleted or
-    re-sealed leaves the disk too. "rewrite_requested" (by at least one), "not_needed" (no
-    AOF anywhere) or "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) —
-    never raises for a refusal: the keys are changed either way. Requests made while a
-    rewrite runs are coalesced by the server into one more rewrite."""
-    requested = False
-    try:
-        for target in await primary_targets(client):
-            persistence = await client.execute_command("INFO", "persistence", **target)
-            if not int(persistence.get("aof_enabled", 0)):
-                continue
-            try:
-                await client.execute_command("BGREWRITEAOF", **target)
-            except ResponseError as exc:
-                if "already in progress" not in str(exc):  # older servers: it includes ours
-                    raise
-            requested = True
-    except (ResponseError, RedisClusterException) as exc:
-        return f"failed: {exc}"
-    return "rewrite_requested" if requested else "not_needed"

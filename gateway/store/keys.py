@@ -239,6 +239,11 @@ class KeySpace:
         return (f"{self.user_head(key.tenant, key.user)}:c:{_part(key.tenant)}:"
                 f"{_part(key.user)}:{_part(key.conversation)}:lastreq")
 
+    def disk_rewrite_owed(self) -> str:
+        """String: set while a rewrite of the store's files is owed after a delete (a token,
+        no content); a process that starts and finds it rewrites (gateway/store/disk.py)."""
+        return f"{self.prefix}:disk:rewrite_owed"
+
     def console_session(self, digest: str) -> str:
         """Hash: a console session (its CSRF token, times), named by the sha256 of its id."""
         return f"{self.prefix}:console:session:{digest}"

@@ -59,6 +59,7 @@ if digest == '' then digest = redis.sha1hex(ARGV[4]) end
 local last = redis.call('GET', KEYS[5])
 if last and string.sub(last, 1, 40) == digest then return string.sub(last, 42) end
 local seq = redis.call('INCR', KEYS[1])
+redis.call('PERSIST', KEYS[1])  -- written again after a delete: the counter lives on
 redis.call('HSET', KEYS[2], seq, ARGV[4])
 local id = redis.call('XADD', KEYS[3], '*', 'tenant', ARGV[1], 'user', ARGV[2],
                       'conversation', ARGV[3], 'seq', seq, 'payload', ARGV[4])
@@ -69,9 +70,13 @@ return id
 # KEYS: seq counter, applied seq, transcript, branches, pending, meta, last enqueued, archive.
 # Marks every enqueued turn as done (applied := seq) while deleting the content, so jobs still
 # in the stream are duplicates to the recorder and cannot bring the conversation back.
+# ARGV: how long the counters outlive it (ms): their names hold the conversation's id.
 _DELETE_LUA = """
 local seq = redis.call('GET', KEYS[1])
-if seq then redis.call('SET', KEYS[2], seq) end
+if seq then
+  redis.call('SET', KEYS[2], seq, 'PX', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
 return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 """
 
@@ -94,6 +99,10 @@ return {how, elements, offset, redis.call('HGETALL', KEYS[3]),
 """
 
 ERASED_TTL_MS = 30 * 86_400_000
+DELETED_COUNTERS_TTL_MS = 3_600_000
+"""How long a deleted conversation's seq counters stay (their names hold its id): long
+enough for a job a recorder read before the delete to meet them and be taken as a duplicate
+(the jobs still queued are deleted with the conversation, gateway/memory/control.py)."""
 """How long an erase tombstone is kept: far longer than any turn can wait in a record buffer
 or the record stream (the erase also deletes the user's queued jobs)."""
 
@@ -196,10 +205,12 @@ class RedisStore:
 
     async def delete(self, key: ConversationKey) -> None:
         """Forget the conversation: transcript, archive, branches, pending turns and meta. Turns
-        enqueued before the delete are never applied afterwards (the seq counters stay)."""
+        enqueued before the delete are never applied afterwards: the seq counters mark them
+        done, and stay for DELETED_COUNTERS_TTL_MS (unless the conversation is written again)."""
         ck = self.keys.conversation(key)
         await self._delete_script(keys=[ck.seq, ck.applied, ck.transcript, ck.branches,
-                                        ck.pending, ck.meta, ck.last_enqueued, ck.archive])
+                                        ck.pending, ck.meta, ck.last_enqueued, ck.archive],
+                                  args=[DELETED_COUNTERS_TTL_MS])
 
     @property
     def client(self) -> aioredis.Redis:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
-from gateway.store.cluster import rewrite_append_only_files
+from gateway.store.disk import DiskRewrites
 from gateway.store.crypto import DecryptError, Encryption, TenantCipher, sealed_key_id
 from gateway.store.keyring import open_record, record_key, seal_record
 from gateway.store.keys import KeySpace, _part
@@ -39,6 +39,8 @@ SEALED_LISTS = frozenset({"transcript", "archive", "branches", "m:chunks"})
 SEALED_HASHES = frozenset({"pending", "m:turns", "m:pins", "m:topics", "facts", "profile",
                            "recall"})
 _PAGE = 500
+DISK_WAIT_SECONDS = 60.0
+"""How long a rotation waits for the store's files to be rewritten (a command run by hand)."""
 
 # KEYS[1]: a list or hash. ARGV: "list" | "hash", index or field, the text read, its new text.
 # Rewrites the element only if it still holds the text read: 1 if rewritten, else 0.
@@ -73,8 +75,10 @@ class RotationReport:
     record_resealed: bool = False
     disk: str = "not_needed"
     """The store's append-only file keeps the texts as they were written (in clear, or under
-    the old key) until it is rewritten: "rewrite_requested" (BGREWRITEAOF), "not_needed" (no
-    AOF) or "failed: <reason>" (a managed Redis may refuse; its retention rules apply)."""
+    the old key) until it is rewritten: "rewritten" (by a rewrite started after the re-seal),
+    "pending" (still running after DISK_WAIT_SECONDS; resumed by the next gateway to start),
+    "not_needed" (no AOF) or "failed: <reason>" (a managed Redis may refuse; its retention
+    rules apply). See gateway/store/disk.py."""
 
     @property
     def remaining(self) -> int:
@@ -129,7 +133,8 @@ async def rotate_tenant(redis: aioredis.Redis, encryption: Encryption, tenant: s
     if report.remaining == 0:
         report.record_resealed = await _reseal_record(redis, keys, cipher)
     if report.resealed or report.record_resealed:
-        report.disk = await rewrite_append_only_files(redis)
+        report.disk = await DiskRewrites.once(redis, keys.disk_rewrite_owed(),
+                                              DISK_WAIT_SECONDS)
     return report
 
 

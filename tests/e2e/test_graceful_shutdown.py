@@ -26,7 +26,7 @@ def test_sigterm_finishes_in_flight_streams_records_them_and_exits(tmp_path):
     with Processes(tmp_path) as procs:
         redis = procs.redis()
         config = gateway_config_file(tmp_path / "config.yaml", redis.url,
-                                     models={"stream-slow": {"model": "fake/slow-2000"}},
+                                     models={"stream-slow": {"model": "fake/slow-4000"}},
                                      server={"shutdown_timeout_seconds": 10})
         gateway = procs.gateway(config)
         names = [f"term-{i}" for i in range(STREAMS)]
@@ -50,16 +50,18 @@ def test_sigterm_finishes_in_flight_streams_records_them_and_exits(tmp_path):
                 await asyncio.wait_for(asyncio.gather(*(e.wait() for e in first_bytes)), 10)
                 gateway.proc.send_signal(signal.SIGTERM)
                 signalled = time.monotonic()
-                # New connections are refused soon after the signal (bounded poll).
+                # New connections are refused while the streams still run (a poll bounded by
+                # the streams' end, not by the clock: once they are done, the claim is moot).
                 refused = "accepted"
-                while time.monotonic() - signalled < 1.5:
+                while not all(s.done() for s in streams):
                     # A fresh connection each probe: a kept-alive one the server is closing
                     # fails with a read error, which says nothing about new connections.
                     try:
                         async with httpx.AsyncClient(timeout=0.5) as probe:
                             await probe.get(gateway.url + "/healthz")
                     except httpx.ConnectError:
-                        refused = "refused"
+                        refused = "refused" if not all(s.done() for s in streams) \
+                            else "refused only after the streams ended"
                         break
                     except (httpx.ReadError, httpx.RemoteProtocolError):
                         pass  # accepted, then closed by the shutting-down server: poll again
@@ -84,7 +86,7 @@ def test_sigterm_finishes_in_flight_streams_records_them_and_exits(tmp_path):
         assert all(b.rstrip().endswith(b"data: [DONE]") for b in bodies)
         assert refused == "refused"
         assert complete == STREAMS
-        assert code in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
+        assert code == 0  # a clean drain after one SIGTERM: what a supervisor asked for
         assert '"event": "shutdown_complete"' in log and "shutdown failed" not in log
         assert consumers(redis.url) == []  # it left the consumer group
 
@@ -157,7 +159,7 @@ def test_turns_the_store_cannot_take_at_sigterm_are_journalled_and_stored_once_a
                duplicated=counts["duplicated"], out_of_order=counts["out_of_order"],
                journal_files_left=len(left_after))
         assert counts["completed"] == JOURNAL_TURNS and counts["failed_requests"] == 0
-        assert code in (0, -signal.SIGTERM)
+        assert code == 0
         assert "Application shutdown failed" not in first_log
         assert '"event": "record_journal_spilled"' in first_log
         assert "record_buffer_dropped" not in first_log

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Iterator
 
 import httpx
@@ -168,17 +170,40 @@ def test_erase_removes_every_key_of_the_user_on_every_node(gateway_url, valkey_c
         say(gateway_url, f"my horse is named {name}", "first", user, tenant)
         say(gateway_url, f"my horse is named {name}", "second", user, tenant)
     before = valkey_cluster.keys()
-    response = httpx.delete(gateway_url + "/v1/memory", timeout=30,
-                            headers={"Authorization": f"Bearer {KEYS['acme']}",
-                                     "X-User-Id": "ursula"})
+    nodes = [redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+             for port in valkey_cluster.ports]
+    deadline = time.monotonic() + 10
+    while not _files_mentioning(valkey_cluster.directory, "Quixote"):  # fsync'd every second
+        assert time.monotonic() < deadline, "the canary never reached the disk"
+        time.sleep(0.1)
+    try:
+        # On every node a rewrite forked before the erase (it holds the canary) still runs
+        # when the erase comes: the one that removes it from disk must start after it.
+        for node in nodes:
+            node.config_set("rdb-key-save-delay", 20_000)
+            node.bgrewriteaof()
+        response = httpx.delete(gateway_url + "/v1/memory", timeout=30,
+                                headers={"Authorization": f"Bearer {KEYS['acme']}",
+                                         "X-User-Id": "ursula"})
+    finally:
+        for node in nodes:
+            node.config_set("rdb-key-save-delay", 0)
     assert response.status_code == 200, response.text
     after = valkey_cluster.keys()
 
     ursula = (":4:acme:6:ursula:", "4:acme:6:ursula")
     left = [n for names in after.values() for n in names if any(p in n for p in ursula)]
     assert left == []
-    # Each primary (append-only, as the fixture starts them) is asked to rewrite its file.
-    assert response.json()["disk"] == "rewrite_requested"
+    # Each primary (append-only, as the fixture starts them) rewrites its files after the
+    # erase: the canary leaves every node's data directory.
+    assert response.json()["disk"] in ("rewritten", "pending")
+    deadline = time.monotonic() + 30
+    while left := _files_mentioning(valkey_cluster.directory, "Quixote"):
+        assert time.monotonic() < deadline, f"erased text still on disk: {left}"
+        time.sleep(0.2)
+    assert _files_mentioning(valkey_cluster.directory, "Rocinante")  # others' text stays
+    for node in nodes:
+        node.close()
     # Nothing of the others went.
     for tenant, user in (("acme", "bruno"), ("globex", "ursula")):
         marker = f":{len(tenant)}:{tenant}:{len(user)}:{user}:"
@@ -187,6 +212,12 @@ def test_erase_removes_every_key_of_the_user_on_every_node(gateway_url, valkey_c
         assert had and had == has
     # And the erased user starts afresh, still working through the cluster.
     assert "Quixote" not in seen(gateway_url, "What is my horse called?", "third", "ursula")
+
+
+def _files_mentioning(directory: Path, word: str) -> list[str]:
+    needle = word.encode()
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
+                  if p.is_file() and needle in p.read_bytes())
 
 
 def test_the_console_lists_and_finds_users_on_every_node(gateway_url, cluster_url):
@@ -229,7 +260,7 @@ def test_key_rotation_seals_every_text_on_every_node(cluster_url, monkeypatch):
 
     report = asyncio.run(rotate())
     assert report["resealed"] >= 12 and report["remaining"] == 0, report
-    assert report["disk"] == "rewrite_requested"
+    assert report["disk"] == "rewritten"
     with redis.RedisCluster.from_url(cluster_url, decode_responses=True) as client:
         found = [n for n in client.scan_iter(count=1000, target_nodes=client.ALL_NODES)
                  if client.type(n) in ("list", "hash")
@@ -351,18 +382,30 @@ def test_a_burst_beyond_the_pool_on_the_cluster_runs_with_memory(cluster_url):
     assert pool["max_connections"] == 4 and pool["timeouts"] == 0 and pool["waits"] > 0
 
 
+def _blocked_clients(url: str) -> int:
+    with redis.RedisCluster.from_url(url) as probe:
+        return sum(int(probe.info("clients", target_nodes=node)["blocked_clients"])
+                   for node in probe.get_nodes())
+
+
 async def test_a_recorders_blocking_reads_hold_no_place_the_requests_wait_for(cluster_url):
     client = connect(cluster_url, cluster=True, max_connections=2, pool_timeout=5)
     try:
-        # Four blocking reads (as four shards' recorders) wait 500 ms for entries...
-        reads = [asyncio.create_task(client.xread({f"{{s{i}}}:stream": "$"}, block=500))
+        # Four blocking reads (as four shards' recorders) wait for entries — the store
+        # shows all four blocked before the test goes on (a wait on the condition)...
+        reads = [asyncio.create_task(client.xread({f"{{s{i}}}:stream": "$"}, block=30_000))
                  for i in range(4)]
-        await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while await asyncio.to_thread(_blocked_clients, cluster_url) < 4:
+            assert time.monotonic() < deadline, "the four reads never blocked"
+            await asyncio.sleep(0.01)
         # ...while calls go through the 2 places without waiting for them.
         for i in range(5):
             assert await client.get(f"absent-{i}") is None
-        assert [r for r in await asyncio.gather(*reads) if r] == []
         stats = client.gate.stats()
+        for i in range(4):  # an entry each ends the reads
+            await client.xadd(f"{{s{i}}}:stream", {"n": str(i)})
+        assert all(await asyncio.gather(*reads))
     finally:
         await client.aclose()
     assert stats.waits == 0 and stats.timeouts == 0

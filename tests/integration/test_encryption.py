@@ -329,7 +329,7 @@ def test_switching_encryption_on_then_rotating_the_key(redis_url, tmp_path):
         report = rotate(write_config(tmp_path / "a.yaml", redis_url,
                                      {"key_env": "GW_TEST_KEY_A"}), "acme")
         assert report["resealed"] > 20 and report["remaining"] == 0
-        assert report["disk"] == "rewrite_requested"
+        assert report["disk"] == "rewritten"
         assert rotate(tmp_path / "a.yaml", "acme")["resealed"] == 0  # resumable: nothing left
         # Once the store has rewritten its append-only file, no clear text is left on disk.
         rewritten(redis_url, lambda: not in_clear(redis_url, "Zephquor"))

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.pipeline.chat_fields import BODY_FIELDS, MESSAGE_FIELDS, PART_FIELDS
 from gateway.store import connect
 from gateway.store.redis_store import RedisStore
 from gateway.upstream.fake_server import create_fake_app
@@ -114,6 +115,16 @@ async def test_a_lone_surrogate_is_replaced_answered_and_recorded(redis_url, gat
         await client.aclose()
 
 
+@pytest.mark.parametrize("role", [["user"], {"user": True}, [["user"]], {}])
+@pytest.mark.parametrize("plain", [True, False], ids=["two-keys", "more-keys"])
+def test_a_role_that_is_a_list_or_an_object_is_a_400_naming_it(gateway_url, role, plain):
+    # Once a 500: `role in ROLES` raised TypeError on an unhashable value.
+    message = {"role": role, "content": "hi", **({} if plain else {"name": "n"})}
+    response = httpx.post(gateway_url + "/v1/chat/completions", headers=AUTH, timeout=30,
+                          json={"model": "echo", "messages": [message]})
+    assert _assert_openai_error(response, 400)["param"] == "messages[0].role"
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_stream_options_of_the_wrong_type_is_a_400_from_the_fake_upstream(gateway_url, stream):
     body = {"model": "echo", "stream": stream, "stream_options": "x",
@@ -200,24 +211,59 @@ class Hostile:
                     for _ in range(self.rng.randint(0, 4))}
         return self.string()
 
+    def unhashable(self) -> Any:
+        """An array or an object, often nested, often holding what the field would take —
+        the values a `value in {...}` or a dict key lookup fails on."""
+        inner = self.rng.choice(["user", "echo", True, 1, None, self.string()])
+        return self.rng.choice([[inner], {"x": inner}, [[inner]], {"a": {"b": [inner]}},
+                                [], {}, [{"role": inner}], {inner if isinstance(inner, str)
+                                                           else "k": [inner, [inner]]}])
+
+    def field(self) -> Any:
+        """Any value for a field: right or wrong type, unhashable and nested ones often."""
+        return self.unhashable() if self.rng.random() < 0.4 else self.value()
+
+    def part(self) -> Any:
+        part: dict[str, Any] = {"type": self.rng.choice(["text", "text", "image_url",
+                                                         "input_audio", "file", "refusal",
+                                                         self.field()]),
+                                "text": self.string()}
+        for name in PART_FIELDS:  # every field of a content part, now and then
+            if self.rng.random() < 0.15:
+                part[name] = self.field()
+        return part if self.rng.random() < 0.9 else self.field()
+
+    def tool_call(self) -> Any:
+        call: dict[str, Any] = {"id": "c1", "type": "function",
+                                "function": {"name": "f", "arguments": self.string()}}
+        for name in ("id", "type", "function"):
+            if self.rng.random() < 0.15:
+                call[name] = self.field()
+        for name in ("name", "arguments"):
+            if self.rng.random() < 0.15 and isinstance(call["function"], dict):
+                call["function"][name] = self.field()
+        return call if self.rng.random() < 0.9 else self.field()
+
     def message(self) -> Any:
         if self.rng.random() < 0.15:
-            return self.value()
+            return self.field()
         message: dict[str, Any] = {
             "role": self.rng.choice(["user", "user", "assistant", "system", "tool",
-                                     "developer", "function", "bogus", None, 3]),
-            "content": self.rng.choice([self.string(), self.string(), self.value(), None,
+                                     "developer", "function", "bogus", None, 3,
+                                     self.unhashable(), self.field()]),
+            "content": self.rng.choice([self.string(), self.string(), self.field(), None,
                                         [{"type": "text", "text": self.string()}],
-                                        [{"type": "text", "text": self.value()}],
-                                        [{"type": "image_url", "image_url": self.value()}],
+                                        [self.part() for _ in range(self.rng.randint(1, 3))],
                                         [self.value()]]),
         }
         if self.rng.random() < 0.2:
             message["tool_calls"] = self.rng.choice([
-                self.value(), [{"id": "c1", "type": "function",
-                                "function": {"name": "f", "arguments": self.string()}}]])
-        if self.rng.random() < 0.2:
-            message["tool_call_id"] = self.value()
+                self.field(), [self.tool_call() for _ in range(self.rng.randint(1, 3))]])
+        for name in MESSAGE_FIELDS:  # every other field of a message, now and then
+            if self.rng.random() < 0.08:
+                message[name] = self.field()
+        if self.rng.random() < 0.1:
+            message[self.rng.choice(["x_gateway_one_shot", "x_gateway_pin"])] = self.field()
         if self.rng.random() < 0.1:
             message[self.string()[:10]] = self.value()
         return message
@@ -245,17 +291,15 @@ class Hostile:
             return self.value()
         body: dict[str, Any] = {
             "model": self.rng.choice(["echo", "echo", "messages", "tool-call", self.string(),
-                                      self.value()]),
+                                      self.field()]),
             "messages": self.rng.choice([
                 [self.message() for _ in range(self.rng.randint(1, 5))],
                 [self.message() for _ in range(self.rng.randint(1, 5))],
-                [], self.value()]),
+                [], self.field()]),
         }
-        for name in ("stream", "stream_options", "temperature", "max_tokens", "user",
-                     "conversation_id", "tools", "tool_choice", "n", "metadata",
-                     "response_format", "logit_bias", "stop", "seed"):
-            if self.rng.random() < 0.15:
-                body[name] = self.value()
+        for name in BODY_FIELDS:  # every field OpenAI defines, with a value of any type
+            if self.rng.random() < 0.06:
+                body[name] = self.field()
         if self.rng.random() < 0.2:
             body["stream"] = True
         if self.rng.random() < 0.1:
@@ -317,14 +361,19 @@ class Hostile:
                   ("GET", "/v1/nothing")]
         if r < 0.8:
             body = self.dumps(self.rng.choice([
-                {"memory": self.value()}, {"auto_extract": self.value()},
-                {"memory": False, "auto_extract": True}, self.value(),
+                {"memory": self.field()}, {"auto_extract": self.field()},
+                {"memory": False, "auto_extract": True}, self.field(),
+                {"memory": self.field(), "auto_extract": self.field()},
                 {self.string()[:20]: True}]))
             if self.rng.random() < 0.1:
                 body = self.rng.choice([_deep(2_000).encode(), b"x" * 10_000, b""])
             return "PATCH", "/v1/memory/settings", headers, body
         method, template = self.rng.choice(memory)
         path = template.replace("{c}", self.path_part()).replace("{x}", self.path_part())
+        if self.rng.random() < 0.3:  # the lists' cursor, any value
+            path += "?" + self.rng.choice(["limit=", "after=", "limit=2&after="]) + \
+                self.rng.choice(["0", "1", "1000", "1001", "-1", "x", "%00", "1e3", "",
+                                 "conv-1", "a" * 300, "%FF"])
         return method, path, headers, None
 
 
@@ -356,7 +405,9 @@ def test_fuzz_hostile_requests_never_get_a_gateway_5xx(redis_url, capsys):
                     if response.status_code >= 500:
                         failures.append(f"{method} {path} {(body or b'')[:200]!r} -> "
                                         f"{response.status_code} {response.text[:200]}")
-                    elif response.status_code >= 400 and response.status_code != 405:
+                    elif response.status_code == 405 and not response.headers.get("allow"):
+                        not_openai_shape.append(f"{method} {path} -> 405 without Allow")
+                    elif response.status_code >= 400:
                         try:
                             error = response.json()["error"]
                             assert set(error) == {"message", "type", "param", "code"}

@@ -4,7 +4,9 @@ not a recorder or memory worker caught mid-way. Other users and tenants are unto
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from gateway.store import EmbeddedRedis, RedisStore
 from gateway.store.recording import Recorder
 from gateway.store.codec import encode_key
 from gateway.store.keys import KeySpace
+from gateway.store.redis_store import DELETED_COUNTERS_TTL_MS
 from tests.support.gateway import KEYS, MODELS, running_gateway
 
 ERIN, BOB = "erin-7Q", "bob-5K"
@@ -157,10 +160,49 @@ def test_deleting_a_conversation_leaves_nothing_of_it_in_the_users_recall_index(
 
         after = dump(redis_url)
         assert not [n for n, v in after.items() if mentions(v, "glimmer") or mentions(v, "c-gone")]
-        # Only its seq counters stay (by design: a job still queued becomes a duplicate).
+        # Only its seq counters stay, for an hour (a job a recorder read before the delete is
+        # a duplicate), then go with the id in their names.
         gone = KeySpace().conversation(ConversationKey("acme", ERIN, "c-gone"))
         assert {n for n in after if "c-gone" in n} <= {gone.seq, gone.applied}
+        import redis
+
+        with redis.Redis.from_url(redis_url) as r:
+            assert all(0 < r.pttl(n) <= DELETED_COUNTERS_TTL_MS for n in (gone.seq, gone.applied))
         assert any(mentions(v, "zorblax kept") for v in after[uk.recall].values())
+
+
+def test_a_deleted_conversation_leaves_no_id_in_the_request_log_and_its_counters_expire(
+        redis_url):
+    import redis
+
+    from tests.support.console import console_config
+
+    gone = KeySpace().conversation(ConversationKey("acme", ERIN, "c-gone"))
+    log = KeySpace().request_log("acme")
+    with running_gateway(console_config(redis_url)) as url, \
+            redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        converse(url, "acme", ERIN, "c-gone", ["Glimmer one.", "Glimmer two."])
+        converse(url, "acme", ERIN, "c-kept", ["Zorblax kept."])
+
+        def logged() -> set[str]:
+            return {f["conversation"] for _, f in r.xrange(log)}
+
+        deadline = time.monotonic() + 10  # the request log is written in the background
+        while logged() != {"c-gone", "c-kept"}:
+            assert time.monotonic() < deadline, logged()
+            time.sleep(0.05)
+        assert r.ttl(gone.seq) == -1  # a live conversation's counter never expires
+
+        response = httpx.delete(url + "/v1/memory/conversations/c-gone", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
+        assert response.status_code == 200, response.text
+        assert logged() == {"c-kept"}
+        assert not [n for n in r.scan_iter() if "c-gone" in n
+                    and not (n in (gone.seq, gone.applied) and r.pttl(n) > 0)]
+
+        # Written again under the same id, the conversation's counter lives on.
+        converse(url, "acme", ERIN, "c-gone", ["A new start."])
+        assert r.ttl(gone.seq) == -1 and int(r.get(gone.seq)) == 3
 
 
 def _dead_letters_and_a_queued_turn(redis_url: str, key: ConversationKey) -> None:
@@ -324,7 +366,7 @@ def test_an_erase_rewrites_the_stores_files_on_disk(tmp_path):
             response = httpx.delete(url + "/v1/memory", timeout=30, headers={
                 "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
             assert response.status_code == 200, response.text
-            assert response.json()["disk"] == "rewrite_requested"
+            assert response.json()["disk"] in ("rewritten", "pending")
             deadline = time.monotonic() + 30
             while not _rewritten(client) or _files_mentioning(server.data_dir, "Zorblax"):
                 assert time.monotonic() < deadline, (
@@ -332,5 +374,87 @@ def test_an_erase_rewrites_the_stores_files_on_disk(tmp_path):
                     f"{_files_mentioning(server.data_dir, 'Zorblax')}")
                 time.sleep(0.1)
             assert _files_mentioning(server.data_dir, "Quillon")  # others' data is kept
+    finally:
+        server.stop()
+
+
+def _chat_anonymous(url: str, conversation: str, text: str) -> None:
+    response = httpx.post(url + "/v1/chat/completions", timeout=30,
+                          json={"model": "echo", "messages": [{"role": "user", "content": text}]},
+                          headers={"Authorization": f"Bearer {KEYS['acme']}",
+                                   "X-Conversation-Id": conversation})
+    assert response.status_code == 200, response.text
+
+
+def test_deletes_in_a_burst_during_a_rewrite_leave_no_canary_on_disk(tmp_path):
+    # The issue's case: deletes made while a rewrite runs (its fork holds the text) were taken
+    # as merged into a later rewrite, and none followed. Here a rewrite is made slow and
+    # started before the burst, so every delete meets one in progress; the burst (an erase,
+    # three conversations, two anonymous ones, at once) runs beside a client that keeps
+    # writing. Every file of the data directory must lose every canary within 30 s.
+    import redis
+
+    server = EmbeddedRedis(tmp_path / "store", die_with_parent=True)
+    server.start()
+    deleted_words = {"erase": "Zorblax", "c-one": "Plimsoq", "c-two": "Trevanq",
+                     "c-three": "Muldrek", "anon-1": "Ostravk", "anon-2": "Kelvanth"}
+    try:
+        with running_gateway(memory_config(server.url)) as url, \
+                redis.Redis.from_url(server.url, decode_responses=True) as client:
+            populate(url, "acme", ERIN)  # erased: facts, profile, chunks, a branch
+            for conversation in ("c-one", "c-two", "c-three"):
+                word = deleted_words[conversation]
+                converse(url, "acme", BOB, conversation,
+                         [f"{word} fact {i}: the {word} bridge opens at {i}." for i in range(3)])
+            converse(url, "acme", BOB, "c-kept", ["Quillon stays: the Quillon harbour."])
+            for conversation in ("anon-1", "anon-2"):
+                _chat_anonymous(url, conversation, f"{deleted_words[conversation]} anonymous.")
+            deadline = time.monotonic() + 10
+            while missing := [w for w in deleted_words.values()
+                              if not _files_mentioning(server.data_dir, w)]:
+                assert time.monotonic() < deadline, f"never reached the disk: {missing}"
+                time.sleep(0.1)
+
+            # A rewrite forked now holds every canary; slowed (per key), it is still running
+            # when the deletes come.
+            client.config_set("rdb-key-save-delay", 20_000)
+            client.bgrewriteaof()
+            assert int(client.info("persistence")["aof_rewrite_in_progress"]) == 1
+
+            stop = threading.Event()
+            written: list[int] = []
+
+            def keep_writing() -> None:
+                while not stop.is_set():
+                    converse(url, "acme", BOB, f"w-{len(written)}", ["Quillon writes on."])
+                    written.append(1)
+
+            auth = {"Authorization": f"Bearer {KEYS['acme']}"}
+            deletes = [("/v1/memory", {"X-User-Id": ERIN}),
+                       *((f"/v1/memory/conversations/{c}", {"X-User-Id": BOB})
+                         for c in ("c-one", "c-two", "c-three")),
+                       *((f"/v1/memory/conversations/{c}", {}) for c in ("anon-1", "anon-2"))]
+            with ThreadPoolExecutor(len(deletes) + 1) as pool:
+                writer = pool.submit(keep_writing)
+                answers = list(pool.map(lambda d: httpx.delete(
+                    url + d[0], headers={**auth, **d[1]}, timeout=60), deletes))
+                client.config_set("rdb-key-save-delay", 0)  # the rewrites after it: quick
+                stop.set()
+                writer.result()
+            for answer in answers:
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["disk"] in ("rewritten", "pending"), answer.text
+            assert written  # the deletes ran beside writes
+
+            deadline = time.monotonic() + 30
+            while left := {w: _files_mentioning(server.data_dir, w)
+                           for w in deleted_words.values()
+                           if _files_mentioning(server.data_dir, w)}:
+                assert time.monotonic() < deadline, f"deleted text still on disk: {left}"
+                time.sleep(0.2)
+            assert _files_mentioning(server.data_dir, "Quillon")  # kept data stays
+            while client.exists(KeySpace().disk_rewrite_owed()):  # the last round's end
+                assert time.monotonic() < deadline, "a rewrite is still marked as owed"
+                time.sleep(0.1)
     finally:
         server.stop()

@@ -90,3 +90,16 @@ async def test_compaction_dates_from_the_memo_equal_the_dates_read_off_every_tex
     first = worker._dates(full)
     assert first == worker._dates(full) == message_dates([m.message.text for m in full])
     assert any(first)
+
+
+async def test_a_walk_over_a_transcript_that_starts_with_assistant_messages_decides(
+        redis_client):
+    # The window of the first user message reaches back to the messages before it: they are
+    # embedded too (once a KeyError that failed the conversation's memory run).
+    messages = [Message.of("assistant", f"{TOPICS[0]} welcome"),  # in the first window
+                Message.of("user", "hi"), Message.of("user", "ok"),  # turns, too short to test
+                Message.of("user", TOPICS[1]), Message.of("assistant", f"{TOPICS[1]} noted")]
+    full = chain(None, messages, created_at=1_700_000_000.0)
+    state = await tracker(redis_client, HashEmbedder(), MessageMemo(), []).process(
+        ConversationKey("t", "u", "starts-with-assistant"), full)
+    assert state.through == len(full) and state.segments

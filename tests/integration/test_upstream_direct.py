@@ -172,11 +172,12 @@ async def _streamed(direct: DirectUpstream, call: UpstreamCall) -> list:
 
 
 async def test_the_timeout_is_per_read_not_a_total(loopback):
-    # 6 events 0.1 s apart: 0.6 s in all, never 0.3 s without a byte.
+    # 6 events 0.4 s apart: 2.4 s in all, over the 1.5 s timeout, never 1.5 s without a byte
+    # (a margin a busy machine does not eat: a late gap would have to be ~4x longer).
     direct = DirectUpstream()
     try:
         chunks = await _streamed(direct, UpstreamCall(
-            "openai/trickle-100", {"messages": []}, api_base=loopback.url, timeout=0.3))
+            "openai/trickle-400", {"messages": []}, api_base=loopback.url, timeout=1.5))
         assert len(chunks) == 6
         with pytest.raises(UpstreamTimeout):  # one gap longer than the timeout
             await _streamed(direct, UpstreamCall(

@@ -140,3 +140,11 @@ def test_litellm_is_not_imported_when_no_model_needs_it(redis_url):
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
         "fast": 200, "echo": 200, "litellm_after_serving": False,
         "litellm_after_anthropic": True}
+
+
+def test_the_provider_list_read_without_importing_litellm_is_litellms():
+    import litellm
+
+    from gateway.upstream.providers import litellm_providers
+
+    assert litellm_providers() == set(litellm.provider_list)

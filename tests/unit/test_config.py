@@ -1,5 +1,6 @@
 """The config is strict, typed, and names the key to fix."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,31 @@ def test_the_pinned_share_is_granted_first_so_it_is_not_part_of_the_other_shares
                                            "recall_share": 0.95}))
     assert config.tenants["acme"].context.policy().pinned_share == 0.5
     assert parse_config(minimal()).tenants["acme"].context.policy().pinned_share == 0.25
+
+
+def test_check_config_names_a_route_whose_provider_litellm_does_not_know(tmp_path):
+    data = minimal(models={"m": {"model": "fake/echo"}, "typo": {"model": "opnai/gpt-4o-mini"},
+                           "bare": {"model": "gpt-4o-mini"},
+                           "claude": {"model": "anthropic/claude-3-5-haiku"},
+                           "nowhere": {"model": "zzqx/some-model"}})
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, result.stderr  # the two bad routes, and only those
+    assert lines[0].startswith("tenants.acme.models.nowhere.model: `zzqx`")
+    assert lines[1].startswith("tenants.acme.models.typo.model: `opnai`")
+    assert "did you mean `openai`?" in lines[1]
+
+
+def test_the_provider_list_is_read_from_litellm_without_importing_it():
+    script = ("import json, sys; from gateway.upstream.providers import litellm_providers; "
+              "print(json.dumps(sorted(litellm_providers()))); print('litellm' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    listed, imported = result.stdout.strip().splitlines()
+    assert {"openai", "anthropic", "azure", "bedrock", "vertex_ai", "hosted_vllm"} <= \
+        set(json.loads(listed))
+    assert imported == "False"

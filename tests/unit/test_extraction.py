@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.memory.extraction import VOCABULARY, extract_facts, statements
+from gateway.core.memory.extraction import VOCABULARY, extract_facts, statements, value_key
+from gateway.core.memory.facts import MAX_KEY_LENGTH
 from gateway.core.messages import Message, chain
 
 
@@ -160,3 +161,21 @@ def test_english_legal_consultation_yields_its_dates_amounts_and_terms():
                 "contract_end_date": "February 28, 2025"}
     assert {k: found.get(k) for k in expected} == expected
     assert not any("@" in v or "555" in v for v in found.values())
+
+
+def test_near_duplicate_likes_get_keys_that_name_their_own_values():
+    # Once both keyed by their first four words (`prefers_kanary7_hiking_in_the`): the second
+    # statement overwrote the first under a key that named neither.
+    hills = statements("I really like Kanary7 hiking in the hills a lot.")
+    alps = statements("I really like Kanary7 hiking in the alps a lot.")
+    assert hills == [("prefers_kanary7_hiking_in_the_hills", "Kanary7 hiking in the hills", 0.6)]
+    assert alps == [("prefers_kanary7_hiking_in_the_alps", "Kanary7 hiking in the alps", 0.6)]
+    # How much is not what: the same like, said more or less strongly, is one fact.
+    assert statements("I like Kanary7 hiking in the hills.") == hills
+    assert statements("我很喜欢北京烤鸭和上海小笼包")[0][0] == "prefers_北京烤鸭和上海小笼包"
+
+
+def test_a_key_too_long_for_its_value_ends_in_a_digest_of_the_whole_value():
+    a, b = value_key("prefers", "x" * 70 + " one"), value_key("prefers", "x" * 70 + " two")
+    assert a != b and len(a) <= MAX_KEY_LENGTH and len(b) <= MAX_KEY_LENGTH
+    assert a == value_key("prefers", "X" * 70 + " ONE")  # the same value, the same key

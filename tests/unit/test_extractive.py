@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -177,3 +178,16 @@ def test_any_input_stays_within_target_and_verbatim(pairs, target):
     text = summary(utterances, target)
     assert TOKENIZER.count(text) <= target
     assert_verbatim(text, utterances)
+
+
+@pytest.mark.parametrize("text", ["9" * 200_000, "$" + "9" * 200_000, "1." * 100_000,
+                                  "9 " * 100_000, "1 " + " " * 200_000 + "年"])
+def test_scoring_a_huge_sentence_of_digits_ends(text):
+    # `\d+\s*年` and `\d[\d,.]*\s*元` backtracked quadratically over a run of digits: a
+    # 200,000-digit message kept the memory loop busy for hours. A bound on the wait, not a
+    # timing assert: linear, it takes milliseconds.
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (score_sentence(text, "user"), done.set()),
+                              daemon=True)
+    worker.start()
+    assert done.wait(120), "score_sentence is still backtracking"

@@ -89,6 +89,18 @@ def test_dedupe_never_merges_distinct_vocabulary_keys_or_types():
                       0.85).key == "likes_tea"
 
 
+def test_dedupe_never_renames_a_like_whose_key_names_its_value():
+    existing = (fact("prefers_kanary7_hiking_in_the_hills", "Kanary7 hiking in the hills",
+                     type="preference"),)
+    alps = fact("prefers_kanary7_hiking_in_the_alps", "Kanary7 hiking in the alps",
+                type="preference")
+    assert dedupe_key(existing, alps, {"prefers_kanary7_hiking_in_the_hills": 0.97},
+                      0.85).key == "prefers_kanary7_hiking_in_the_alps"
+    tea = fact("user_drink", "tea", type="preference")  # any other key is still merged
+    assert dedupe_key(existing, tea, {"prefers_kanary7_hiking_in_the_hills": 0.97},
+                      0.85).key == "prefers_kanary7_hiking_in_the_hills"
+
+
 def test_weight_halves_every_half_life():
     f = fact("k", "v", importance=0.8)
     assert decayed_weight(f, T0) == pytest.approx(0.8)

@@ -17,11 +17,12 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from gateway.core.memory.facts import Fact, clean_value, normalize_key
+from gateway.core.memory.facts import MAX_KEY_LENGTH, Fact, clean_value, normalize_key
 from gateway.core.messages import StoredMessage
 from gateway.core.text.pii import has_placeholder, redact
 
@@ -245,6 +246,31 @@ _LIKES = (
     (re.compile(rf"我(?:很|非常|特别|比较|更)?(?:喜欢|偏好|爱)(?P<v>{_CLAUSE}{{1,20}})"), "prefers"),
     (re.compile(rf"我(?:不喜欢|讨厌)(?P<v>{_CLAUSE}{{1,20}})"), "dislikes"),
 )
+# How much, not what: "I really like X a lot" likes X (the same thing as "I like X").
+_INTENSIFIER = re.compile(r"\s+(?:a lot|a great deal|very much|so much|too much|a bit|"
+                          r"too|as well|so|lots)$", re.I)
+_DIGEST_CHARS = 8
+_SLUG_BREAKS = re.compile(r"[\W_]+")
+
+
+def value_key(prefix: str, value: str) -> str:
+    """`<prefix>_<slug of the whole value>`: the key says what the value holds, so two
+    statements share a key only if they state the same thing (case and punctuation aside).
+    A slug too long for a key is cut and ends in a digest of the whole value: values that
+    start alike still get keys of their own."""
+    slug = _SLUG_BREAKS.sub("_", value.strip().lower()).strip("_")  # normalize_key, uncut
+    room = MAX_KEY_LENGTH - len(prefix) - 1
+    if len(slug) > room:
+        digest = hashlib.sha256(slug.encode()).hexdigest()[:_DIGEST_CHARS]
+        slug = slug[:room - _DIGEST_CHARS - 1].rstrip("_") + "_" + digest
+    return f"{prefix}_{slug}"
+
+
+def is_value_key(key: str) -> bool:
+    """A key made by `value_key` (a free-form like or dislike): it names its value."""
+    return key.startswith(("prefers_", "dislikes_"))
+
+
 _JOB_WORDS = frozenset((
     "lawyer attorney paralegal judge doctor physician surgeon nurse dentist pharmacist teacher "
     "professor lecturer student engineer developer programmer designer manager accountant "
@@ -324,11 +350,10 @@ def statements(text: str) -> list[tuple[str, str, float]]:
                     hits.append((match.start(), f"{relation}_name", value, 0.75))
         for pattern, prefix in _LIKES:
             for match in pattern.finditer(sentence):
-                value = clean_value(match.group("v"))
-                slug = normalize_key(" ".join(value.split()[:4]) if " " in value else value[:8])
-                if slug and not has_placeholder(value) and value.lower() not in (
+                value = _INTENSIFIER.sub("", clean_value(match.group("v")))
+                if normalize_key(value) and not has_placeholder(value) and value.lower() not in (
                         "it", "that", "this", "them", "you", "to"):
-                    hits.append((match.start(), f"{prefix}_{slug}", value, 0.6))
+                    hits.append((match.start(), value_key(prefix, value), value, 0.6))
         for position, key, value, confidence in sorted(hits):
             found.pop(key, None)  # re-insert: the order is that of the last statement
             found[key] = (offset * 100_000 + position, value, confidence)
@@ -337,7 +362,7 @@ def statements(text: str) -> list[tuple[str, str, float]]:
 
 
 def fact_type(key: str) -> str:
-    if key.startswith(("prefers_", "dislikes_")):
+    if is_value_key(key):
         return "preference"
     return _META.get(key, ("fact", 0.5))[0]
 

@@ -100,6 +100,9 @@ def _is_abbreviation(before: str) -> bool:
 
 _MONTH_NAMES = (r"January|February|March|April|June|July|August|September|October|November|"
                 r"December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec")
+# Every run of digits or spaces is bounded and a number is matched from its start only: an
+# unbounded `\d+\s*年` backtracked over a 200,000-digit message for hours (quadratic), on the
+# loop that runs memory.
 _DATE = re.compile(
     rf"\b\d{{4}}[-/.]\d{{1,2}}[-/.]\d{{1,2}}\b|\b\d{{1,2}}[/.]\d{{1,2}}(?:[/.]\d{{2,4}})?\b"
     rf"|\b(?:{_MONTH_NAMES})\b\.?|\bMay\s+\d|\d\s+May\b"
@@ -107,12 +110,13 @@ _DATE = re.compile(
     r"|\b(?:today|tomorrow|yesterday|tonight|weekend|next (?:week|month|year)"
     r"|last (?:week|month|year|night)|this (?:week|month|year))\b"
     r"|\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b\d{1,2}:\d{2}\b"
-    r"|\d+\s*年|\d+\s*月(?:\s*\d+\s*[日号])?|[一二三四五六七八九十]+月|星期[一二三四五六日天]"
+    r"|(?<!\d)\d{1,6}\s{0,3}年|(?<!\d)\d{1,2}\s{0,3}月(?:\s{0,3}\d{1,2}\s{0,3}[日号])?"
+    r"|[一二三四五六七八九十]+月|星期[一二三四五六日天]"
     r"|周[一二三四五六日末]|[今明昨后前]天|[今明去前]年|[上下]个?(?:周|星期|月)|[早晚]上|凌晨|中午|下午",
     re.IGNORECASE)
 _AMOUNT = re.compile(
-    r"[$€£¥￥]\s?\d|\d[\d,.]*\s*(?:k\b|元|块|万|亿|美元|欧元|英镑|日元|dollars?\b|euros?\b"
-    r"|usd\b|eur\b|gbp\b|rmb\b|cny\b|percent\b|%)", re.IGNORECASE)
+    r"[$€£¥￥]\s?\d|(?<![\d,.])\d[\d,.]{0,30}\s{0,3}(?:k\b|元|块|万|亿|美元|欧元|英镑|日元"
+    r"|dollars?\b|euros?\b|usd\b|eur\b|gbp\b|rmb\b|cny\b|percent\b|%)", re.IGNORECASE)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*|[零一二两三四五六七八九十百千万亿]+"
                      r"(?=个|次|年|月|日|号|天|岁|元|块|人|点|分|公里|米|斤|本|张|家|位|周|小时)")
 _CAPITALISED = re.compile(r"\b[A-Z][a-zA-Z'’-]+|\b[A-Z]{2,}\b")

@@ -152,11 +152,14 @@ def dedupe_key(facts: Sequence[Fact], new: Fact, similarity: Mapping[str, float]
 
     A fact duplicates `new` when it has the same type and a similarity >= `threshold`
     (`similarity` maps existing keys to precomputed similarities, or computes one).
-    `new` keeps its key when that key exists already, or when both keys are in `protected`
+    `new` keeps its key when that key exists already, when it is a like or dislike (its key
+    is made from its value), or when both keys are in `protected`
     (a vocabulary of keys that mean different things however alike their texts look:
     `contract_date: 2023-03-01` is no duplicate of `payment_date: 2023-03-01`).
     """
-    if any(f.key == new.key for f in facts):
+    if any(f.key == new.key for f in facts) or new.key.startswith(("prefers_", "dislikes_")):
+        # (A like's key is made from its value, core/memory/extraction.py: renamed to a
+        # similar like's key, it would name another thing than it holds.)
         return new
     best: tuple[float, str] | None = None
     for fact in facts:

@@ -12,7 +12,6 @@ Security rules every handler follows (tested in tests/integration/test_console_h
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -20,7 +19,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from jinja2 import Environment, FileSystemLoader
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -35,6 +34,7 @@ from gateway.http.console.views import (
     users_page,
 )
 from gateway.memory.control import MemoryControl
+from gateway.memory.export import Export
 from gateway.memory.records.facts_store import FactStore
 
 if TYPE_CHECKING:
@@ -177,9 +177,9 @@ class Console:
 
     async def export(self, request: Request, gateway: Gateway, session: Session) -> Response:
         tenant, user = _tenant(request, gateway), _user(request)
-        body = json.dumps(await _control(gateway).export(tenant, user), ensure_ascii=False,
-                          indent=2)
-        return Response(body, media_type="application/json", headers={
+        document = Export(_control(gateway), tenant, user)  # streamed: any size, constant memory
+        await document.opening()
+        return StreamingResponse(document.body(), media_type="application/json", headers={
             **SECURITY_HEADERS,
             "content-disposition": f'attachment; filename="memory-{tenant}-{user}.json"'})
 
@@ -247,7 +247,8 @@ def _sessions(gateway: Gateway) -> SessionStore:
 
 def _control(gateway: Gateway) -> MemoryControl:
     settle = min(10.0, gateway.config.memory.worker.lock_seconds)
-    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle)
+    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle,
+                         disk=gateway.disk)
 
 
 def _check_origin(request: Request) -> None:

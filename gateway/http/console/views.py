@@ -96,8 +96,13 @@ async def find_conversation(redis: aioredis.Redis, keys: KeySpace, tenant: str,
     return sorted(users)
 
 
+CONVERSATIONS_SHOWN = 1000
+
+
 async def user_view(control: MemoryControl, tenant: str, user: str) -> Json:
-    conversations = await control.conversations(tenant, user)
+    # The page lists the first CONVERSATIONS_SHOWN (by id); the API pages through all.
+    conversations, _more = await control.conversations(tenant, user,
+                                                      limit=CONVERSATIONS_SHOWN)
     facts = await control.facts_with_sources(tenant, user)
     return {"conversations": conversations, "facts": facts,
             "profile": await control.profile(tenant, user),

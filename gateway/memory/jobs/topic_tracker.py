@@ -123,7 +123,9 @@ class TopicTracker:
         if not users:
             return {}
         earlier = self._window(texts, segment_start, start)
-        wanted = earlier + [p for p in range(users[0], len(texts)) if texts.has(p)]
+        # From `start`, not from the first user message: a window may reach back to the
+        # assistant or system messages before it (a transcript that starts with one).
+        wanted = earlier + [p for p in range(start, len(texts)) if texts.has(p)]
         vectors: dict[int, np.ndarray] = {}
         for p in wanted:
             known = self.memo.get("topic_vector", texts.id(p))
