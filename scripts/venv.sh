@@ -18,7 +18,7 @@ install_project() {
   fi
   if [ ! -x .venv/bin/uv ]; then
     # A .venv made by `uv venv` has no pip: bring it in first.
-    .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip -q
+    .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null
     .venv/bin/python -m pip install -q uv==0.13.9  # pinned, like what it installs
   fi
   # --compile-bytecode: with PYTHONDONTWRITEBYTECODE set, imports would be ~2x slower every run.
