@@ -77,6 +77,9 @@ class Prepared:
     pins: tuple[PinnedMessage, ...] = ()
     """What the client's pin markers pin, stored once the turn is enqueued (empty when the
     turn is not persisted or the user's memory is off)."""
+    reply_form: Callable[[Message], Message] | None = None
+    """The form the client's dialect sends this reply back in (None: as the upstream gave it);
+    recorded in that form, so the resent history reconciles."""
 
 
 class Pipeline:
@@ -157,7 +160,7 @@ class Pipeline:
                             body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist, kept, limits, pins)
+        return Prepared(call, key, reconciliation, persist, kept, limits, pins, chat.reply_form)
 
     async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
                        kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
@@ -250,7 +253,7 @@ class Pipeline:
             log.upstream_ms = log.step("upstream", started)
         usage = response.get("usage") if isinstance(response, dict) else None
         log.usage = usage if isinstance(usage, dict) else None
-        reply = reply_from_completion(response)
+        reply = _resent(prepared, reply_from_completion(response))
         log.tokens_completion = _usage_completion_tokens(response)
         self._settle(prepared, reply, log)
         started = time.perf_counter()
@@ -258,9 +261,11 @@ class Pipeline:
         log.step("record", started)
         return response
 
-    async def open_stream(self, prepared: Prepared, log: RequestLog) -> AsyncIterator[bytes]:
+    async def open_stream(self, prepared: Prepared, log: RequestLog,
+                          encoder: StreamEncoder | None = None) -> AsyncIterator[bytes]:
         """Start streaming: the first upstream chunk is read here, so an upstream that refuses
-        raises UpstreamError before the client is sent a 200. Returns the SSE byte stream."""
+        raises UpstreamError before the client is sent a 200. Returns the SSE byte stream, in
+        the chat dialect unless another door brings its `encoder`."""
         started = time.perf_counter()
         chunks = aiter(self.upstream.stream(prepared.call))
         try:
@@ -269,10 +274,11 @@ class Pipeline:
             first = None
         finally:
             log.upstream_ms = log.step("upstream", started)
-        return self._sse(prepared, first, chunks, log)
+        return self._sse(prepared, first, chunks, log, encoder or ChatEncoder())
 
     async def _sse(self, prepared: Prepared, first: StreamChunk | None,
-                   chunks: AsyncIterator[StreamChunk], log: RequestLog) -> AsyncIterator[bytes]:
+                   chunks: AsyncIterator[StreamChunk], log: RequestLog,
+                   encoder: StreamEncoder) -> AsyncIterator[bytes]:
         """Pass chunks through as server-sent events (the upstream's own bytes when it gave
         them), teeing them into the reply; whatever happens — completion, upstream failure,
         the client hanging up — the upstream stream is closed, the turn is recorded (an
@@ -280,17 +286,22 @@ class Pipeline:
         assembler = StreamAssembler()
         finished = False
         try:
+            head = encoder.start(chunk_data(first) if first is not None else None)
+            if head:
+                yield head
             if first is not None:
                 assembler.add(chunk_data(first))
-                yield _event(first)
+                yield encoder.chunk(first)
             async for chunk in chunks:
                 assembler.add(chunk_data(chunk))
-                yield _event(chunk)
+                out = encoder.chunk(chunk)
+                if out:
+                    yield out
             finished = True
-            yield b"data: [DONE]\n\n"
+            yield encoder.end()
         except UpstreamError as exc:
             log.status, log.error = exc.status, f"upstream failed mid-stream: {exc.message}"
-            yield _event(exc.body())
+            yield encoder.failure(exc)
         finally:
             try:
                 # A client that hung up leaves the upstream stream open: close it now, so its
@@ -301,7 +312,7 @@ class Pipeline:
             finally:
                 if not finished and log.error is None:
                     log.error = "client disconnected"
-                reply = assembler.message()
+                reply = _resent(prepared, assembler.message())
                 log.usage = assembler.usage
                 self._settle(prepared, reply, log)
                 # The log line is written by the shielded task, after recording: a client
@@ -439,6 +450,42 @@ def _usage_completion_tokens(response: Mapping[str, Any]) -> int | None:
 def _query(current: tuple[Message, ...]) -> str:
     """What recall searches for: the current turn's user message."""
     return next((m.text for m in current if m.role == "user"), "")
+
+
+def _resent(prepared: Prepared, reply: Message | None) -> Message | None:
+    if reply is None or prepared.reply_form is None:
+        return reply
+    return prepared.reply_form(reply)
+
+
+class StreamEncoder(Protocol):
+    """Writes a stream in a client's dialect: called with the first chunk (None: the upstream
+    sent none) before any other, then per chunk, then once with `end` (the upstream finished)
+    or `failure` (it failed midway). Each returns the bytes to send (b"": nothing)."""
+
+    def start(self, first: Mapping[str, Any] | None) -> bytes: ...
+
+    def chunk(self, chunk: StreamChunk) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+    def failure(self, exc: UpstreamError) -> bytes: ...
+
+
+class ChatEncoder:
+    """The chat completions stream: each chunk as the upstream sent it, then `[DONE]`."""
+
+    def start(self, first: Mapping[str, Any] | None) -> bytes:
+        return b""
+
+    def chunk(self, chunk: StreamChunk) -> bytes:
+        return _event(chunk)
+
+    def end(self) -> bytes:
+        return b"data: [DONE]\n\n"
+
+    def failure(self, exc: UpstreamError) -> bytes:
+        return _event(exc.body())
 
 
 def _event(chunk: StreamChunk) -> bytes:

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from gateway.config import RequestLimitsConfig
 from gateway.core.messages import ROLES, Message
@@ -38,6 +38,9 @@ class ChatRequest:
     pinned: frozenset[int] = frozenset()
     """Indexes into `messages` of those the client pinned (gateway/core/context/pinned.py); likewise
     consumed here."""
+    reply_form: Callable[[Message], Message] | None = field(default=None, compare=False)
+    """How the client's dialect sends a reply back (None: as the chat API returned it); the
+    reply is recorded in that form (gateway/core/dialects/)."""
 
     instructions: tuple[Message, ...] = field(init=False, repr=False, compare=False)
     """The client's system/developer messages, in order."""
