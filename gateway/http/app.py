@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
 from gateway.http.admin import AdminKeys
+from gateway.http.anthropic import anthropic_routes
 from gateway.http.console import console_routes
 from gateway.http.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.http.state import Gateway
@@ -89,7 +90,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         Exception: on_unexpected,
     }
     # The console's pages exist only when it is enabled (404 otherwise, like any unknown path).
-    served = [*routes, *(console_routes() if config.console.enabled else [])]
+    served = [*routes, *anthropic_routes, *(console_routes() if config.console.enabled else [])]
     return Starlette(routes=served, lifespan=lifespan, exception_handlers=exception_handlers)
 
 

@@ -245,3 +245,15 @@ def _message(data: Any, index: int, max_chars: int) -> Message:
                                  param=f"{where}.{marker}")
         data = {k: v for k, v in data.items() if k != MARKER and k != PIN_MARKER}
     return Message.from_openai(data)
+
+
+def check_lengths(messages: tuple[Message, ...], max_chars: int) -> None:
+    """`BadRequest` if a message (translated from another dialect) carries more text than the
+    tenant's `request_limits.max_message_chars`."""
+    for i, m in enumerate(messages):
+        chars = len(m.text)
+        if chars > max_chars:
+            raise BadRequest(f"Invalid 'messages[{i}].content': string too long. Expected a "
+                             f"string with maximum length {max_chars}, but got a string with "
+                             f"length {chars} instead.", param=f"messages[{i}].content",
+                             code="string_above_max_length")
