@@ -15,6 +15,7 @@ from gateway.pipeline.chat import Pipeline
 from gateway.pipeline.ratelimit import RateLimiter
 from gateway.pipeline.record_buffer import RecordBuffer
 from gateway.pipeline.request_history import RequestHistory
+from gateway.pipeline.responses import ResponseChains
 from gateway.store.cluster import CommandGate
 from gateway.store.pool import StorePool
 from gateway.store.recording.recorder import Recorder
@@ -43,6 +44,8 @@ class Gateway:
     """Counts the store's connections in use and waits (a cluster's: its commands in flight)."""
     history: RequestHistory | None = None
     """The recent requests kept for the console; None unless `console.enabled`."""
+    responses: ResponseChains | None = None
+    """The Responses API's stored responses (`previous_response_id`)."""
 
     async def refresh_queue_metrics(self) -> None:
         """The shared queues' gauges, from the store (one round trip; left as they were, and

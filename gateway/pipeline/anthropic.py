@@ -7,7 +7,8 @@ from typing import Any, Mapping
 
 from gateway.config import RequestLimitsConfig
 from gateway.core.dialects.anthropic import MessagesRequest, parse_messages_request, resent_form
-from gateway.core.dialects.anthropic_stream import MessagesStream, sse
+from gateway.core.dialects.anthropic_stream import MessagesStream
+from gateway.core.dialects.events import sse
 from gateway.errors import GatewayError, UpstreamError
 from gateway.pipeline.chat_request import ChatRequest, check_lengths
 from gateway.ports import StreamChunk, chunk_data

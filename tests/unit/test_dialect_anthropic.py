@@ -10,7 +10,8 @@ import pytest
 
 from gateway.core.dialects.anthropic import (anthropic_message, parse_messages_request,
                                              resent_form)
-from gateway.core.dialects.anthropic_stream import MessagesStream, sse
+from gateway.core.dialects.anthropic_stream import MessagesStream
+from gateway.core.dialects.events import sse
 from gateway.core.messages import Message
 from gateway.errors import BadRequest
 

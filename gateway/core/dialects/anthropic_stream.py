@@ -8,7 +8,6 @@ another: thinking, text, tool_use), then `message_delta` (stop reason and the us
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 from gateway.core.dialects.anthropic import error_body, message_id, stop_reason, usage
@@ -127,8 +126,3 @@ class MessagesStream:
     def _block_delta(self, delta: Event) -> Event:
         return {"type": "content_block_delta", "index": self._index, "delta": delta}
 
-
-def sse(event: Event) -> bytes:
-    """One server-sent event as Anthropic writes them: the type named, then the data."""
-    return b"event: " + event["type"].encode() + b"\ndata: " + \
-        json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
