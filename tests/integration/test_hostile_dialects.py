@@ -130,3 +130,54 @@ def test_fuzz_messages_door_never_gets_a_5xx(redis_url):
     assert statuses[200] > 0 and statuses[400] > 0  # both kinds were really sent
     assert failures == [], "\n".join(failures[:20])
     assert misshapen == [], "\n".join(misshapen[:20])
+
+
+class HostileResponses(Hostile):
+    def item(self) -> Any:
+        kind = self.rng.choice(["message", "message", "function_call", "function_call_output",
+                                "reasoning", "item_reference", None, self.string()])
+        item: dict[str, Any] = {"type": kind} if kind else {}
+        if kind in ("message", None):
+            item["role"] = self.rng.choice(["user", "assistant", "system", "developer", "tool",
+                                            None])
+            item["content"] = self.rng.choice([
+                self.string(), self.value(),
+                [{"type": self.rng.choice(["input_text", "output_text", "input_image",
+                                           "input_file", "refusal"]),
+                  "text": self.string(), "image_url": self.value()}]])
+        for name in self.rng.sample(["call_id", "name", "arguments", "output", "id"],
+                                    self.rng.randint(0, 3)):
+            item[name] = self.rng.choice([self.string(), self.value()])
+        return item if self.rng.random() < 0.9 else self.value()
+
+    def body(self) -> Any:
+        if self.rng.random() < 0.05:
+            return self.value()
+        body: dict[str, Any] = {"model": self.rng.choice(["echo", "messages", self.value()])}
+        body["input"] = self.string() if self.rng.random() < 0.35 else \
+            [self.item() for _ in range(self.rng.randint(0, 4))]
+        for name in ("instructions", "previous_response_id", "store", "tools", "tool_choice",
+                     "text", "max_output_tokens", "metadata", "reasoning", "user",
+                     "background", "conversation", self.string()[:12]):
+            if self.rng.random() < 0.12:
+                body[name] = self.value()
+        if self.rng.random() < 0.3:
+            body["stream"] = True
+        return body
+
+
+def openai_shape(response: httpx.Response) -> bool:
+    return set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_fuzz_responses_door_never_gets_a_5xx(redis_url):
+    hostile = HostileResponses(SEED)
+    bodies = [hostile.dumps(hostile.body()) for _ in range(REQUESTS)]
+    with running_gateway(gateway_config(redis_url)) as url:
+        statuses, failures, misshapen = fuzz(url, "/v1/responses", bodies, openai_shape)
+    report("hostile Responses fuzz", seed=SEED, requests=sum(statuses.values()),
+           by_status=dict(sorted(statuses.items())))
+    assert sum(statuses.values()) == REQUESTS
+    assert statuses[200] > 0 and statuses[400] > 0
+    assert failures == [], "\n".join(failures[:20])
+    assert misshapen == [], "\n".join(misshapen[:20])

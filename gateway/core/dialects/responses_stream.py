@@ -92,7 +92,8 @@ class ResponsesStream:
             self._calls[index] = call_item(call.get("id") or "", function.get("name") or "", "",
                                            status="in_progress")
             events.append(self._event("response.output_item.added",
-                                      output_index=len(self._output), item=self._calls[index]))
+                                      output_index=len(self._output),
+                                      item=dict(self._calls[index])))  # a copy: it grows
         item = self._calls[index]
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
