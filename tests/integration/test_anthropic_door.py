@@ -284,3 +284,74 @@ def test_langchain_chat_anthropic_through_the_gateway(gateway_url):
                           default_headers=conversation("lc1"))
     assert model.invoke("hello from langchain").content == "hello from langchain"
     assert "".join(str(c.content) for c in model.stream("streamed words")) == "streamed words"
+
+
+ANTHROPIC_ANSWER = {"id": "msg_up", "type": "message", "role": "assistant",
+                    "model": "claude-sonnet-4-5", "stop_reason": "end_turn",
+                    "stop_sequence": None, "content": [{"type": "text", "text": "Sunny."}],
+                    "usage": {"input_tokens": 20, "output_tokens": 3}}
+
+
+def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_url, monkeypatch):
+    """Anthropic client → gateway → litellm → an Anthropic upstream (mocked at its HTTP edge):
+    the system prompt, the thinking block with its signature and the tool_use/tool_result pair
+    arrive as Anthropic blocks again, and the answer comes back."""
+    import respx
+
+    monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-ant-test")
+    models = {"claude": {"model": "anthropic/claude-sonnet-4-5",
+                         "api_base": "http://anthropic.test", "api_key_env": "ANTHROPIC_TEST_KEY"}}
+    history = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Use the tool.", "signature": "sig-1"},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+             "input": {"input": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": "sunny"}]}]
+    with respx.mock(assert_all_called=False) as mock, \
+            running_gateway(gateway_config(redis_url, models=models)) as url:
+        route = mock.post("http://anthropic.test/v1/messages").respond(json=ANTHROPIC_ANSWER)
+        mock.route(host="127.0.0.1").pass_through()
+        client = anthropic.Anthropic(base_url=url, api_key=KEYS["acme"], max_retries=0)
+        message = client.messages.create(model="claude", max_tokens=100, system="Be brief.",
+                                         tools=[WEATHER_TOOL], messages=history)
+        sent = json.loads(route.calls.last.request.content)
+    assert message.content[0].text == "Sunny." and message.usage.output_tokens == 3
+    assert sent["model"] == "claude-sonnet-4-5" and sent["max_tokens"] == 100
+    assert "Be brief." in json.dumps(sent["system"])
+    assistant = next(m for m in sent["messages"] if m["role"] == "assistant")
+    assert {"type": "thinking", "thinking": "Use the tool.", "signature": "sig-1"} in \
+        assistant["content"]
+    use = next(b for b in assistant["content"] if b["type"] == "tool_use")
+    assert (use["id"], use["input"]) == ("toolu_1", {"input": "Paris"})
+    result = next(b for m in sent["messages"] if m["role"] == "user"
+                  for b in (m["content"] if isinstance(m["content"], list) else [])
+                  if b.get("type") == "tool_result")
+    assert result["tool_use_id"] == "toolu_1"
+    assert [t["name"] for t in sent["tools"]] == ["get_weather"]
+
+
+@pytest.mark.parametrize("path", ["direct", "litellm"])
+def test_an_openai_compatible_server_behind_the_messages_door(redis_url, monkeypatch, path):
+    """The fake upstream's own server over loopback HTTP, reached by the direct client and by
+    litellm (any litellm_params keep a route on litellm): the same answers, streamed too."""
+    from gateway.upstream.fake_server import create_fake_app
+    from tests.support.servers import serve
+
+    monkeypatch.setenv("FAKE_SERVER_KEY", "sk-fake")
+    forced = {"litellm_params": {"max_retries": 0}} if path == "litellm" else {}
+    with serve(create_fake_app()) as fake:
+        models = {name: {"model": f"openai/{name}", "api_base": fake + "/v1",
+                         "api_key_env": "FAKE_SERVER_KEY", **forced}
+                  for name in ("echo", "tool-call")}
+        with running_gateway(gateway_config(redis_url, models=models)) as url:
+            client = anthropic.Anthropic(base_url=url, api_key=KEYS["acme"], max_retries=0)
+            message = client.messages.create(model="echo", max_tokens=64,
+                                             messages=[{"role": "user", "content": "over http"}])
+            with client.messages.stream(model="tool-call", max_tokens=64, tools=[WEATHER_TOOL],
+                                        messages=[{"role": "user", "content": "Lima"}]) as s:
+                final = s.get_final_message()
+    assert message.content[0].text == "over http" and message.usage.output_tokens > 0
+    assert final.stop_reason == "tool_use" and final.content[0].input == {"input": "Lima"}
+    assert final.usage.output_tokens > 0
