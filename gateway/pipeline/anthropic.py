@@ -22,7 +22,8 @@ def parse_anthropic_request(body: dict[str, Any],
     check_lengths(parsed.messages, limits.max_message_chars)
     return parsed, ChatRequest(model=parsed.model, messages=parsed.messages,
                                stream=parsed.stream, conversation_id=None, user=parsed.user,
-                               passthrough=parsed.passthrough, reply_form=resent_form)
+                               passthrough=parsed.passthrough, one_shot=parsed.one_shot,
+                               pinned=parsed.pinned, reply_form=resent_form)
 
 
 def error_message(exc: GatewayError) -> str:

@@ -39,7 +39,8 @@ def parse_responses(body: dict[str, Any],
     check_lengths(parsed.messages, limits.max_message_chars)
     return parsed, ChatRequest(model=parsed.model, messages=parsed.messages,
                                stream=parsed.stream, conversation_id=None, user=parsed.user,
-                               passthrough=parsed.passthrough, reply_form=resent_form)
+                               passthrough=parsed.passthrough, one_shot=parsed.one_shot,
+                               pinned=parsed.pinned, reply_form=resent_form)
 
 
 def new_response() -> tuple[str, int]:

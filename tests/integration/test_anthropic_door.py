@@ -355,3 +355,14 @@ def test_an_openai_compatible_server_behind_the_messages_door(redis_url, monkeyp
     assert message.content[0].text == "over http" and message.usage.output_tokens > 0
     assert final.stop_reason == "tool_use" and final.content[0].input == {"input": "Lima"}
     assert final.usage.output_tokens > 0
+
+
+async def test_one_shot_and_pin_markers_work_through_the_messages_door(gateway_url, store):
+    client = anthropic.Anthropic(base_url=gateway_url, api_key=KEYS["acme"], max_retries=0)
+    secret = "the launch code is 0000 " * 5
+    message = client.messages.create(
+        model="messages", max_tokens=64, extra_headers=conversation("marks"),
+        messages=[{"role": "user", "content": secret, "x_gateway_one_shot": True}])
+    assert secret in message.content[0].text  # forwarded in full this once
+    stored = await store.load(conversation_key("marks"))
+    assert secret not in stored[0].message.text and "one-shot" in stored[0].message.text

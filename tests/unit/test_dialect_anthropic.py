@@ -192,3 +192,17 @@ def test_a_failure_is_an_error_event_in_anthropics_shape():
                                                 "message": "slow down"}}
     assert sse(event) == b"event: error\ndata: " + json.dumps(
         event, separators=(",", ":")).encode() + b"\n\n"
+
+
+def test_gateway_markers_name_the_translated_messages_and_are_consumed():
+    parsed = parse(system="s", messages=[
+        {"role": "user", "content": "keep this", "x_gateway_pin": True},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
+                                           "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                      "content": "big"}, {"type": "text", "text": "next"}],
+         "x_gateway_one_shot": True}])
+    assert parsed.pinned == {1} and parsed.one_shot == {3, 4}
+    assert all("x_gateway" not in m.canonical() for m in parsed.messages)
+    with pytest.raises(BadRequest):
+        parse(messages=[{"role": "user", "content": "x", "x_gateway_pin": "yes"}])

@@ -172,3 +172,16 @@ def test_an_added_item_event_keeps_what_it_said_when_the_call_grows():
                                                 "function": {"name": "w", "arguments": ""}}]}))
     stream.chunk(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}))
     assert added[0]["item"]["arguments"] == ""
+
+
+def test_gateway_markers_name_the_translated_messages_and_are_consumed():
+    parsed = parse(instructions="s", input=[
+        {"role": "user", "content": "keep this", "x_gateway_pin": True},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "big",
+         "x_gateway_one_shot": True}])
+    assert parsed.pinned == {1} and parsed.one_shot == {3}
+    assert all("x_gateway" not in m.canonical() for m in parsed.messages)
+    with pytest.raises(BadRequest):
+        parse(input=[{"role": "user", "content": "x", "x_gateway_pin": True,
+                      "x_gateway_one_shot": True}])

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from gateway.core.dialects.marks import marks
 from gateway.core.ids import valid_id
 from gateway.core.messages import Message
 from gateway.errors import BadRequest
@@ -51,6 +52,10 @@ class MessagesRequest:
     stream: bool
     user: str | None
     """`metadata.user_id` as a gateway user id (hashed when it is not a valid id)."""
+    one_shot: frozenset[int] = frozenset()
+    """Indexes into `messages` of those translated from a message marked one-shot."""
+    pinned: frozenset[int] = frozenset()
+    """Likewise, pinned."""
 
 
 def parse_messages_request(body: Mapping[str, Any], *, max_messages: int) -> MessagesRequest:
@@ -74,13 +79,20 @@ def parse_messages_request(body: Mapping[str, Any], *, max_messages: int) -> Mes
     if not isinstance(stream, bool):
         raise BadRequest("stream: Input should be a valid boolean.", param="stream")
     messages = [*_system(body.get("system"))]
+    one_shot: set[int] = set()
+    pinned: set[int] = set()
     previous: Mapping[str, Any] | None = None
     for i, m in enumerate(raw):
+        start = len(messages)
         messages.extend(_message(m, i, previous))
+        shot, pin = marks(m, f"messages.{i}")
+        if shot or pin:
+            (one_shot if shot else pinned).update(range(start, len(messages)))
         previous = m
     return MessagesRequest(model=model, messages=tuple(messages),
                            passthrough=_passthrough(body, max_tokens), stream=stream,
-                           user=_user(body.get("metadata")))
+                           user=_user(body.get("metadata")), one_shot=frozenset(one_shot),
+                           pinned=frozenset(pinned))
 
 
 def resent_form(reply: Message) -> Message:

@@ -14,9 +14,10 @@ ids a request answers (`answered_calls`) and which a response asked (`asked_call
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from gateway.core.dialects.marks import marks
 from gateway.core.messages import Message
 from gateway.errors import BadRequest
 
@@ -49,6 +50,10 @@ class ResponsesRequest:
     """Call ids of the input's `function_call_output` items."""
     asked_calls: frozenset[str]
     """Call ids of the input's own `function_call` items."""
+    one_shot: frozenset[int] = frozenset()
+    """Indexes into `messages` of those translated from items marked one-shot."""
+    pinned: frozenset[int] = frozenset()
+    """Likewise, pinned."""
 
 
 def parse_responses_request(body: Mapping[str, Any], *, max_messages: int) -> ResponsesRequest:
@@ -73,16 +78,20 @@ def parse_responses_request(body: Mapping[str, Any], *, max_messages: int) -> Re
         raise BadRequest(f"Invalid 'input': array too long. Expected an array with maximum "
                          f"length {max_messages}, but got {len(items)}.", param="input")
     instructions = _optional(body, "instructions", str)
-    messages, asked, answered = _input_messages(items)
+    given = _input_messages(items)
+    messages, shift = given.messages, 0
     if instructions:
         messages.insert(0, Message.plain("system", instructions))
+        shift = 1
     stream = _optional(body, "stream", bool) or False
     store = _optional(body, "store", bool)
     return ResponsesRequest(
         model=model, messages=tuple(messages), passthrough=_passthrough(body, stream),
         stream=stream, store=True if store is None else store, previous_response_id=previous,
         user=_optional(body, "user", str), echo=_echo(body, instructions),
-        answered_calls=frozenset(answered), asked_calls=frozenset(asked))
+        answered_calls=frozenset(given.answered), asked_calls=frozenset(given.asked),
+        one_shot=frozenset(i + shift for i in given.one_shot),
+        pinned=frozenset(i + shift for i in given.pinned))
 
 
 def check_answers(request: ResponsesRequest, previously_asked: frozenset[str]) -> None:
@@ -164,7 +173,7 @@ def asked_calls(response: Mapping[str, Any]) -> frozenset[str]:
 def resent_form(reply: Message) -> Message:
     """The recorded form of an upstream reply: what its output items become when the client
     sends them back as input."""
-    messages, _, _ = _input_messages(output_items(reply.to_openai(), "resp_x"))
+    messages = _input_messages(output_items(reply.to_openai(), "resp_x")).messages
     return messages[0] if len(messages) == 1 else reply
 
 
@@ -278,13 +287,32 @@ def _text_format(text: Any) -> dict[str, Any] | None:
                      "`schema`).", param="text.format")
 
 
-def _input_messages(items: list[Any]) -> tuple[list[Message], list[str], list[str]]:
-    """(messages, call ids asked by function_call items, call ids answered)."""
-    messages: list[Message] = []
-    asked: list[str] = []
-    answered: list[str] = []
+@dataclass(slots=True)
+class _Input:
+    messages: list[Message] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)
+    """Call ids of the function_call items."""
+    answered: list[str] = field(default_factory=list)
+    """Call ids of the function_call_output items."""
+    one_shot: set[int] = field(default_factory=set)
+    pinned: set[int] = field(default_factory=set)
+
+
+def _input_messages(items: list[Any]) -> _Input:
+    out = _Input()
+    messages, asked, answered = out.messages, out.asked, out.answered
     texts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
+    marked: list[tuple[bool, bool]] = []
+    """The marks of the items of the assistant turn being gathered."""
+
+    def mark(flags: tuple[bool, bool]) -> None:
+        # Marks the message appended last (the chat door's markers: gateway/core/dialects/marks.py).
+        shot, pin = flags
+        if shot:
+            out.one_shot.add(len(messages) - 1)
+        if pin:
+            out.pinned.add(len(messages) - 1)
 
     def flush() -> None:
         # One assistant turn: its text and its calls (the chat form of one reply).
@@ -293,14 +321,19 @@ def _input_messages(items: list[Any]) -> tuple[list[Message], list[str], list[st
             messages.append(Message.of("assistant", _collapse(texts) if texts else None, **extra))
             texts.clear()
             calls.clear()
+            for flags in marked:
+                mark(flags)
+            marked.clear()
 
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, Mapping):
             raise BadRequest(f"`{where}` must be an object.", param=where)
+        flags = marks(item, where)
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
             texts += _parts(item.get("content"), where, assistant=True)
+            marked.append(flags)
         elif kind == "function_call":
             call_id, name = item.get("call_id"), item.get("name")
             arguments = item.get("arguments")
@@ -311,13 +344,15 @@ def _input_messages(items: list[Any]) -> tuple[list[Message], list[str], list[st
             calls.append({"id": call_id, "type": "function",
                           "function": {"name": name, "arguments": arguments}})
             asked.append(call_id)
+            marked.append(flags)
         elif kind == "reasoning":
             continue
         else:
             flush()
             messages.append(_other(item, kind, where, answered))
+            mark(flags)
     flush()
-    return messages, asked, answered
+    return out
 
 
 def _other(item: Mapping[str, Any], kind: Any, where: str, answered: list[str]) -> Message:
