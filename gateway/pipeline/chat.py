@@ -25,7 +25,7 @@ from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.one_shot import restore, withhold
 from gateway.core.context.pinned import marked_pins
-from gateway.core.reply import StreamAssembler, reply_from_completion
+from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
 from gateway.core.context.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.text.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
@@ -453,9 +453,10 @@ def _query(current: tuple[Message, ...]) -> str:
 
 
 def _resent(prepared: Prepared, reply: Message | None) -> Message | None:
-    if reply is None or prepared.reply_form is None:
-        return reply
-    return prepared.reply_form(reply)
+    """The reply in the form the client's dialect sends it back: what is recorded."""
+    if reply is None:
+        return None
+    return (prepared.reply_form or chat_form)(reply)
 
 
 class StreamEncoder(Protocol):

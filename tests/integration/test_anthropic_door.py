@@ -288,14 +288,19 @@ def test_langchain_chat_anthropic_through_the_gateway(gateway_url):
 
 ANTHROPIC_ANSWER = {"id": "msg_up", "type": "message", "role": "assistant",
                     "model": "claude-sonnet-4-5", "stop_reason": "end_turn",
-                    "stop_sequence": None, "content": [{"type": "text", "text": "Sunny."}],
+                    "stop_sequence": None,
+                    "content": [{"type": "thinking", "thinking": "It said sunny.",
+                                 "signature": "sig-2"},
+                                {"type": "text", "text": "Sunny."}],
                     "usage": {"input_tokens": 20, "output_tokens": 3}}
 
 
-def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_url, monkeypatch):
+async def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_url,
+                                                                         monkeypatch):
     """Anthropic client → gateway → litellm → an Anthropic upstream (mocked at its HTTP edge):
     the system prompt, the thinking block with its signature and the tool_use/tool_result pair
-    arrive as Anthropic blocks again, and the answer comes back."""
+    arrive as Anthropic blocks again, the answer comes back with its thinking, and the history
+    resent with that answer is the stored one (no branch)."""
     import respx
 
     monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-ant-test")
@@ -315,9 +320,27 @@ def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_url, m
         mock.route(host="127.0.0.1").pass_through()
         client = anthropic.Anthropic(base_url=url, api_key=KEYS["acme"], max_retries=0)
         message = client.messages.create(model="claude", max_tokens=100, system="Be brief.",
-                                         tools=[WEATHER_TOOL], messages=history)
+                                         tools=[WEATHER_TOOL], messages=history,
+                                         extra_headers=conversation("claude-1"))
         sent = json.loads(route.calls.last.request.content)
-    assert message.content[0].text == "Sunny." and message.usage.output_tokens == 3
+        resent = [*history, {"role": "assistant",
+                             "content": [b.model_dump() for b in message.content]},
+                  {"role": "user", "content": "Thanks!"}]
+        client.messages.create(model="claude", max_tokens=100, system="Be brief.",
+                               tools=[WEATHER_TOOL], messages=resent,
+                               extra_headers=conversation("claude-1"))
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].signature == "sig-2"
+    assert message.content[1].text == "Sunny." and message.usage.output_tokens == 3
+    redis = connect(redis_url)
+    try:
+        store = RedisStore(redis)
+        stored = await store.load(conversation_key("claude-1"))
+        assert [s.message.role for s in stored] == [
+            "user", "assistant", "tool", "assistant", "user", "assistant"]
+        assert await store.branches(conversation_key("claude-1")) == ()
+    finally:
+        await redis.aclose()
     assert sent["model"] == "claude-sonnet-4-5" and sent["max_tokens"] == 100
     assert "Be brief." in json.dumps(sent["system"])
     assistant = next(m for m in sent["messages"] if m["role"] == "assistant")

@@ -206,3 +206,15 @@ def test_gateway_markers_name_the_translated_messages_and_are_consumed():
     assert all("x_gateway" not in m.canonical() for m in parsed.messages)
     with pytest.raises(BadRequest):
         parse(messages=[{"role": "user", "content": "x", "x_gateway_pin": "yes"}])
+
+
+def test_a_reply_with_thinking_is_recorded_with_it_as_the_client_resends_it():
+    thinking = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    completion = {"id": "c", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "Yes.", "thinking_blocks": [thinking]}}]}
+    content = anthropic_message(completion, "m")["content"]
+    assert content == [thinking, {"type": "text", "text": "Yes."}]
+    reply = Message.from_openai(completion["choices"][0]["message"])
+    resent = parse(messages=[{"role": "user", "content": "q"},
+                             {"role": "assistant", "content": content}]).messages[1]
+    assert resent_form(reply) == resent
