@@ -87,6 +87,44 @@ def request_body(content: str | Sequence[dict[str, Any]], *, stream: bool,
     return body
 
 
+def in_dialect(body: dict[str, Any], dialect: str) -> dict[str, Any]:
+    """A chat request (plain role/content messages) in another door's wire form, saying the
+    same: Anthropic Messages (system prompts on top, `max_tokens` required) or Responses
+    (`instructions`, `input` items)."""
+    if dialect == "chat":
+        return body
+    system = [m["content"] for m in body["messages"] if m["role"] == "system"]
+    turns = [m for m in body["messages"] if m["role"] != "system"]
+    out: dict[str, Any] = {"model": body["model"]}
+    if dialect == "anthropic":
+        out.update(max_tokens=1024, messages=turns)
+        if system:
+            out["system"] = "\n\n".join(system)
+    elif dialect == "responses":
+        out["input"] = turns
+        if system:
+            out["instructions"] = "\n\n".join(system)
+    else:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    if body.get("stream"):
+        out["stream"] = True
+    return out
+
+
+STREAM_ENDS = {"chat": b"data: [DONE]", "anthropic": b'"type":"message_stop"}',
+               "responses": b'"type":"response.completed"'}
+"""How each door's stream ends (the Responses one: its last event, whose data carries the
+whole response, starts with this)."""
+
+
+def stream_ended(payload: bytes, dialect: str) -> bool:
+    end = STREAM_ENDS[dialect]
+    if dialect == "responses":
+        last = payload.rstrip().rsplit(b"\n\n", 1)[-1]
+        return end in last[:200]
+    return payload.rstrip().endswith(end)
+
+
 def encode(body: dict[str, Any]) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -144,8 +182,9 @@ async def _one(session: aiohttp.ClientSession, target: Target, body: bytes,
             if response.status != 200:
                 result.errors.append(f"HTTP {response.status}: {payload[:200]!r}")
                 return None
-            if stream and not payload.rstrip().endswith(b"data: [DONE]"):
-                result.errors.append(f"stream did not end with [DONE]: {payload[-200:]!r}")
+            if stream and not stream_ended(payload, target.dialect):
+                result.errors.append(f"stream did not end as a {target.dialect} stream does: "
+                                     f"{payload[-200:]!r}")
                 return None
             result.latency_ms.append((first_at - started) * 1000)
             result.total_ms.append((done - started) * 1000)
