@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.overhead.load import Bodies, encode, in_dialect, new_session, request_body
+from bench.dialects import in_dialect
+from bench.overhead.load import Bodies, encode, new_session, request_body
 from bench.overhead.stack import CAPTURE_MODEL, Stack
 
 USER_TEXT = ("Turn {i}: notes on the quarterly plan — the team reviewed budgets, hiring, the "

@@ -87,30 +87,6 @@ def request_body(content: str | Sequence[dict[str, Any]], *, stream: bool,
     return body
 
 
-def in_dialect(body: dict[str, Any], dialect: str) -> dict[str, Any]:
-    """A chat request (plain role/content messages) in another door's wire form, saying the
-    same: Anthropic Messages (system prompts on top, `max_tokens` required) or Responses
-    (`instructions`, `input` items)."""
-    if dialect == "chat":
-        return body
-    system = [m["content"] for m in body["messages"] if m["role"] == "system"]
-    turns = [m for m in body["messages"] if m["role"] != "system"]
-    out: dict[str, Any] = {"model": body["model"]}
-    if dialect == "anthropic":
-        out.update(max_tokens=1024, messages=turns)
-        if system:
-            out["system"] = "\n\n".join(system)
-    elif dialect == "responses":
-        out["input"] = turns
-        if system:
-            out["instructions"] = "\n\n".join(system)
-    else:
-        raise ValueError(f"unknown dialect {dialect!r}")
-    if body.get("stream"):
-        out["stream"] = True
-    return out
-
-
 STREAM_ENDS = {"chat": b"data: [DONE]", "anthropic": b'"type":"message_stop"}',
                "responses": b'"type":"response.completed"'}
 """How each door's stream ends (the Responses one: its last event, whose data carries the

@@ -218,3 +218,12 @@ def test_a_reply_with_thinking_is_recorded_with_it_as_the_client_resends_it():
     resent = parse(messages=[{"role": "user", "content": "q"},
                              {"role": "assistant", "content": content}]).messages[1]
     assert resent_form(reply) == resent
+
+
+def test_extension_fields_cross_the_door_both_ways():
+    parsed = parse(messages=[{"role": "user", "content": "x"}], x_bench_reply="scripted",
+                   frobnicate=1)
+    assert parsed.passthrough["x_bench_reply"] == "scripted"
+    assert "frobnicate" not in parsed.passthrough  # only x_ fields are carried
+    assert anthropic_message({**COMPLETION, "x_bench_forwarded": [1]}, "m")[
+        "x_bench_forwarded"] == [1]

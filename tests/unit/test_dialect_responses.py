@@ -185,3 +185,10 @@ def test_gateway_markers_name_the_translated_messages_and_are_consumed():
     with pytest.raises(BadRequest):
         parse(input=[{"role": "user", "content": "x", "x_gateway_pin": True,
                       "x_gateway_one_shot": True}])
+
+
+def test_extension_fields_cross_the_door_both_ways():
+    parsed = parse(input="x", x_bench_reply="scripted")
+    assert parsed.passthrough["x_bench_reply"] == "scripted"
+    answer = response_object(parsed, "resp_1", 0, {**COMPLETION, "x_bench_forwarded": [1]})
+    assert answer["x_bench_forwarded"] == [1]

@@ -36,6 +36,7 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                429: "rate_limit_error", 529: "overloaded_error"}
+EXTENSION_PREFIX = "x_"
 # Sampling fields with the same name and meaning in both dialects.
 _SAME = ("temperature", "top_p", "top_k", "stream")
 
@@ -109,7 +110,7 @@ def anthropic_message(completion: Mapping[str, Any], model: str) -> dict[str, An
     return {"id": message_id(completion.get("id")), "type": "message", "role": "assistant",
             "model": model, "content": reply_blocks(message),
             "stop_reason": stop_reason(choice.get("finish_reason")), "stop_sequence": None,
-            "usage": usage(completion.get("usage"))}
+            "usage": usage(completion.get("usage")), **extensions(completion)}
 
 
 def reply_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -186,8 +187,14 @@ def _user(metadata: Any) -> str | None:
     return user if valid_id(user) else "u-" + hashlib.sha256(user.encode()).hexdigest()[:40]
 
 
+def extensions(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The `x_`-prefixed extension fields of a body or an answer: carried across a door as
+    they are, as the chat door carries every field (a benchmark's scripted reply, say)."""
+    return {k: v for k, v in data.items() if k.startswith(EXTENSION_PREFIX)}
+
+
 def _passthrough(body: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"max_tokens": max_tokens}
+    out: dict[str, Any] = {**extensions(body), "max_tokens": max_tokens}
     for name in _SAME:
         if body.get(name) is not None:
             out[name] = body[name]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from gateway.core.dialects.anthropic import EXTENSION_PREFIX, extensions
 from gateway.core.dialects.marks import marks
 from gateway.core.messages import Message
 from gateway.errors import BadRequest
@@ -60,7 +61,8 @@ def parse_responses_request(body: Mapping[str, Any], *, max_messages: int) -> Re
     for name in body:
         if name in REFUSED and body[name] not in (None, False):
             raise BadRequest(f"`{name}`: {REFUSED[name]}.", param=name)
-        if name not in ACCEPTED and name not in REFUSED:
+        if name not in ACCEPTED and name not in REFUSED and not name.startswith(
+                EXTENSION_PREFIX):
             raise BadRequest(f"Unrecognized request argument supplied: {name}", param=name)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -109,8 +111,9 @@ def response_object(request: ResponsesRequest, response_id: str, created_at: int
     choices = completion.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], Mapping) else {}
     message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
-    return finished(shell(request, response_id, created_at), output_items(message, response_id),
-                    choice.get("finish_reason"), completion.get("usage"))
+    return {**finished(shell(request, response_id, created_at),
+                       output_items(message, response_id), choice.get("finish_reason"),
+                       completion.get("usage")), **extensions(completion)}
 
 
 def shell(request: ResponsesRequest, response_id: str, created_at: int) -> dict[str, Any]:
@@ -217,7 +220,8 @@ def _echo(body: Mapping[str, Any], instructions: str | None) -> dict[str, Any]:
 
 
 def _passthrough(body: Mapping[str, Any], stream: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {name: body[name] for name in _COPIED if body.get(name) is not None}
+    out: dict[str, Any] = {**extensions(body),
+                           **{name: body[name] for name in _COPIED if body.get(name) is not None}}
     if stream:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}  # response.completed carries usage
