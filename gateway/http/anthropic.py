@@ -16,7 +16,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.config.tenants import Tenant
-from gateway.core.dialects.anthropic import anthropic_message, error_body
+from gateway.core.dialects.anthropic_answer import anthropic_message, error_body
 from gateway.core.text.tokens import count_messages
 from gateway.errors import GatewayError
 from gateway.http.routes import UnicodeSafeJSON, identity, read_body

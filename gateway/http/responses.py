@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.core.dialects.responses import response_object
+from gateway.core.dialects.responses_answer import response_object
 from gateway.errors import GatewayError, NotFound
 from gateway.http.routes import UnicodeSafeJSON, error_response, identity, read_body
 from gateway.ops.observability import RequestLog, request_id

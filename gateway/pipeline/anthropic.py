@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gateway.config import RequestLimitsConfig
-from gateway.core.dialects.anthropic import MessagesRequest, parse_messages_request, resent_form
+from gateway.core.dialects.anthropic import MessagesRequest, parse_messages_request
+from gateway.core.dialects.anthropic_answer import resent_form
 from gateway.core.dialects.anthropic_stream import MessagesStream
 from gateway.core.dialects.events import sse
 from gateway.errors import GatewayError, UpstreamError

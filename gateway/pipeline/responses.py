@@ -21,8 +21,9 @@ import anyio
 from gateway.config import RequestLimitsConfig
 from gateway.config.tenants import Tenant
 from gateway.core.dialects.events import sse
-from gateway.core.dialects.responses import (ResponsesRequest, asked_calls, check_answers,
-                                             parse_responses_request, resent_form, shell)
+from gateway.core.dialects.responses import (ResponsesRequest, check_answers,
+                                             parse_responses_request)
+from gateway.core.dialects.responses_answer import asked_calls, resent_form, shell
 from gateway.core.dialects.responses_stream import ResponsesStream
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey
 from gateway.errors import BadRequest, NotFound, UpstreamError

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from gateway.core.dialects.anthropic import (anthropic_message, parse_messages_request,
-                                             resent_form)
+from gateway.core.dialects.anthropic import parse_messages_request
+from gateway.core.dialects.anthropic_answer import anthropic_message, resent_form
 from gateway.core.dialects.anthropic_stream import MessagesStream
 from gateway.core.dialects.events import sse
 from gateway.core.messages import Message

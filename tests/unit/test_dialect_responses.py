@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from gateway.core.dialects.responses import (check_answers, parse_responses_request,
-                                             resent_form, response_object)
+from gateway.core.dialects.responses import check_answers, parse_responses_request
+from gateway.core.dialects.responses_answer import resent_form, response_object
 from gateway.core.dialects.responses_stream import ResponsesStream
 from gateway.core.messages import Message
 from gateway.errors import BadRequest

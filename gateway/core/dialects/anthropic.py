@@ -5,10 +5,7 @@ OpenAI content parts, `tool_use` blocks an assistant's `tool_calls`, `tool_resul
 `tool` messages placed before the rest of their user message (OpenAI wants a call's result
 right after the call; Anthropic wants results first in the next user message: both hold).
 Thinking blocks ride along untouched as the assistant message's `thinking_blocks` (litellm's
-field for them). Answer: a `chat.completion` becomes a Messages `message`.
-
-Invariants: a resent reply translates to exactly the message recorded for it (`resent_form`),
-so a stateless Anthropic client reconciles like a chat client; no input is mutated.
+field for them). Answers: `anthropic_answer`. No input is mutated.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.core.dialects.marks import marks
+from gateway.core.dialects.marks import extensions, marks
 from gateway.core.ids import valid_id
 from gateway.core.messages import Message
 from gateway.errors import BadRequest
@@ -27,16 +24,14 @@ BLOCK_TYPES = frozenset({"text", "image", "tool_use", "tool_result", "thinking",
                          "redacted_thinking"})
 """The content block types translated. Anthropic's others (documents, server tools, search
 results, ...) are refused by name: a model behind an OpenAI-shaped door could not see them."""
+
+
 KNOWN_UNSUPPORTED = frozenset({"document", "search_result", "server_tool_use",
                                "web_search_tool_result", "web_fetch_tool_result",
                                "code_execution_tool_result", "mcp_tool_use", "mcp_tool_result",
                                "container_upload"})
-STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
-                "function_call": "tool_use", "content_filter": "refusal"}
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-               403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-               429: "rate_limit_error", 529: "overloaded_error"}
-EXTENSION_PREFIX = "x_"
+
+
 # Sampling fields with the same name and meaning in both dialects.
 _SAME = ("temperature", "top_p", "top_k", "stream")
 
@@ -96,83 +91,6 @@ def parse_messages_request(body: Mapping[str, Any], *, max_messages: int) -> Mes
                            pinned=frozenset(pinned))
 
 
-def resent_form(reply: Message) -> Message:
-    """The recorded form of an upstream reply: what its Anthropic translation becomes when the
-    client sends it back (tool arguments re-encoded the one way this module encodes them)."""
-    return _assistant(reply_blocks(reply.to_openai()), "reply")
-
-
-def anthropic_message(completion: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """A `chat.completion` as a Messages API `message` (`model`: the name the client asked)."""
-    choices = completion.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], Mapping) else {}
-    message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
-    return {"id": message_id(completion.get("id")), "type": "message", "role": "assistant",
-            "model": model, "content": reply_blocks(message),
-            "stop_reason": stop_reason(choice.get("finish_reason")), "stop_sequence": None,
-            "usage": usage(completion.get("usage")), **extensions(completion)}
-
-
-def reply_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """An OpenAI assistant message's content as Messages content blocks."""
-    blocks = [dict(b) for b in message.get("thinking_blocks") or [] if isinstance(b, Mapping)]
-    content = message.get("content")
-    if isinstance(content, str) and content:
-        blocks.append({"type": "text", "text": content})
-    elif isinstance(content, list):
-        blocks += [{"type": "text", "text": p["text"]} for p in content
-                   if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        blocks.append({"type": "tool_use", "id": call.get("id") or "",
-                       "name": function.get("name") or "",
-                       "input": tool_input(function.get("arguments"))})
-    return blocks
-
-
-def tool_input(arguments: Any) -> dict[str, Any]:
-    """A call's JSON arguments as the object Anthropic's `input` must be (an upstream that
-    sent something else: kept under `arguments`, never lost)."""
-    try:
-        value = json.loads(arguments) if isinstance(arguments, str) and arguments else {}
-    except ValueError:
-        return {"arguments": arguments}
-    return value if isinstance(value, dict) else {"arguments": value}
-
-
-def stop_reason(finish_reason: Any) -> str:
-    return STOP_REASONS.get(finish_reason, "end_turn")
-
-
-def usage(data: Any) -> dict[str, int]:
-    """OpenAI `usage` as Anthropic's: prompt tokens read from the cache are counted apart, as
-    Anthropic does (its `input_tokens` excludes them)."""
-    data = data if isinstance(data, Mapping) else {}
-    prompt = _count(data.get("prompt_tokens"))
-    details = data.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-    out = {"input_tokens": max(prompt - cached, 0),
-           "output_tokens": _count(data.get("completion_tokens"))}
-    if cached:
-        out["cache_read_input_tokens"] = cached
-    return out
-
-
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """Anthropic's error shape for an HTTP status."""
-    kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def message_id(completion_id: Any) -> str:
-    return "msg_" + (completion_id if isinstance(completion_id, str) and completion_id
-                     else "gateway")
-
-
-def _count(value: Any) -> int:
-    return value if type(value) is int and value >= 0 else 0
-
-
 def _user(metadata: Any) -> str | None:
     if metadata is None:
         return None
@@ -185,12 +103,6 @@ def _user(metadata: Any) -> str | None:
         raise BadRequest("metadata.user_id: Input should be a string.", param="metadata.user_id")
     # Claude Code sends a long composite id: kept stable, as a valid gateway id.
     return user if valid_id(user) else "u-" + hashlib.sha256(user.encode()).hexdigest()[:40]
-
-
-def extensions(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The `x_`-prefixed extension fields of a body or an answer: carried across a door as
-    they are, as the chat door carries every field (a benchmark's scripted reply, say)."""
-    return {k: v for k, v in data.items() if k.startswith(EXTENSION_PREFIX)}
 
 
 def _passthrough(body: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
@@ -301,7 +213,7 @@ def _message(data: Any, index: int, previous: Mapping[str, Any] | None) -> list[
     for j, block in enumerate(content):
         _check_block(block, f"{where}.content.{j}", role)
     if role == "assistant":
-        return [_assistant(content, where)]
+        return [assistant_message(content)]
     return _user_messages(content, where, previous)
 
 
@@ -331,7 +243,9 @@ def _check_block(block: Any, where: str, role: str) -> None:
         raise BadRequest(f"{where}.tool_use_id: Field required.", param=f"{where}.tool_use_id")
 
 
-def _assistant(blocks: list[Any], where: str) -> Message:
+def assistant_message(blocks: list[Any]) -> Message:
+    """An assistant message's (checked) content blocks as one chat message: text, tool calls,
+    thinking blocks untouched."""
     texts, calls, thinking = [], [], []
     for block in blocks:
         kind = block["type"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gateway.core.dialects.anthropic import error_body, message_id, stop_reason, usage
+from gateway.core.dialects.anthropic_answer import error_body, message_id, stop_reason, usage
 
 Event = dict[str, Any]
 

@@ -1,7 +1,8 @@
-"""The gateway's own message markers — one-shot (`x_gateway_one_shot`) and pin
-(`x_gateway_pin`) — read from an Anthropic message or a Responses input item, as the chat door
-reads them from a chat message (gateway/pipeline/chat_request.py). They are consumed here:
-the translated messages never carry them."""
+"""What crosses the Messages and Responses doors as it crosses the chat door: the gateway's own
+message markers — one-shot (`x_gateway_one_shot`) and pin (`x_gateway_pin`), read from an
+Anthropic message or a Responses input item as the chat door reads them from a chat message
+(gateway/pipeline/chat_request.py), and consumed there — and `x_` extension fields of a body or
+an answer, carried as they are (the chat door carries every field)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def marks(data: Mapping[str, Any], where: str) -> tuple[bool, bool]:
         raise BadRequest(f"`{where}` cannot be both one-shot and pinned.",
                          param=f"{where}.{PIN_MARKER}")
     return flags[0], flags[1]
+
+
+EXTENSION_PREFIX = "x_"
+
+
+def extensions(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The `x_`-prefixed fields of a body or an answer (a benchmark's scripted reply, say)."""
+    return {k: v for k, v in data.items() if k.startswith(EXTENSION_PREFIX)}

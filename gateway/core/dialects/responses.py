@@ -5,11 +5,10 @@ of an earlier response are not carried over); `input` — a string or items — 
 messages: message items as they are (`input_text`/`output_text` parts as text parts),
 consecutive assistant items and `function_call` items one assistant message with its
 `tool_calls`, `function_call_output` items `tool` messages, reasoning items dropped (opaque to
-an upstream reached over chat completions). Answer: a `chat.completion` becomes a `response`
-whose output items are a message and the function calls.
+an upstream reached over chat completions). Answers: `responses_answer`.
 
 The chain (`previous_response_id`) is the caller's business: this module only says which call
-ids a request answers (`answered_calls`) and which a response asked (`asked_calls`).
+ids a request answers (`answered_calls`), to check against those the previous response asked.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from gateway.core.dialects.anthropic import EXTENSION_PREFIX, extensions
-from gateway.core.dialects.marks import marks
+from gateway.core.dialects.marks import EXTENSION_PREFIX, extensions, marks
 from gateway.core.messages import Message
 from gateway.errors import BadRequest
 
@@ -29,9 +27,13 @@ ACCEPTED = frozenset({"model", "input", "instructions", "previous_response_id", 
                       "safety_identifier", "top_logprobs", "stream_options"})
 """Fields taken. `include`, `truncation` and `safety_identifier` are accepted and have no
 effect (the gateway manages the context itself); others are refused by name below."""
+
+
 REFUSED = {"background": "background responses are not supported by this gateway",
            "conversation": "use `previous_response_id` or the X-Conversation-Id header",
            "prompt": "stored prompts are not supported by this gateway"}
+
+
 _COPIED = ("temperature", "top_p", "parallel_tool_calls", "service_tier", "prompt_cache_key")
 
 
@@ -80,7 +82,7 @@ def parse_responses_request(body: Mapping[str, Any], *, max_messages: int) -> Re
         raise BadRequest(f"Invalid 'input': array too long. Expected an array with maximum "
                          f"length {max_messages}, but got {len(items)}.", param="input")
     instructions = _optional(body, "instructions", str)
-    given = _input_messages(items)
+    given = input_messages(items)
     messages, shift = given.messages, 0
     if instructions:
         messages.insert(0, Message.plain("system", instructions))
@@ -103,97 +105,6 @@ def check_answers(request: ResponsesRequest, previously_asked: frozenset[str]) -
     if unknown:
         raise BadRequest(f"No tool call found for function call output with call_id "
                          f"{unknown[0]}.", param="input")
-
-
-def response_object(request: ResponsesRequest, response_id: str, created_at: int,
-                    completion: Mapping[str, Any]) -> dict[str, Any]:
-    """The finished `response` for a `chat.completion`."""
-    choices = completion.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], Mapping) else {}
-    message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
-    return {**finished(shell(request, response_id, created_at),
-                       output_items(message, response_id), choice.get("finish_reason"),
-                       completion.get("usage")), **extensions(completion)}
-
-
-def shell(request: ResponsesRequest, response_id: str, created_at: int) -> dict[str, Any]:
-    """The `response` before any output: what `response.created` announces."""
-    return {"id": response_id, "object": "response", "created_at": created_at,
-            "status": "in_progress", "model": request.model, "output": [], "error": None,
-            "incomplete_details": None, "previous_response_id": request.previous_response_id,
-            "store": request.store, "usage": None, **request.echo}
-
-
-def finished(response: Mapping[str, Any], output: list[dict[str, Any]], finish_reason: Any,
-             usage_data: Any) -> dict[str, Any]:
-    incomplete = finish_reason == "length"
-    return {**response, "status": "incomplete" if incomplete else "completed",
-            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-            "output": output, "usage": usage(usage_data)}
-
-
-def output_items(message: Mapping[str, Any], response_id: str) -> list[dict[str, Any]]:
-    """An assistant chat message as output items; ids derived from the response's."""
-    items: list[dict[str, Any]] = []
-    content = message.get("content")
-    if isinstance(content, list):
-        texts = [p["text"] for p in content
-                 if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
-    else:
-        texts = [content] if isinstance(content, str) and content else []
-    if texts:
-        items.append(message_item(response_id, [text_part(t) for t in texts]))
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        items.append(call_item(call.get("id") or "", function.get("name") or "",
-                               function.get("arguments") or ""))
-    return items
-
-
-def message_item(response_id: str, parts: list[dict[str, Any]],
-                 status: str = "completed") -> dict[str, Any]:
-    return {"type": "message", "id": "msg_" + response_id.removeprefix("resp_"),
-            "status": status, "role": "assistant", "content": parts}
-
-
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": []}
-
-
-def call_item(call_id: str, name: str, arguments: str,
-              status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": "fc_" + call_id, "call_id": call_id, "name": name,
-            "arguments": arguments, "status": status}
-
-
-def asked_calls(response: Mapping[str, Any]) -> frozenset[str]:
-    """The call ids a stored `response` asked the client to answer."""
-    return frozenset(i["call_id"] for i in response.get("output") or []
-                     if isinstance(i, Mapping) and i.get("type") == "function_call"
-                     and isinstance(i.get("call_id"), str))
-
-
-def resent_form(reply: Message) -> Message:
-    """The recorded form of an upstream reply: what its output items become when the client
-    sends them back as input."""
-    messages = _input_messages(output_items(reply.to_openai(), "resp_x")).messages
-    return messages[0] if len(messages) == 1 else reply
-
-
-def usage(data: Any) -> dict[str, Any]:
-    data = data if isinstance(data, Mapping) else {}
-    prompt, completion = _count(data.get("prompt_tokens")), _count(data.get("completion_tokens"))
-    details = data.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-    reasoning = data.get("completion_tokens_details")
-    thought = _count(reasoning.get("reasoning_tokens")) if isinstance(reasoning, Mapping) else 0
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": thought},
-            "total_tokens": prompt + completion}
-
-
-def _count(value: Any) -> int:
-    return value if type(value) is int and value >= 0 else 0
 
 
 def _optional(body: Mapping[str, Any], name: str, kind: type) -> Any:
@@ -302,7 +213,8 @@ class _Input:
     pinned: set[int] = field(default_factory=set)
 
 
-def _input_messages(items: list[Any]) -> _Input:
+def input_messages(items: list[Any]) -> _Input:
+    """Input items as chat messages (and the call ids they ask and answer, the marks)."""
     out = _Input()
     messages, asked, answered = out.messages, out.asked, out.answered
     texts: list[dict[str, Any]] = []
@@ -411,4 +323,3 @@ def _collapse(parts: list[dict[str, Any]]) -> Any:
     if len(parts) == 1 and parts[0].keys() == {"type", "text"}:
         return parts[0]["text"]
     return parts
-

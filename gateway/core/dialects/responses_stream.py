@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gateway.core.dialects.responses import call_item, finished, message_item, text_part
+from gateway.core.dialects.responses_answer import call_item, finished, message_item, text_part
 
 Event = dict[str, Any]
 
