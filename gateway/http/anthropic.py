@@ -9,6 +9,7 @@ Anthropic SDK and Claude Code send) or `Authorization: Bearer`; `anthropic-versi
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -63,12 +64,12 @@ async def count_tokens(request: Request) -> Response:
         tenant: Tenant = gateway.tenants.authenticate(_authorization(request))
         body = parse_body(await read_body(request, gateway.config.server.max_body_bytes))
         # The Messages rules without the one field count_tokens does not take.
-        parsed, chat = parse_anthropic_request({**body, "max_tokens": 1}, tenant.request_limits)
+        _, chat = parse_anthropic_request({**body, "max_tokens": 1}, tenant.request_limits)
         route = tenant.route(chat.model)
         tokens = count_messages(chat.messages, gateway.pipeline.tokenizer_for(route.model))
         tools = chat.passthrough.get("tools")
-        if tools:
-            tokens += gateway.pipeline.tokenizer_for(route.model).count(str(tools))
+        if tools:  # as the upstream gets them: JSON
+            tokens += gateway.pipeline.tokenizer_for(route.model).count(json.dumps(tools))
     except GatewayError as exc:
         return anthropic_error(exc)
     return UnicodeSafeJSON({"input_tokens": tokens})

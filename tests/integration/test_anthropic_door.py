@@ -389,3 +389,15 @@ async def test_one_shot_and_pin_markers_work_through_the_messages_door(gateway_u
     assert secret in message.content[0].text  # forwarded in full this once
     stored = await store.load(conversation_key("marks"))
     assert secret not in stored[0].message.text and "one-shot" in stored[0].message.text
+
+
+def test_an_upstream_refusing_a_stream_is_an_http_error_in_anthropics_shape(client, gateway_url):
+    with pytest.raises(anthropic.RateLimitError):
+        with client.messages.stream(model="rate-limited", max_tokens=10,
+                                    messages=[{"role": "user", "content": "x"}]) as stream:
+            list(stream)
+    response = post(gateway_url, {"model": "broken", "max_tokens": 10, "stream": True,
+                                  "messages": [{"role": "user", "content": "x"}]})
+    assert response.status_code == 500
+    assert response.json() == {"type": "error", "error": {
+        "type": "api_error", "message": response.json()["error"]["message"]}}

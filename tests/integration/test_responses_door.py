@@ -214,3 +214,12 @@ def test_bad_input_is_a_400_in_openais_shape(gateway_url, body, param):
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error" and error["param"] == param
+
+
+def test_an_upstream_error_keeps_its_status_streaming_or_not(client):
+    with pytest.raises(openai.RateLimitError):
+        client.responses.create(model="rate-limited", input="x")
+    with pytest.raises(openai.RateLimitError):
+        list(client.responses.create(model="rate-limited", input="x", stream=True))
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="no-such-model", input="x")
