@@ -81,9 +81,10 @@ def parse_messages_request(body: Mapping[str, Any], *, max_messages: int) -> Mes
     for i, m in enumerate(raw):
         start = len(messages)
         messages.extend(_message(m, i, previous))
-        shot, pin = marks(m, f"messages.{i}")
-        if shot or pin:
-            (one_shot if shot else pinned).update(range(start, len(messages)))
+        if len(m) > 2:  # markers are extra keys: most messages have role and content only
+            shot, pin = marks(m, f"messages.{i}")
+            if shot or pin:
+                (one_shot if shot else pinned).update(range(start, len(messages)))
         previous = m
     return MessagesRequest(model=model, messages=tuple(messages),
                            passthrough=_passthrough(body, max_tokens), stream=stream,

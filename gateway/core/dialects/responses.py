@@ -233,8 +233,13 @@ def input_messages(items: list[Any]) -> _Input:
     def flush() -> None:
         # One assistant turn: its text and its calls (the chat form of one reply).
         if texts or calls:
-            extra = {"tool_calls": list(calls)} if calls else {}
-            messages.append(Message.of("assistant", _collapse(texts) if texts else None, **extra))
+            content = _collapse(texts) if texts else None
+            if calls:
+                messages.append(Message.of("assistant", content, tool_calls=list(calls)))
+            elif type(content) is str:
+                messages.append(Message.plain("assistant", content))
+            else:
+                messages.append(Message.of("assistant", content))
             texts.clear()
             calls.clear()
             for flags in marked:
@@ -245,7 +250,13 @@ def input_messages(items: list[Any]) -> _Input:
         where = f"input[{i}]"
         if not isinstance(item, Mapping):
             raise BadRequest(f"`{where}` must be an object.", param=where)
-        flags = marks(item, where)
+        if type(item) is dict and len(item) == 2 and type(item.get("content")) is str \
+                and item.get("role") in ("user", "system", "developer"):
+            # The common item, `{"role": ..., "content": "..."}`: nothing else to check.
+            flush()
+            messages.append(Message.plain(item["role"], item["content"]))
+            continue
+        flags = marks(item, where) if len(item) > 2 else (False, False)
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
             texts += _parts(item.get("content"), where, assistant=True)
