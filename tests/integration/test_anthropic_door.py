@@ -29,6 +29,13 @@ def gateway_url(redis_url: str) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def litellm_imported() -> None:
+    """litellm imported before a gateway with a litellm route starts: its import (seconds on a
+    busy host) is a one-time cost of the process, not of the server's start-up."""
+    import litellm  # noqa: F401
+
+
 @pytest.fixture
 def client(gateway_url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway_url, api_key=KEYS["acme"], max_retries=0)
@@ -296,7 +303,8 @@ ANTHROPIC_ANSWER = {"id": "msg_up", "type": "message", "role": "assistant",
 
 
 async def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_url,
-                                                                         monkeypatch):
+                                                                         monkeypatch,
+                                                                         litellm_imported):
     """Anthropic client → gateway → litellm → an Anthropic upstream (mocked at its HTTP edge):
     the system prompt, the thinking block with its signature and the tool_use/tool_result pair
     arrive as Anthropic blocks again, the answer comes back with its thinking, and the history
@@ -356,7 +364,8 @@ async def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_
 
 
 @pytest.mark.parametrize("path", ["direct", "litellm"])
-def test_an_openai_compatible_server_behind_the_messages_door(redis_url, monkeypatch, path):
+def test_an_openai_compatible_server_behind_the_messages_door(redis_url, monkeypatch, path,
+                                                              litellm_imported):
     """The fake upstream's own server over loopback HTTP, reached by the direct client and by
     litellm (any litellm_params keep a route on litellm): the same answers, streamed too."""
     from gateway.upstream.fake_server import create_fake_app
