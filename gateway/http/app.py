@@ -93,7 +93,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         Exception: on_unexpected,
     }
     # The console's pages exist only when it is enabled (404 otherwise, like any unknown path).
-    served = [*routes, *anthropic_routes, *responses_routes, *(console_routes() if config.console.enabled else [])]
+    served = [*routes, *anthropic_routes, *responses_routes,
+              *(console_routes() if config.console.enabled else [])]
     return Starlette(routes=served, lifespan=lifespan, exception_handlers=exception_handlers)
 
 

@@ -11,7 +11,6 @@ a turn that cannot be enqueued is logged and counted, never raised to the client
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -33,11 +32,12 @@ from gateway.errors import BadRequest, UpstreamError
 from gateway.pipeline.history_costs import HistoryCosts
 from gateway.memory.recall.service import MemorySnapshot, RecallSettings
 from gateway.ops.observability import Metrics, RequestLog
-from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
+from gateway.ports import (ConversationStore, StreamChunk, Upstream, UpstreamCall,
                            chunk_data)
 from gateway.pipeline.ratelimit import Limit, RateLimiter
 from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
 from gateway.pipeline.request_history import RequestHistory
+from gateway.pipeline.streams import ChatEncoder, StreamEncoder
 from gateway.pipeline.tasks import TaskTracker
 from gateway.config.tenants import Tenant
 from gateway.ops.tracing import Tracing
@@ -291,7 +291,9 @@ class Pipeline:
                 yield head
             if first is not None:
                 assembler.add(chunk_data(first))
-                yield encoder.chunk(first)
+                out = encoder.chunk(first)
+                if out:
+                    yield out
             async for chunk in chunks:
                 assembler.add(chunk_data(chunk))
                 out = encoder.chunk(chunk)
@@ -457,44 +459,6 @@ def _resent(prepared: Prepared, reply: Message | None) -> Message | None:
     if reply is None:
         return None
     return (prepared.reply_form or chat_form)(reply)
-
-
-class StreamEncoder(Protocol):
-    """Writes a stream in a client's dialect: called with the first chunk (None: the upstream
-    sent none) before any other, then per chunk, then once with `end` (the upstream finished)
-    or `failure` (it failed midway). Each returns the bytes to send (b"": nothing)."""
-
-    def start(self, first: Mapping[str, Any] | None) -> bytes: ...
-
-    def chunk(self, chunk: StreamChunk) -> bytes: ...
-
-    def end(self) -> bytes: ...
-
-    def failure(self, exc: UpstreamError) -> bytes: ...
-
-
-class ChatEncoder:
-    """The chat completions stream: each chunk as the upstream sent it, then `[DONE]`."""
-
-    def start(self, first: Mapping[str, Any] | None) -> bytes:
-        return b""
-
-    def chunk(self, chunk: StreamChunk) -> bytes:
-        return _event(chunk)
-
-    def end(self) -> bytes:
-        return b"data: [DONE]\n\n"
-
-    def failure(self, exc: UpstreamError) -> bytes:
-        return _event(exc.body())
-
-
-def _event(chunk: StreamChunk) -> bytes:
-    """One SSE event: a raw chunk as the upstream sent it, a dict encoded."""
-    if isinstance(chunk, RawChunk):
-        return b"data: " + chunk.payload + b"\n\n"
-    return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() \
-        + b"\n\n"
 
 
 async def _close(chunks: AsyncIterator[StreamChunk]) -> None:
