@@ -32,6 +32,7 @@ import yaml
 
 import gateway
 from bench.locomo import report
+from bench.dialects import DIALECTS
 from bench.machine import machine
 from bench.locomo.data import Conversation, file_sha256, load
 from bench.locomo.replay import MODES, Outcome, PromptDump, Replayer, gateway_config
@@ -82,6 +83,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                              "on the file's other conversations (held-out, the default: no "
                              "conversation is scored by weights fitted to it), or those the "
                              "gateway ships (trained on the dev split)")
+    parser.add_argument("--dialect", choices=DIALECTS, default="chat",
+                        help="the door every request goes through, in its wire form: chat "
+                             "completions (default), Anthropic Messages or Responses — the "
+                             "same conversations, so the scores should not move")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
@@ -117,7 +122,8 @@ def _progress(text: str) -> None:
 def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes: Sequence[str],
         limit: int | None, store: str | None, concurrency: int, processes: int,
         dump: PromptDump | None, overrides: Sequence[tuple[str, Any]] = (),
-        folds: dict[str, dict[str, float]] | None = None) -> list[Outcome]:
+        folds: dict[str, dict[str, float]] | None = None,
+        dialect: str = "chat") -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation.
     `folds`: per conversation, the learned ranking's weights its tenants use."""
     tmp = embedded = None
@@ -135,7 +141,7 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
             _progress(f"gateway serving at {', '.join(urls)} (child processes)")
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
                                 concurrency=concurrency, fail_open_log=fail_open_log,
-                                folds=folds is not None)
+                                folds=folds is not None, dialect=dialect)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
         if tmp is None and os.path.exists(fail_open_log):
@@ -173,18 +179,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcomes = run(conversations, budgets=args.budgets, modes=args.modes,
                            limit=args.limit, store=args.store, concurrency=args.concurrency,
                            processes=args.gateway_processes,
-                           dump=PromptDump(file), overrides=args.overrides, folds=folds)
+                           dump=PromptDump(file), overrides=args.overrides, folds=folds,
+                           dialect=args.dialect)
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
                        store=args.store, concurrency=args.concurrency,
                        processes=args.gateway_processes, dump=None, overrides=args.overrides,
-                       folds=folds)
+                       folds=folds, dialect=args.dialect)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
         "machine": machine(),
         "versions": versions(),
-        "config": {"budgets": args.budgets, "modes": args.modes, "data": str(args.data),
+        "config": {"budgets": args.budgets, "modes": args.modes, "dialect": args.dialect,
+                   "data": str(args.data),
                    "data_sha256": file_sha256(args.data),
                    "conversations": [c.sample_id for c in conversations], "limit": args.limit,
                    "reserve_completion_tokens": 1000, "last_n_messages": 20,

@@ -46,6 +46,7 @@ from bench.locomo.score import Score, Scorer
 from bench.locomo.script import Script, build_script, session_scripts
 from bench.locomo.server import read_fail_open
 from bench.locomo.strategies import baselines
+from bench.dialects import PATHS, in_dialect
 from bench.locomo.upstream import FORWARDED_FIELD, REPLY_FIELD
 from gateway.config import hash_key
 from gateway.memory.embedders.use import UseEmbedder
@@ -183,8 +184,11 @@ class Replayer:
                  modes: Sequence[str], *, progress: Callable[[str], None] = lambda _: None,
                  dump: PromptDump | None = None, concurrency: int = 24,
                  fail_open_log: str | None = None, retries: int = 3,
-                 drain_timeout: float = 600.0, folds: bool = False) -> None:
-        """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`)."""
+                 drain_timeout: float = 600.0, folds: bool = False,
+                 dialect: str = "chat") -> None:
+        """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`);
+        `dialect`: the door requests go through, in its wire form (bench/dialects.py)."""
+        self.dialect = dialect
         self.base_urls = tuple(base_urls)
         self.store_url = store_url
         self.budgets = tuple(budgets)
@@ -300,7 +304,9 @@ class Replayer:
         body: dict[str, Any] = {"model": MODEL, "messages": messages}
         if reply is not None:
             body[REPLY_FIELD] = reply
-        response = await client.post("/v1/chat/completions", headers=headers, json=body)
+        # Every door carries the x_ fields across: the reply asked for, the messages forwarded.
+        response = await client.post(PATHS[self.dialect], headers=headers,
+                                     json=in_dialect(body, self.dialect))
         if response.status_code != 200:
             raise RuntimeError(f"gateway answered {response.status_code} "
                                f"({headers['X-Conversation-Id']}): {response.text[:300]}")

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from bench.dialects import in_dialect
 from bench.overhead.load import Bodies, encode, new_session, request_body
 from bench.overhead.stack import CAPTURE_MODEL, Stack
 
@@ -58,9 +59,9 @@ class Conversation:
     """Tokens the gateway forwarded (x-gateway-tokens-forwarded)."""
     prepare_s: float
 
-    def full_bodies(self, stream: bool) -> Bodies:
-        return Bodies.of([request_body([*self.history, question(k)], stream=stream)
-                          for k in range(VARIANTS)])
+    def full_bodies(self, stream: bool, dialect: str = "chat") -> Bodies:
+        return Bodies.of([in_dialect(request_body([*self.history, question(k)], stream=stream),
+                                     dialect) for k in range(VARIANTS)])
 
     def forwarded_bodies(self, stream: bool) -> Bodies:
         return Bodies.of([request_body(messages, stream=stream) for messages in self.forwarded])

@@ -87,6 +87,20 @@ def request_body(content: str | Sequence[dict[str, Any]], *, stream: bool,
     return body
 
 
+STREAM_ENDS = {"chat": b"data: [DONE]", "anthropic": b'"type":"message_stop"}',
+               "responses": b'"type":"response.completed"'}
+"""How each door's stream ends (the Responses one: its last event, whose data carries the
+whole response, starts with this)."""
+
+
+def stream_ended(payload: bytes, dialect: str) -> bool:
+    end = STREAM_ENDS[dialect]
+    if dialect == "responses":
+        last = payload.rstrip().rsplit(b"\n\n", 1)[-1]
+        return end in last[:200]
+    return payload.rstrip().endswith(end)
+
+
 def encode(body: dict[str, Any]) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -144,8 +158,9 @@ async def _one(session: aiohttp.ClientSession, target: Target, body: bytes,
             if response.status != 200:
                 result.errors.append(f"HTTP {response.status}: {payload[:200]!r}")
                 return None
-            if stream and not payload.rstrip().endswith(b"data: [DONE]"):
-                result.errors.append(f"stream did not end with [DONE]: {payload[-200:]!r}")
+            if stream and not stream_ended(payload, target.dialect):
+                result.errors.append(f"stream did not end as a {target.dialect} stream does: "
+                                     f"{payload[-200:]!r}")
                 return None
             result.latency_ms.append((first_at - started) * 1000)
             result.total_ms.append((done - started) * 1000)

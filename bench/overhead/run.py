@@ -9,6 +9,8 @@ is sent — runs in turn, in rounds with a rotated order, so drifts and noise hi
 | direct (forwarded)       | forwarded        | forwarded             |
 | gateway-passthrough      | full, no conv id | full                  |
 | gateway-memory           | full + conv id   | forwarded             |
+| gateway-memory-anthropic | the same as a Messages body  | forwarded |
+| gateway-memory-responses | the same as a Responses body | forwarded |
 | litellm-proxy            | full             | full                  |
 | litellm-proxy-forwarded  | forwarded        | forwarded             |
 
@@ -32,7 +34,7 @@ from typing import Any, Callable
 
 from bench.overhead.conversation import Conversation, prepare, stored_messages, wait_idle
 from bench.overhead.load import Bodies, LoadResult, new_session, run_load, run_stateless_client
-from bench.overhead.stack import Stack, Target
+from bench.overhead.stack import DIALECT_PATHS, Stack, Target
 from bench.overhead.stats import Body, CellKey, Row, percentile, row
 
 PERSIST_QUESTION = ("Follow-up {i}: remind me who owns the load tests of the storage layer and "
@@ -72,7 +74,8 @@ class Plan:
     @property
     def forwarded(self) -> bool:
         """Whether cells need the forwarded body (and a direct row with it)."""
-        return "gateway-memory" in self.targets or "litellm-proxy-forwarded" in self.targets
+        return any(t in self.targets for t in DIALECT_PATHS) or \
+            "litellm-proxy-forwarded" in self.targets
 
 
 @dataclass(frozen=True)
@@ -133,9 +136,10 @@ def cell_entries(stack: Stack, plan: Plan, conv: Conversation, stream: bool) -> 
         entries.append(Entry(stack.target("direct"), conv.forwarded_bodies(stream), "forwarded",
                              "forwarded", conv.tokens_forwarded))
     for name in plan.targets:
-        if name == "gateway-memory":
+        if name in DIALECT_PATHS:  # the same conversation, through each door
             target = stack.target(name, conversation=conv.conversation_id, user=conv.user)
-            entries.append(Entry(target, full, "full", "forwarded", tokens_full))
+            entries.append(Entry(target, conv.full_bodies(stream, target.dialect), "full",
+                                 "forwarded", tokens_full))
         elif name == "litellm-proxy-forwarded":
             entries.append(Entry(stack.target(name), conv.forwarded_bodies(stream), "forwarded",
                                  "forwarded", conv.tokens_forwarded))

@@ -22,8 +22,12 @@ from bench.overhead.processes import (ChildServer, ChildServers, Pinning, cpu_se
                                       descendants, describe_process, free_port, pin_threads,
                                       stop_pidfile_process)
 
-TARGETS = ("direct", "gateway-passthrough", "gateway-memory", "litellm-proxy",
-           "litellm-proxy-forwarded")
+TARGETS = ("direct", "gateway-passthrough", "gateway-memory", "gateway-memory-anthropic",
+           "gateway-memory-responses", "litellm-proxy", "litellm-proxy-forwarded")
+DIALECT_PATHS = {"gateway-memory": ("chat", "/v1/chat/completions"),
+                 "gateway-memory-anthropic": ("anthropic", "/v1/messages"),
+                 "gateway-memory-responses": ("responses", "/v1/responses")}
+"""The memory targets: the same conversation through each door, in that door's wire form."""
 MODEL = "echo"
 CAPTURE_MODEL = "echo-messages"
 """The fake's behaviour that answers with the messages it was sent: what the gateway forwarded."""
@@ -87,6 +91,8 @@ class Target:
     name: str
     url: str
     headers: dict[str, str] = field(default_factory=dict)
+    dialect: str = "chat"
+    """The wire form its bodies are sent in (chat, anthropic, responses)."""
 
 
 @dataclass
@@ -135,11 +141,12 @@ class Stack:
             return Target(name, f"{self.fake_url}/v1/chat/completions")
         if name == "gateway-passthrough":
             return Target(name, f"{self.gateway_url}/v1/chat/completions", auth)
-        if name == "gateway-memory":
-            assert conversation and user, "gateway-memory needs a conversation and a user"
-            return Target(name, f"{self.gateway_url}/v1/chat/completions",
+        if name in DIALECT_PATHS:
+            assert conversation and user, f"{name} needs a conversation and a user"
+            dialect, path = DIALECT_PATHS[name]
+            return Target(name, f"{self.gateway_url}{path}",
                           {**auth, "X-Conversation-Id": conversation, "X-User-Id": user,
-                           "X-Gateway-Persist": "true" if persist else "false"})
+                           "X-Gateway-Persist": "true" if persist else "false"}, dialect)
         if name in ("litellm-proxy", "litellm-proxy-forwarded"):
             return Target(name, f"{self.litellm_url}/v1/chat/completions",
                           {"Authorization": f"Bearer {self.litellm_key}"})

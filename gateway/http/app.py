@@ -16,7 +16,9 @@ from starlette.exceptions import HTTPException
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
 from gateway.http.admin import AdminKeys
+from gateway.http.anthropic import anthropic_routes
 from gateway.http.console import console_routes
+from gateway.http.responses import responses_routes
 from gateway.http.routes import on_gateway_error, on_http_exception, on_unexpected, routes
 from gateway.http.state import Gateway
 from gateway.ops.logs import configure_logging
@@ -26,11 +28,13 @@ from gateway.pipeline.ratelimit import RateLimiter
 from gateway.pipeline.record_buffer import RecordBuffer
 from gateway.pipeline.record_journal import RecordJournal
 from gateway.pipeline.request_history import RequestHistory
+from gateway.pipeline.responses import ResponseChains
 from gateway.pipeline.tasks import TaskTracker
 from gateway.ports import Upstream
 from gateway.store.cluster import key_space
 from gateway.store.disk import DiskRewrites
 from gateway.store.redis_store import RedisStore
+from gateway.store.responses import ResponseLog
 from gateway.tokenizer import tokenizer_for_model
 from gateway.wiring import (
     CONFIG_ENV,
@@ -90,7 +94,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
         Exception: on_unexpected,
     }
     # The console's pages exist only when it is enabled (404 otherwise, like any unknown path).
-    served = [*routes, *(console_routes() if config.console.enabled else [])]
+    served = [*routes, *anthropic_routes, *responses_routes,
+              *(console_routes() if config.console.enabled else [])]
     return Starlette(routes=served, lifespan=lifespan, exception_handlers=exception_handlers)
 
 
@@ -122,7 +127,9 @@ async def _serving(app: Starlette, config: Config, services: Services, upstream:
                                 store, recorder, metrics, memory, buffer,
                                 store_pool=getattr(redis, "gate", None)
                                 or getattr(redis, "connection_pool", None),
-                                history=history, disk=disk)
+                                history=history, disk=disk,
+                                responses=ResponseChains(ResponseLog(
+                                    redis, store.keys, encryption=services.encryption)))
     await disk.resume()  # a rewrite an earlier process owed after a delete (in the background)
     if history is not None:
         await history.start()

@@ -42,10 +42,10 @@ async def chat_completions(request: Request) -> Response:
     try:
         tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
         log.tenant = tenant.name
-        raw = await _read_body(request, gateway.config.server.max_body_bytes)
+        raw = await read_body(request, gateway.config.server.max_body_bytes)
         chat = parse_chat_request(parse_body(raw), tenant.request_limits)
         log.model, log.stream = chat.model, chat.stream
-        key, persist = _identity(request, tenant, chat)
+        key, persist = identity(request, tenant, chat)
         log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
         prepared = await gateway.pipeline.prepare(
             chat, tenant, key, persist, log, gateway.limiter.limits_for(tenant.name, key_digest))
@@ -98,7 +98,7 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _identity(request: Request, tenant: Tenant,
+def identity(request: Request, tenant: Tenant,
               chat: ChatRequest) -> tuple[ConversationKey | None, bool]:
     names = tenant.headers
     conversation = request.headers.get(names.conversation_id) or chat.conversation_id
@@ -122,7 +122,7 @@ def _flag(value: str | None, name: str) -> bool:
     raise BadRequest(f"`{name}` must be true or false.", param=name)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")

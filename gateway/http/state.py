@@ -15,6 +15,7 @@ from gateway.pipeline.chat import Pipeline
 from gateway.pipeline.ratelimit import RateLimiter
 from gateway.pipeline.record_buffer import RecordBuffer
 from gateway.pipeline.request_history import RequestHistory
+from gateway.pipeline.responses import ResponseChains
 from gateway.store.cluster import CommandGate
 from gateway.store.disk import DiskRewrites
 from gateway.store.pool import StorePool
@@ -46,6 +47,8 @@ class Gateway:
     """The recent requests kept for the console; None unless `console.enabled`."""
     disk: DiskRewrites | None = None
     """Rewrites of the store's files after deletes (None: each delete makes its own)."""
+    responses: ResponseChains | None = None
+    """The Responses API's stored responses (`previous_response_id`)."""
 
     async def refresh_queue_metrics(self) -> None:
         """The shared queues' gauges, from the store (one round trip; left as they were, and

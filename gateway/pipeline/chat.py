@@ -11,7 +11,6 @@ a turn that cannot be enqueued is logged and counted, never raised to the client
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.one_shot import restore, withhold
 from gateway.core.context.pinned import marked_pins
-from gateway.core.reply import StreamAssembler, reply_from_completion
+from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
 from gateway.core.context.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.text.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
@@ -33,11 +32,12 @@ from gateway.errors import BadRequest, UpstreamError
 from gateway.pipeline.history_costs import HistoryCosts
 from gateway.memory.recall.service import MemorySnapshot, RecallSettings
 from gateway.ops.observability import Metrics, RequestLog
-from gateway.ports import (ConversationStore, RawChunk, StreamChunk, Upstream, UpstreamCall,
+from gateway.ports import (ConversationStore, StreamChunk, Upstream, UpstreamCall,
                            chunk_data)
 from gateway.pipeline.ratelimit import Limit, RateLimiter
 from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
 from gateway.pipeline.request_history import RequestHistory
+from gateway.pipeline.streams import ChatEncoder, StreamEncoder
 from gateway.pipeline.tasks import TaskTracker
 from gateway.config.tenants import Tenant
 from gateway.ops.tracing import Tracing
@@ -77,6 +77,9 @@ class Prepared:
     pins: tuple[PinnedMessage, ...] = ()
     """What the client's pin markers pin, stored once the turn is enqueued (empty when the
     turn is not persisted or the user's memory is off)."""
+    reply_form: Callable[[Message], Message] | None = None
+    """The form the client's dialect sends this reply back in (None: as the upstream gave it);
+    recorded in that form, so the resent history reconciles."""
 
 
 class Pipeline:
@@ -157,7 +160,7 @@ class Pipeline:
                             body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist, kept, limits, pins)
+        return Prepared(call, key, reconciliation, persist, kept, limits, pins, chat.reply_form)
 
     async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
                        kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
@@ -250,7 +253,7 @@ class Pipeline:
             log.upstream_ms = log.step("upstream", started)
         usage = response.get("usage") if isinstance(response, dict) else None
         log.usage = usage if isinstance(usage, dict) else None
-        reply = reply_from_completion(response)
+        reply = _resent(prepared, reply_from_completion(response))
         log.tokens_completion = _usage_completion_tokens(response)
         self._settle(prepared, reply, log)
         started = time.perf_counter()
@@ -258,9 +261,11 @@ class Pipeline:
         log.step("record", started)
         return response
 
-    async def open_stream(self, prepared: Prepared, log: RequestLog) -> AsyncIterator[bytes]:
+    async def open_stream(self, prepared: Prepared, log: RequestLog,
+                          encoder: StreamEncoder | None = None) -> AsyncIterator[bytes]:
         """Start streaming: the first upstream chunk is read here, so an upstream that refuses
-        raises UpstreamError before the client is sent a 200. Returns the SSE byte stream."""
+        raises UpstreamError before the client is sent a 200. Returns the SSE byte stream, in
+        the chat dialect unless another door brings its `encoder`."""
         started = time.perf_counter()
         chunks = aiter(self.upstream.stream(prepared.call))
         try:
@@ -269,10 +274,11 @@ class Pipeline:
             first = None
         finally:
             log.upstream_ms = log.step("upstream", started)
-        return self._sse(prepared, first, chunks, log)
+        return self._sse(prepared, first, chunks, log, encoder or ChatEncoder())
 
     async def _sse(self, prepared: Prepared, first: StreamChunk | None,
-                   chunks: AsyncIterator[StreamChunk], log: RequestLog) -> AsyncIterator[bytes]:
+                   chunks: AsyncIterator[StreamChunk], log: RequestLog,
+                   encoder: StreamEncoder) -> AsyncIterator[bytes]:
         """Pass chunks through as server-sent events (the upstream's own bytes when it gave
         them), teeing them into the reply; whatever happens — completion, upstream failure,
         the client hanging up — the upstream stream is closed, the turn is recorded (an
@@ -280,17 +286,24 @@ class Pipeline:
         assembler = StreamAssembler()
         finished = False
         try:
+            head = encoder.start(chunk_data(first) if first is not None else None)
+            if head:
+                yield head
             if first is not None:
                 assembler.add(chunk_data(first))
-                yield _event(first)
+                out = encoder.chunk(first)
+                if out:
+                    yield out
             async for chunk in chunks:
                 assembler.add(chunk_data(chunk))
-                yield _event(chunk)
+                out = encoder.chunk(chunk)
+                if out:
+                    yield out
             finished = True
-            yield b"data: [DONE]\n\n"
+            yield encoder.end()
         except UpstreamError as exc:
             log.status, log.error = exc.status, f"upstream failed mid-stream: {exc.message}"
-            yield _event(exc.body())
+            yield encoder.failure(exc)
         finally:
             try:
                 # A client that hung up leaves the upstream stream open: close it now, so its
@@ -301,7 +314,7 @@ class Pipeline:
             finally:
                 if not finished and log.error is None:
                     log.error = "client disconnected"
-                reply = assembler.message()
+                reply = _resent(prepared, assembler.message())
                 log.usage = assembler.usage
                 self._settle(prepared, reply, log)
                 # The log line is written by the shielded task, after recording: a client
@@ -441,12 +454,11 @@ def _query(current: tuple[Message, ...]) -> str:
     return next((m.text for m in current if m.role == "user"), "")
 
 
-def _event(chunk: StreamChunk) -> bytes:
-    """One SSE event: a raw chunk as the upstream sent it, a dict encoded."""
-    if isinstance(chunk, RawChunk):
-        return b"data: " + chunk.payload + b"\n\n"
-    return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() \
-        + b"\n\n"
+def _resent(prepared: Prepared, reply: Message | None) -> Message | None:
+    """The reply in the form the client's dialect sends it back: what is recorded."""
+    if reply is None:
+        return None
+    return (prepared.reply_form or chat_form)(reply)
 
 
 async def _close(chunks: AsyncIterator[StreamChunk]) -> None:

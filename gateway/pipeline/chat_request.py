@@ -13,7 +13,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from gateway.config import RequestLimitsConfig
 from gateway.core.messages import ROLES, Message
@@ -41,6 +41,9 @@ class ChatRequest:
     pinned: frozenset[int] = frozenset()
     """Indexes into `messages` of those the client pinned (gateway/core/context/pinned.py); likewise
     consumed here."""
+    reply_form: Callable[[Message], Message] | None = field(default=None, compare=False)
+    """How the client's dialect sends a reply back (None: as the chat API returned it); the
+    reply is recorded in that form (gateway/core/dialects/)."""
 
     instructions: tuple[Message, ...] = field(init=False, repr=False, compare=False)
     """The client's system/developer messages, in order."""
@@ -228,3 +231,15 @@ def _message(data: Any, index: int, max_chars: int) -> Message:
                                  param=f"{where}.{marker}")
         data = {k: v for k, v in data.items() if k != MARKER and k != PIN_MARKER}
     return Message.from_openai(data)
+
+
+def check_lengths(messages: tuple[Message, ...], max_chars: int) -> None:
+    """`BadRequest` if a message (translated from another dialect) carries more text than the
+    tenant's `request_limits.max_message_chars`."""
+    for i, m in enumerate(messages):
+        chars = len(m.text)
+        if chars > max_chars:
+            raise BadRequest(f"Invalid 'messages[{i}].content': string too long. Expected a "
+                             f"string with maximum length {max_chars}, but got a string with "
+                             f"length {chars} instead.", param=f"messages[{i}].content",
+                             code="string_above_max_length")

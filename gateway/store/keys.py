@@ -244,6 +244,18 @@ class KeySpace:
         no content); a process that starts and finds it rewrites (gateway/store/disk.py)."""
         return f"{self.prefix}:disk:rewrite_owed"
 
+    def responses(self, key: ConversationKey) -> str:
+        """Hash: response id -> JSON of a Responses API `response` of the conversation (sealed
+        when the tenant encrypts), and `latest` -> the id of its newest. Under the
+        conversation's key base, so deleting the conversation or erasing the user removes it."""
+        return (f"{self.user_head(key.tenant, key.user)}:c:{_part(key.tenant)}:"
+                f"{_part(key.user)}:{_part(key.conversation)}:responses")
+
+    def response_owner(self, tenant: str, response_id: str) -> str:
+        """String: JSON [user, conversation] of a stored response (sealed when the tenant
+        encrypts) — how `previous_response_id` finds its conversation. No content."""
+        return f"{self.prefix}:resp:{_part(tenant)}:{_part(response_id)}"
+
     def console_session(self, digest: str) -> str:
         """Hash: a console session (its CSRF token, times), named by the sha256 of its id."""
         return f"{self.prefix}:console:session:{digest}"

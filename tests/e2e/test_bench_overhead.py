@@ -18,7 +18,7 @@ from bench.overhead.cli import parse_args
 from bench.overhead.conversation import VARIANTS, Conversation, question, seed_messages
 from bench.overhead.goals import Goal, check, goals
 from bench.overhead.load import Bodies, new_session, request_body, run_load, \
-    run_stateless_client
+    run_stateless_client, stream_ended
 from bench.overhead.processes import Pinning, cpu_seconds, descendants, describe_process
 from bench.overhead.report import markdown, write_all
 from bench.overhead.run import Plan, cell_entries
@@ -296,6 +296,39 @@ def test_each_target_is_measured_against_the_body_its_upstream_receives(tmp_path
     assert all(e.bodies.stream for e in entries)
     sent = json.loads(memory.bodies[1])["messages"]
     assert sent[:-1] == list(conv.history) and sent[-1] == question(1)
+
+
+def test_each_door_gets_the_same_conversation_in_its_own_wire_form(tmp_path: Path) -> None:
+    stack = Stack(tmp_path, Pinning(None, None), workers=1, litellm="litellm",
+                  fake_url="http://f", gateway_url="http://g", litellm_url="http://l")
+    plan = Plan(targets=("direct", "gateway-memory", "gateway-memory-anthropic",
+                         "gateway-memory-responses"), concurrency=(1,))
+    conv = conversation()
+    entries = {e.label: e for e in cell_entries(stack, plan, conv, stream=True)}
+    anthropic, responses = entries["gateway-memory-anthropic"], entries["gateway-memory-responses"]
+    assert anthropic.target.url == "http://g/v1/messages"
+    assert responses.target.url == "http://g/v1/responses"
+    for entry in (anthropic, responses):
+        assert (entry.body, entry.baseline) == ("full", "forwarded")
+        assert entry.target.headers["X-Conversation-Id"] == "conv"
+        assert entry.target.headers["X-Gateway-Persist"] == "false"
+    chat = json.loads(entries["gateway-memory"].bodies[1])
+    sent = json.loads(anthropic.bodies[1])
+    assert sent["messages"] == chat["messages"] and sent["max_tokens"] > 0 and sent["stream"]
+    assert json.loads(responses.bodies[1])["input"] == chat["messages"]
+
+
+@pytest.mark.parametrize("dialect, payload, ended", [
+    ("chat", b'data: {"x":1}\n\ndata: [DONE]\n\n', True),
+    ("chat", b'data: {"x":1}\n\n', False),
+    ("anthropic", b'event: message_stop\ndata: {"type":"message_stop"}\n\n', True),
+    ("anthropic", b'event: ping\ndata: {"type":"ping"}\n\n', False),
+    ("responses", b'event: response.completed\ndata: {"type":"response.completed",'
+                  b'"sequence_number":9,"response":{}}\n\n', True),
+    ("responses", b'event: error\ndata: {"type":"error","message":"x"}\n\n', False),
+])
+def test_a_stream_ends_as_its_dialect_ends_it(dialect: str, payload: bytes, ended: bool) -> None:
+    assert stream_ended(payload, dialect) is ended
 
 
 def test_without_a_forwarding_target_only_the_full_body_is_measured(tmp_path: Path) -> None:

@@ -422,3 +422,43 @@ def test_an_independent_rescoring_of_the_prompt_dump_gives_the_reported_figures(
             else:
                 assert figures[metric] == pytest.approx(reported[key][metric], abs=6e-5), \
                     (key, metric)
+
+
+def test_every_door_forwards_the_same_prompts_and_scores_the_same(redis_url, tmp_path,
+                                                                   monkeypatch):
+    """`--dialect`: the same conversations through the Messages and Responses doors make the
+    model see exactly what the chat door makes it see (the wire form is all that changes)."""
+    from bench.locomo import replay
+
+    paths_used: list[str] = []
+
+    class Paths(dict):  # the harness's own table, noting which door each request took
+        def __getitem__(self, dialect):
+            paths_used.append(dialect)
+            return super().__getitem__(dialect)
+
+    monkeypatch.setattr(replay, "PATHS", Paths(replay.PATHS))
+
+    def gateway_run(dialect: str) -> tuple[dict, dict]:
+        paths_used.clear()
+        out, dump = tmp_path / f"{dialect}.json", tmp_path / f"{dialect}.jsonl"
+        assert bench_main(["locomo", "--data", str(EN), "--store", redis_url, "--budgets",
+                           "60", "--modes", "stateless,stateful", "--dialect", dialect,
+                           "--out", str(out), "--dump-prompts", str(dump)]) == 0
+        data = json.loads(out.read_text(encoding="utf-8"))
+        assert data["meta"]["config"]["dialect"] == dialect
+        assert paths_used and set(paths_used) == {dialect}
+        rows = {(r["mode"], r["category"]): r for r in data["results"]
+                if r["strategy"] == "gateway"}
+        prompts = {(d["mode"], d["qa"]): d["messages"] for d in map(
+            json.loads, dump.read_text(encoding="utf-8").splitlines())
+            if d["strategy"] == "gateway"}
+        return rows, prompts
+
+    chat_rows, chat_prompts = gateway_run("chat")
+    assert chat_prompts
+    for dialect in ("anthropic", "responses"):
+        rows, prompts = gateway_run(dialect)
+        assert prompts == chat_prompts, dialect
+        assert {k: r["evidence_recall"] for k, r in rows.items()} == \
+            {k: r["evidence_recall"] for k, r in chat_rows.items()}

@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("gateway", "gateway._offline", "gateway.errors", "gateway.core"),
     ("gateway.core.text",),
     ("gateway.core.recall", "gateway.core.memory"),
-    ("gateway.core.context",),
+    ("gateway.core.context", "gateway.core.dialects"),
     ("gateway.config", "gateway.ports", "gateway.tokenizer", "gateway.inprocess"),
     ("gateway.ops",),
     ("gateway.store", "gateway.upstream"),
