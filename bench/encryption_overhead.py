@@ -26,7 +26,7 @@ from typing import Any
 from bench.ab import Times, alternate, embedded_stores, report, running, worker_steps
 from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
-from gateway.store.crypto import DataKey, TenantCipher
+from gateway.store.encryption.crypto import DataKey, TenantCipher
 
 KEY_ENV = "GATEWAY_BENCH_ENCRYPTION_KEY"
 TURNS_PER_CONVERSATION = 40

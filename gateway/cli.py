@@ -123,8 +123,8 @@ def _rotate_key(path: str, tenant: str) -> int:
     from gateway.store import connect
     from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError
-    from gateway.store.keyring import load_encryption
-    from gateway.store.rotation import rotate_tenant
+    from gateway.store.encryption.keyring import load_encryption
+    from gateway.store.encryption.rotation import rotate_tenant
     from gateway.wiring import store_url
 
     try:
@@ -257,7 +257,7 @@ def _check_keys(config: Config, url: str) -> None:
     import asyncio
 
     from gateway.store import connect
-    from gateway.store.keyring import load_encryption
+    from gateway.store.encryption.keyring import load_encryption
 
     async def check() -> None:
         timeout = config.server.store_timeout_seconds
@@ -298,7 +298,7 @@ def _reindex(args: argparse.Namespace) -> int:
     from gateway.store import connect
     from gateway.store.cluster import key_space
     from gateway.store.embedded import EmbeddedRedisError
-    from gateway.store.keyring import load_encryption
+    from gateway.store.encryption.keyring import load_encryption
     from gateway.wiring import store_url
 
     config = _config_and_logging(args)

@@ -28,9 +28,9 @@ from gateway.ops.tracing import Tracing, start_tracing
 from gateway.ports import Upstream
 from gateway.store import connect
 from gateway.store.cluster import key_space
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.embedded import EmbeddedRedis
-from gateway.store.keyring import load_encryption
+from gateway.store.encryption.keyring import load_encryption
 from gateway.store.recording.recorder import Recorder
 from gateway.store.recording.sharded import ShardedRecorder
 from gateway.upstream import FAKE_PREFIX, RoutingUpstream

@@ -1,6 +1,6 @@
 """The base of every config model (unknown keys are errors, values are frozen), the one way a
 config value names a secret (an environment variable that must be set), and the form of an
-encryption key (gateway/store/crypto.py uses it)."""
+encryption key (gateway/store/encryption/crypto.py uses it)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.core.dialects.responses_answer import response_object
+from gateway.core.ids import ANONYMOUS_USER
 from gateway.errors import GatewayError, NotFound
 from gateway.http.routes import UnicodeSafeJSON, error_response, identity, read_body
 from gateway.ops.observability import RequestLog, request_id
@@ -64,14 +65,14 @@ async def create_response(request: Request) -> Response:
 
 
 async def get_response(request: Request) -> Response:
-    """A stored response of the caller's tenant (and of its user, when it names one)."""
+    """A stored response of the caller's tenant and user (no user named: the anonymous one)."""
     gateway: Gateway = request.app.state.gateway
     assert gateway.responses is not None
     tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
     response_id = request.path_params["response_id"]
     found = await gateway.responses.log.find(tenant.name, response_id)
-    user = request.headers.get(tenant.headers.user_id)
-    if found is None or (user is not None and user != found.key.user):
+    user = request.headers.get(tenant.headers.user_id) or ANONYMOUS_USER
+    if found is None or user != found.key.user:
         raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
     return UnicodeSafeJSON(found.response)
 

@@ -48,7 +48,7 @@ from gateway.memory.jobs.worker import MemoryUpdate, MemoryWorker
 from gateway.ports import Upstream
 from gateway.store.cluster import key_space
 from gateway.store.codec import encode_key
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.redis_store import RedisStore
 from gateway.config.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model

@@ -48,7 +48,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
 from gateway.store.codec import CodecError, record_from_dict, record_to_dict
-from gateway.store.crypto import NO_ENCRYPTION, DecryptError, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, DecryptError, Encryption
 
 log = logging.getLogger("gateway.record_journal")
 

@@ -65,7 +65,9 @@ class ResponseChains:
             return ConversationKey(tenant.name, user or ANONYMOUS_USER,
                                    conversation or "chain-" + response_id.removeprefix("resp_"))
         found = await self.log.find(tenant.name, previous_id)
-        if found is None or (user is not None and user != found.key.user):
+        # Users are apart as at the other doors: a chain belongs to the user who started it
+        # (no user named: the anonymous one), and nobody else continues it.
+        if found is None or (user or ANONYMOUS_USER) != found.key.user:
             raise NotFound(f"Previous response with id '{previous_id}' not found.",
                            param="previous_response_id", code="previous_response_not_found")
         if conversation is not None and conversation != found.key.conversation:

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.store.codec import decode_stored
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import KeySpace
 from gateway.store.transcript_cache import LIST_LUA, TranscriptCache
 

@@ -35,7 +35,7 @@ from gateway.store.archive import TranscriptArchive
 from gateway.store.cluster import primary_targets
 from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
                                  encode_record)
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import KeySpace
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 
@@ -44,7 +44,7 @@ log = logging.getLogger("gateway.store")
 # KEYS: seq counter, pending hash, record stream, the user's erase tombstone, last enqueued.
 # ARGV: tenant, user, conversation, payload, created_at (ms), the payload's digest ("": its
 # sha1 here; an encrypted payload differs on every retry, so the caller passes the tenant's
-# keyed digest of the plaintext instead — see gateway/store/crypto.py).
+# keyed digest of the plaintext instead — see gateway/store/encryption/crypto.py).
 # Returns the stream entry id (false: the turn predates an erase of its user and is dropped —
 # e.g. held in a record buffer while the store was down). Lua runs atomically, so seq order
 # equals stream order per conversation, and a seq is pending exactly while it is neither

@@ -17,7 +17,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.core.ids import ConversationKey
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import KeySpace
 
 RESPONSE_TTL_SECONDS = 30 * 24 * 3600

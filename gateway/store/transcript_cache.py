@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.store.codec import decode_stored
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 # The first part of a script reading a transcript against a cached copy. KEYS[1]: the
 # transcript (the live list); KEYS[2]: its archive (the messages trimmed from its left: their

@@ -28,9 +28,9 @@ from gateway.core.ids import ConversationKey
 from gateway.errors import ConfigError
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.store import connect
-from gateway.store.keyring import load_encryption
+from gateway.store.encryption.keyring import load_encryption
 from gateway.store.keys import KeySpace
-from gateway.store.rotation import rotate_tenant
+from gateway.store.encryption.rotation import rotate_tenant
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
 from tests.integration.test_encryption import KEY_A
 

@@ -32,7 +32,7 @@ from gateway.errors import ConfigError
 from gateway.pipeline.record_buffer import BufferedTurn
 from gateway.pipeline.record_journal import decode_turn, encode_turn
 from gateway.store import connect
-from gateway.store.crypto import (
+from gateway.store.encryption.crypto import (
     DataKey,
     DecryptError,
     Encryption,
@@ -40,7 +40,7 @@ from gateway.store.crypto import (
     key_id,
     sealed_key_id,
 )
-from gateway.store.keyring import load_encryption
+from gateway.store.encryption.keyring import load_encryption
 from gateway.store.keys import KeySpace
 from gateway.store.redis_store import RedisStore
 from tests.support.gateway import KEYS, MODELS, forwarded, running_gateway
@@ -122,7 +122,7 @@ def recalled(url: str, tenant: str, question: str) -> str:
 
 def sealed_values(store_url: str, tenant: str) -> dict[str, list[str]]:
     """The stored texts of a tenant's text-holding keys, by key."""
-    from gateway.store.rotation import SEALED_HASHES, SEALED_LISTS, kind_of
+    from gateway.store.encryption.rotation import SEALED_HASHES, SEALED_LISTS, kind_of
 
     out: dict[str, list[str]] = {}
     with redis.Redis.from_url(store_url, decode_responses=True) as r:

@@ -35,7 +35,7 @@ from gateway.memory.jobs.turn_index import CONTEXT_CHARS, TurnIndexer, turn_entr
 from gateway.memory.search.vector_index import FaissVectorIndex
 from gateway.memory.records.vector_store import delete_vectors, put_vectors, space_of
 from gateway.store.codec import encode_stored
-from gateway.store.crypto import Encryption
+from gateway.store.encryption.crypto import Encryption
 from gateway.store.keys import KeySpace
 from gateway.store.versions import REMOVAL_STEP, only_added, random_start
 

@@ -188,6 +188,21 @@ def test_another_users_previous_id_is_not_found(client):
                                 extra_headers={"X-User-Id": "victor"})
 
 
+def test_a_named_users_chain_is_not_reached_without_naming_the_user(client):
+    canary = "canary-ursula-7Q"
+    mine = client.responses.create(model="echo", input=canary,
+                                   extra_headers={"X-User-Id": "ursula"})
+    with pytest.raises(openai.NotFoundError):  # no user named: the anonymous user
+        client.responses.retrieve(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="echo", input="x", previous_response_id=mine.id)
+    with pytest.raises(openai.NotFoundError):  # and the anonymous user's chain is not hers
+        anonymous = client.responses.create(model="echo", input="x")
+        client.responses.retrieve(anonymous.id, extra_headers={"X-User-Id": "ursula"})
+    own = client.responses.retrieve(mine.id, extra_headers={"X-User-Id": "ursula"})
+    assert canary in own.output_text
+
+
 def test_continuing_from_an_older_response_is_refused_clearly(client):
     first = client.responses.create(model="echo", input="a")
     client.responses.create(model="echo", input="b", previous_response_id=first.id)

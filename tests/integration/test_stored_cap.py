@@ -314,7 +314,7 @@ async def test_after_a_move_a_load_decodes_only_what_is_new(redis_client):
 
 
 async def test_a_sealed_transcript_moves_sealed_and_reads_back_whole(redis_client):
-    from gateway.store.crypto import DataKey, Encryption, TenantCipher
+    from gateway.store.encryption.crypto import DataKey, Encryption, TenantCipher
 
     encryption = Encryption({"acme": TenantCipher("acme", DataKey(bytes(range(32))))})
     store = RedisStore(redis_client, encryption=encryption)

@@ -36,7 +36,7 @@ from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.jobs.turn_index import TurnIndexer, turn_entries
 from gateway.memory.records.user_recall import split_id
 from gateway.memory.records.vector_store import encode_vector, vector_space
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import _part
 
 BATCH = 64

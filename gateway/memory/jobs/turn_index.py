@@ -40,7 +40,7 @@ from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.records.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.records.vector_store import encode_vector
 from gateway.store.codec import decode_stored
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
 
 

@@ -39,7 +39,7 @@ from gateway.memory.records.chunk_store import chunk_from_json
 from gateway.memory.records.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.memory.records.user_recall import Synced, qualified_id
 from gateway.store.codec import json_object
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
 
 PAGE = 512

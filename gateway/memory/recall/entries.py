@@ -26,7 +26,7 @@ from gateway.memory.search.lexical_index import CHUNK_PREFIX, chunk_id
 from gateway.memory.ports import Namespace
 from gateway.memory.records.user_recall import Synced, qualified_id, split_id
 from gateway.store.codec import json_object
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 
 @dataclass(frozen=True, slots=True)

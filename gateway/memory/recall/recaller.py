@@ -58,7 +58,7 @@ from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
 from gateway.memory.recall.entries import EntryReader, OtherItems, OwnItems
 from gateway.memory.records.user_recall import SEPARATOR
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 Hits = list[tuple[str, float]]
 SuccessorsOf = Literal["questions", "all"]

@@ -24,7 +24,7 @@ from gateway.core.memory.compaction import SummaryChunk
 from gateway.core.ids import ConversationKey
 from gateway.memory.records.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.records.vector_store import encode_vector
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
 
 VECTOR_PREFIX = "chunk:"

@@ -34,7 +34,7 @@ from gateway.memory.records.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.memory.ports import Namespace, VectorIndex
 from gateway.memory.records.vector_store import (ForeignVector, decode_vector, delete_vectors,
                                          put_vectors)
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import Message
 from gateway.memory.records.keys import MemoryKeySpace
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger("gateway.memory.pins")
 

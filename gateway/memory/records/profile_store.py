@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.memory.profile import Profile, update_profile
 from gateway.memory.records.keys import MemoryKeySpace
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.memory.topics import TopicSegment
 from gateway.memory.records.keys import MemoryKeySpace
-from gateway.store.crypto import NO_ENCRYPTION, DecryptError, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, DecryptError, Encryption
 
 log = logging.getLogger("gateway.memory.topics")
 

@@ -46,7 +46,7 @@ from gateway.memory.ports import UNREAD, Namespace, Unread
 from gateway.memory.search.stemming import stemmed
 from gateway.memory.records.user_recall import is_chunk, split_id
 from gateway.store.codec import json_object
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.core.ids import ConversationKey
 from gateway.store.codec import CodecError, decode_record
-from gateway.store.crypto import DecryptError, Encryption
+from gateway.store.encryption.crypto import DecryptError, Encryption
 from gateway.store.redis_store import entry_ms, erased_before
 
 

@@ -44,7 +44,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.transcript import apply_turn
 from gateway.ops.job_metrics import JobMetrics
 from gateway.store.codec import decode_record, encode_branch, encode_key, encode_stored
-from gateway.store.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import ConversationKeys, KeySpace
 from gateway.store.outage import OutageLog
 from gateway.store.recording.jobs import (EntryState, Job, MalformedEntry, parse_entry,

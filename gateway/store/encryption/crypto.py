@@ -14,7 +14,7 @@ Invariants:
   switched on; `gateway rotate-key` seals them). Stored JSON never starts with the prefix;
 - the keys live in this process's memory only: the data keys come from the environment, the
   tenant's index key (naming fact keys, deduplicating retried enqueues) is kept in the store
-  sealed with the data key (`gateway.store.keyring`).
+  sealed with the data key (`gateway.store.encryption.keyring`).
 """
 
 from __future__ import annotations

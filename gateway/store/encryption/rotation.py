@@ -30,8 +30,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import WatchError
 
 from gateway.store.disk import DiskRewrites
-from gateway.store.crypto import DecryptError, Encryption, TenantCipher, sealed_key_id
-from gateway.store.keyring import open_record, record_key, seal_record
+from gateway.store.encryption.crypto import DecryptError, Encryption, TenantCipher, sealed_key_id
+from gateway.store.encryption.keyring import open_record, record_key, seal_record
 from gateway.store.keys import KeySpace, _part
 from gateway.store.versions import bump_version
 

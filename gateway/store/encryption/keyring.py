@@ -29,7 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.config import Config
 from gateway.config.strict import KEY_BYTES
 from gateway.errors import ConfigError
-from gateway.store.crypto import (
+from gateway.store.encryption.crypto import (
     DataKey,
     DecryptError,
     Encryption,
