@@ -178,6 +178,7 @@ class MemoryControl:
         if not await self.exists(key):
             return None
         said = await self._ids_of(key)
+        await self._forget_response_ids([key])
         await self.store.delete(key)
         await self._delete_conversation_entries(key)
         memory = self.keys.conversation(key)
@@ -264,6 +265,8 @@ class MemoryControl:
         entries in shared structures, then its keys; then, once memory runs already under
         way have finished (their locks), a second sweep of what they wrote."""
         erased_ms = await self.store.mark_erased(tenant, user)
+        await self._forget_response_ids([ConversationKey(tenant, user, c)
+                                         for c in await self.conversation_ids(tenant, user)])
         entries = await self._delete_entries(tenant, user)
         deleted, locks = await self._delete_keys(tenant, user, spare_locks=True)
         complete = await self._settle(locks)
@@ -287,6 +290,17 @@ class MemoryControl:
         return await self.disk.after_delete(self.disk_wait_seconds)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    async def _forget_response_ids(self, keys: list[ConversationKey]) -> None:
+        """The tenant-level lookups from a Responses API id to its conversation hold no content
+        but the user's and the conversation's ids: they go with the conversation (its hash of
+        responses, under the conversation's keys, names them)."""
+        for key in keys:
+            ids = [i for i in await self.redis.hkeys(self.keys.store.responses(key))
+                   if i != "latest"]
+            if ids:
+                await self.redis.unlink(*(self.keys.store.response_owner(key.tenant, i)
+                                          for i in ids))
 
     def _ck(self, tenant: str, user: str, conversation: str) -> ConversationKeys:
         return self.keys.store.conversation(ConversationKey(tenant, user, conversation))

@@ -238,3 +238,21 @@ def test_an_upstream_error_keeps_its_status_streaming_or_not(client):
         list(client.responses.create(model="rate-limited", input="x", stream=True))
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="x")
+
+
+@pytest.mark.parametrize("forget", ["conversation", "user"])
+async def test_a_deleted_conversation_or_erased_user_leaves_no_response_id_behind(
+        gateway_url, client, store, forget):
+    headers = {"X-User-Id": "wanda", "X-Conversation-Id": "to-forget"}
+    first = client.responses.create(model="echo", input="one", extra_headers=headers)
+    second = client.responses.create(model="echo", input="two", previous_response_id=first.id,
+                                     extra_headers={"X-User-Id": "wanda"})
+    owners = [store.keys.response_owner("acme", r.id) for r in (first, second)]
+    assert await store.client.exists(*owners) == 2
+    path = "/v1/memory/conversations/to-forget" if forget == "conversation" else "/v1/memory"
+    answer = httpx.delete(gateway_url + path, headers={
+        "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "wanda"}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert await store.client.exists(*owners) == 0
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(second.id, extra_headers={"X-User-Id": "wanda"})
