@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gateway.core.dialects.anthropic_answer import error_body, message_id, stop_reason, usage
+from gateway.core.dialects.events import ChunkTranslator, Event
 
-Event = dict[str, Any]
 
-
-class MessagesStream:
+class MessagesStream(ChunkTranslator):
     """One stream's translation state. `start()` first, `chunk()` per upstream chunk, then
     `end()` (the upstream finished) or `failure()` (it did not)."""
 
@@ -39,20 +38,6 @@ class MessagesStream:
                    "stop_sequence": None,
                    "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
-
-    def chunk(self, chunk: Mapping[str, Any]) -> list[Event]:
-        if isinstance(chunk.get("usage"), Mapping):
-            self._usage = chunk["usage"]
-        events: list[Event] = []
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
-                continue
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
-            delta = choice.get("delta")
-            if isinstance(delta, Mapping):
-                events += self._delta(delta)
-        return events
 
     def end(self) -> list[Event]:
         events = self._close()

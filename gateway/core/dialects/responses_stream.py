@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from gateway.core.dialects.events import ChunkTranslator, Event
 from gateway.core.dialects.responses_answer import call_item, finished, message_item, text_part
 
-Event = dict[str, Any]
 
-
-class ResponsesStream:
+class ResponsesStream(ChunkTranslator):
     """One stream's translation state: `start()`, `chunk()` per upstream chunk, then `end()`
     (after which `response` is the finished response) or `failure()`."""
 
@@ -38,24 +37,14 @@ class ResponsesStream:
         return [self._event("response.created", response=self.response),
                 self._event("response.in_progress", response=self.response)]
 
-    def chunk(self, chunk: Mapping[str, Any]) -> list[Event]:
-        if isinstance(chunk.get("usage"), Mapping):
-            self._usage = chunk["usage"]
+    def _delta(self, delta: Mapping[str, Any]) -> list[Event]:
         events: list[Event] = []
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
-                continue
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
-            delta = choice.get("delta")
-            if not isinstance(delta, Mapping):
-                continue
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                events += self._text_delta(text)
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, Mapping):
-                    events += self._call_delta(call)
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            events += self._text_delta(text)
+        for call in delta.get("tool_calls") or []:
+            if isinstance(call, Mapping):
+                events += self._call_delta(call)
         return events
 
     def end(self) -> list[Event]:
