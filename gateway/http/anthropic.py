@@ -20,8 +20,7 @@ from gateway.config.tenants import Tenant
 from gateway.core.dialects.anthropic_answer import anthropic_message, error_body
 from gateway.core.text.tokens import count_messages
 from gateway.errors import GatewayError
-from gateway.http.routes import UnicodeSafeJSON, identity, read_body
-from gateway.ops.observability import RequestLog, request_id
+from gateway.http.routes import UnicodeSafeJSON, identity, read_body, request_log
 from gateway.pipeline.anthropic import AnthropicEncoder, error_message, parse_anthropic_request
 from gateway.pipeline.chat_request import parse_body
 
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 
 async def messages(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
-    log = RequestLog(request_id=request_id(request.headers))
+    log = request_log(request, gateway)
     try:
         tenant, key_digest = gateway.tenants.authenticate_key(_authorization(request))
         log.tenant = tenant.name

@@ -4,7 +4,8 @@ the tenant, take the user from the tenant's user header, validate, call
 
 Every request names one user of one tenant (API key + user header) and can only reach that
 user's data; the conversation endpoints without a user header reach the tenant's anonymous
-conversations (sent without a user id). An admin key (`admin.keys`) may name any tenant, in `X-Gateway-Tenant`. Bad input is a 4xx in OpenAI's error shape (`gateway.errors`).
+conversations (sent without a user id). An admin key (`admin.keys`) may name any tenant, in
+`X-Gateway-Tenant`. Bad input is a 4xx in OpenAI's error shape (`gateway.errors`).
 The API answers from the store whether or not memory is enabled: what was stored stays
 visible, exportable and erasable (`tenant_memory` in the settings says if it is in use).
 """

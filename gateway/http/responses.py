@@ -17,8 +17,7 @@ from starlette.routing import Route
 from gateway.core.dialects.responses_answer import response_object
 from gateway.core.ids import ANONYMOUS_USER
 from gateway.errors import GatewayError, NotFound
-from gateway.http.routes import UnicodeSafeJSON, error_response, identity, read_body
-from gateway.ops.observability import RequestLog, request_id
+from gateway.http.routes import UnicodeSafeJSON, error_response, identity, read_body, request_log
 from gateway.pipeline.chat_request import parse_body
 from gateway.pipeline.responses import ResponsesEncoder, new_response, parse_responses
 
@@ -30,7 +29,7 @@ async def create_response(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     chains = gateway.responses
     assert chains is not None  # built with the app
-    log = RequestLog(request_id=request_id(request.headers))
+    log = request_log(request, gateway)
     try:
         tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
         log.tenant = tenant.name

@@ -34,11 +34,17 @@ def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
-async def chat_completions(request: Request) -> Response:
-    gateway = _gateway(request)
+def request_log(request: Request, gateway: Gateway) -> RequestLog:
+    """The log of one request at any door: its id, and (tracing on) the client's trace."""
     log = RequestLog(request_id=request_id(request.headers))
     if gateway.pipeline.tracing is not None:
         log.traceparent = request.headers.get("traceparent")
+    return log
+
+
+async def chat_completions(request: Request) -> Response:
+    gateway = _gateway(request)
+    log = request_log(request, gateway)
     try:
         tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
         log.tenant = tenant.name

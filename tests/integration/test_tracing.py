@@ -114,6 +114,23 @@ def test_a_clients_traceparent_becomes_the_parent(gateway_url, exporter):
         == STEPS
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/messages", {"model": "echo", "max_tokens": 16,
+                      "messages": [{"role": "user", "content": "over Messages"}]}),
+    ("/v1/responses", {"model": "echo", "input": "over Responses"}),
+])
+def test_a_clients_traceparent_becomes_the_parent_at_every_door(gateway_url, exporter, path,
+                                                                body):
+    response = httpx.post(gateway_url + path, timeout=30, json=body, headers={
+        "Authorization": f"Bearer {KEYS['acme']}",
+        "traceparent": f"00-{TRACE_ID}-{PARENT_SPAN}-01"})
+    assert response.status_code == 200, response.text
+    root = request_span(wait_for_spans(
+        exporter, lambda s: any(x.name == "gateway.chat_completion" for x in s)))
+    assert format(root.context.trace_id, "032x") == TRACE_ID
+    assert format(root.parent.span_id, "016x") == PARENT_SPAN and root.parent.is_remote
+
+
 def test_an_upstream_error_marks_the_request_span_failed(gateway_url, exporter):
     response = httpx.post(gateway_url + "/v1/chat/completions", timeout=30, json={
         "model": "broken", "messages": [{"role": "user", "content": "x"}]},
