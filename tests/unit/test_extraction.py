@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.memory.extraction import VOCABULARY, extract_facts, statements, value_key
+from gateway.core.memory.extraction import (MAX_STATEMENT_CHARS, VOCABULARY, extract_facts,
+                                             statements, value_key)
 from gateway.core.memory.facts import MAX_KEY_LENGTH
 from gateway.core.messages import Message, chain
 
@@ -75,7 +76,7 @@ def test_questions_and_descriptions_of_pets_and_family_give_no_name(text):
     "What is the contract amount?", "Where is my name written?",
 ])
 def test_questions_conditionals_and_non_statements_give_nothing(text):
-    assert statements(text) == []
+    assert statements(text) == ()
 
 
 def test_a_phone_number_is_never_a_fact_value():
@@ -168,8 +169,8 @@ def test_near_duplicate_likes_get_keys_that_name_their_own_values():
     # statement overwrote the first under a key that named neither.
     hills = statements("I really like Kanary7 hiking in the hills a lot.")
     alps = statements("I really like Kanary7 hiking in the alps a lot.")
-    assert hills == [("prefers_kanary7_hiking_in_the_hills", "Kanary7 hiking in the hills", 0.6)]
-    assert alps == [("prefers_kanary7_hiking_in_the_alps", "Kanary7 hiking in the alps", 0.6)]
+    assert hills == (("prefers_kanary7_hiking_in_the_hills", "Kanary7 hiking in the hills", 0.6),)
+    assert alps == (("prefers_kanary7_hiking_in_the_alps", "Kanary7 hiking in the alps", 0.6),)
     # How much is not what: the same like, said more or less strongly, is one fact.
     assert statements("I like Kanary7 hiking in the hills.") == hills
     assert statements("我很喜欢北京烤鸭和上海小笼包")[0][0] == "prefers_北京烤鸭和上海小笼包"
@@ -179,3 +180,15 @@ def test_a_key_too_long_for_its_value_ends_in_a_digest_of_the_whole_value():
     a, b = value_key("prefers", "x" * 70 + " one"), value_key("prefers", "x" * 70 + " two")
     assert a != b and len(a) <= MAX_KEY_LENGTH and len(b) <= MAX_KEY_LENGTH
     assert a == value_key("prefers", "X" * 70 + " ONE")  # the same value, the same key
+
+
+def test_statements_are_looked_for_in_a_messages_first_characters_only():
+    said = "My name is Zed. "
+    padding = "We talked about the weather for a while. " * (MAX_STATEMENT_CHARS // 40)
+    assert values(said + padding) == {"user_name": "Zed"}
+    assert values(padding + said) == {}  # past the bound: a pasted document, not the user
+
+
+def test_punctuation_without_letters_is_no_statement():
+    assert statements(";" * 50_000 + "My name is Zed.") == ()  # past the bound, and no letters
+    assert values("!!!;;;" * 10 + " My name is Zed.") == {"user_name": "Zed"}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from gateway.core.memory.facts import MAX_KEY_LENGTH, Fact, clean_value, normalize_key
@@ -324,14 +325,24 @@ def _accepted(key: str, value: str, rule: Rule, match: re.Match[str]) -> bool:
     return True
 
 
-def statements(text: str) -> list[tuple[str, str, float]]:
+MAX_STATEMENT_CHARS = 20_000
+"""Self-statements are looked for in a message's first this many characters: past them it is a
+pasted document, not the user talking about themselves, and the work per message stays bounded
+(a 200 KB message of 200,000 one-character "sentences" took seconds, on the serving loop in
+the background and inline recorder modes)."""
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+@lru_cache(maxsize=64)
+def statements(text: str) -> tuple[tuple[str, str, float], ...]:
     """(key, value, confidence) for each clear self-statement in `text`, in text order, after
-    redaction; a key stated twice gives its last value."""
+    redaction; a key stated twice gives its last value. Cached: the fact extractor and the
+    profile read the same new messages."""
     found: dict[str, tuple[int, str, float]] = {}
     offset = 0
-    for sentence in sentences(redact(text)):
+    for sentence in sentences(redact(text[:MAX_STATEMENT_CHARS])):
         offset += 1
-        if not _is_statement(sentence):
+        if not _LETTER.search(sentence) or not _is_statement(sentence):
             continue
         sentence = _with_subject(sentence)
         hits: list[tuple[int, str, str, float]] = []
@@ -357,8 +368,8 @@ def statements(text: str) -> list[tuple[str, str, float]]:
         for position, key, value, confidence in sorted(hits):
             found.pop(key, None)  # re-insert: the order is that of the last statement
             found[key] = (offset * 100_000 + position, value, confidence)
-    return [(key, value, confidence) for key, (_, value, confidence)
-            in sorted(found.items(), key=lambda item: item[1][0])]
+    return tuple((key, value, confidence) for key, (_, value, confidence)
+                 in sorted(found.items(), key=lambda item: item[1][0]))
 
 
 def fact_type(key: str) -> str:
