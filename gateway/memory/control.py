@@ -16,6 +16,8 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -44,6 +46,8 @@ from gateway.store.redis_store import RedisStore
 
 Json = dict[str, Any]
 _PAGE = 500
+
+log = logging.getLogger("gateway.memory")
 
 
 async def _no_embedding(texts: Sequence[str]) -> np.ndarray:
@@ -347,6 +351,10 @@ class MemoryControl:
             # so no call of the batch waits on it. A failure mid-way (a 503 to the client)
             # leaves the rest for the erase repeated: it finds only what is left.
             deleted += int(await self.redis.unlink(*doomed[start:start + _PAGE]))
+            if len(doomed) > _PAGE:  # progress of a big erase, for the operator
+                log.info(json.dumps({"event": "erase_progress", "tenant": tenant,
+                                     "keys_done": min(start + _PAGE, len(doomed)),
+                                     "keys_total": len(doomed)}))
         return deleted, locks
 
     async def _settle(self, locks: Sequence[str]) -> bool:

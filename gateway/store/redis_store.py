@@ -99,12 +99,12 @@ return {how, elements, offset, redis.call('HGETALL', KEYS[3]),
 """
 
 ERASED_TTL_MS = 30 * 86_400_000
+"""How long an erase tombstone is kept: far longer than any turn can wait in a record buffer
+or the record stream (the erase also deletes the user's queued jobs)."""
 DELETED_COUNTERS_TTL_MS = 3_600_000
 """How long a deleted conversation's seq counters stay (their names hold its id): long
 enough for a job a recorder read before the delete to meet them and be taken as a duplicate
 (the jobs still queued are deleted with the conversation, gateway/memory/control.py)."""
-"""How long an erase tombstone is kept: far longer than any turn can wait in a record buffer
-or the record stream (the erase also deletes the user's queued jobs)."""
 
 
 def erased_before(tombstone: str | None, created_at: float) -> bool:

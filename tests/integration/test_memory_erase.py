@@ -4,6 +4,7 @@ not a recorder or memory worker caught mid-way. Other users and tenants are unto
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -458,3 +459,25 @@ def test_deletes_in_a_burst_during_a_rewrite_leave_no_canary_on_disk(tmp_path):
                 time.sleep(0.1)
     finally:
         server.stop()
+
+
+def test_a_big_erase_reports_its_progress_batch_by_batch(redis_url, caplog):
+    import redis
+
+    pattern = KeySpace().conversations_of("acme", ERIN)
+    assert pattern.endswith("*")
+    with redis.Redis.from_url(redis_url) as r:
+        r.mset({f"{pattern[:-1]}pad{i}:meta": "x" for i in range(1_200)})
+    caplog.set_level("INFO", logger="gateway.memory")
+    with running_gateway(memory_config(redis_url)) as url:
+        response = httpx.delete(url + "/v1/memory", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
+    assert response.status_code == 200, response.text
+    assert response.json()["keys_deleted"] == 1_200
+    progress = [json.loads(r.getMessage()) for r in caplog.records
+                if "erase_progress" in r.getMessage()]
+    assert [(p["keys_done"], p["keys_total"]) for p in progress] == [
+        (500, 1_200), (1_000, 1_200), (1_200, 1_200)]
+    assert {p["tenant"] for p in progress} == {"acme"}
+    with redis.Redis.from_url(redis_url) as r:
+        assert not list(r.scan_iter(match=pattern))
