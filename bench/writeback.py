@@ -10,6 +10,13 @@ RedisStore and Recorder. Per history length (messages each conversation already 
   transcripts (the consumer-group job: check the order, read the transcript, append, ack);
 - both divided by the wall time of their phase. A cost that grew with the conversation would
   show as a lower rate at the longer history.
+
+And end to end through a real outage (`outage` rows), per `recorder.buffer_retry_max_seconds`:
+the store is stopped, the turns are held by a started RecordBuffer whose flusher retries with
+its backoff, the store comes back after `--outage-seconds`, and one recorder worker applies
+concurrently. `resume_s`: from the store answering again to the first turn flushed (the
+backoff's wait); `end_to_end_turns_per_s`: the turns divided by the time from the store
+answering again to the last turn applied.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from bench.machine import machine
 from bench.output import write_result
@@ -86,6 +95,62 @@ async def measure(url: str, conversations: int, turns: int, history: int) -> dic
         await client.aclose()
 
 
+async def _apply_until(recorder: Recorder, total: int) -> int:
+    """Apply backlog as it arrives until `total` turns are applied; outages are waited out."""
+    applied = 0
+    while applied < total:
+        try:
+            done = await recorder.process_available()
+        except (ConnectionError, OSError, RedisError):
+            done = 0
+        applied += done
+        if not done:
+            await asyncio.sleep(0.005)
+    return applied
+
+
+async def measure_outage(server: EmbeddedRedis, conversations: int, turns: int,
+                         outage_s: float, retry_max_s: float) -> dict[str, Any]:
+    client = connect(server.url)
+    try:
+        await client.flushdb()
+        store = RedisStore(client)
+        recorder = Recorder(client, workers=1, consumer_prefix="bench-outage")
+        await recorder.process_available()  # the consumer group exists before the outage
+        keys = [ConversationKey("bench", "user", f"outage{retry_max_s}-{c}")
+                for c in range(conversations)]
+        buffer = RecordBuffer(store, capacity=conversations * turns,
+                              retry_max_seconds=retry_max_s)
+        await buffer.start()
+        server.stop()
+        now = time.time()
+        for n in range(turns):
+            for key in keys:
+                record = TurnRecord("append", None, _turn(n), created_at=now + n * 1e-3,
+                                    request_id=f"{key.conversation}-{n}")
+                buffer.add(BufferedTurn(key, record.request_id, record=record))
+        total = conversations * turns
+        await asyncio.sleep(outage_s)
+        await asyncio.to_thread(server.start)
+        back = time.perf_counter()
+        applying = asyncio.create_task(_apply_until(recorder, total))
+        while buffer.flushed == 0:
+            await asyncio.sleep(0.001)
+        resume_s = time.perf_counter() - back
+        applied = await applying
+        end_to_end_s = time.perf_counter() - back
+        await buffer.stop()
+        assert applied == total and buffer.dropped == 0, (applied, total, buffer.dropped)
+        for key in keys[:3]:
+            assert len(await store.applied(key)) == 2 * turns
+        return {"retry_max_seconds": retry_max_s, "outage_s": outage_s,
+                "conversations": conversations, "turns": total,
+                "resume_s": round(resume_s, 3), "end_to_end_s": round(end_to_end_s, 3),
+                "end_to_end_turns_per_s": round(total / end_to_end_s)}
+    finally:
+        await client.aclose()
+
+
 def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines = ["# Write-back after an outage", "",
@@ -96,6 +161,16 @@ def markdown(result: dict[str, Any]) -> str:
               f"{r['flush_turns_per_s']} | {r['apply_turns_per_s']} |" for r in result["rows"]]
     lines += ["", "flush: the record buffer enqueues the turns it held (one idempotent record "
               "script call each, in order); apply: one recorder worker applies the backlog."]
+    if result.get("outage"):
+        lines += ["", "Through a real outage (the store stopped, then back; the buffer's flusher "
+                  "and one recorder worker running):", "",
+                  "| buffer_retry_max_seconds | outage s | turns | resume s | end-to-end s "
+                  "| end-to-end turns/s |", "|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['retry_max_seconds']} | {r['outage_s']} | {r['turns']} | "
+                  f"{r['resume_s']} | {r['end_to_end_s']} | {r['end_to_end_turns_per_s']} |"
+                  for r in result["outage"]]
+        lines += ["", "resume: from the store answering again to the first held turn flushed "
+                  "(the flusher's backoff); end to end: until the last turn is applied."]
     return "\n".join(lines) + "\n"
 
 
@@ -105,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=20)
     parser.add_argument("--turns", type=int, default=100, help="held turns per conversation")
     parser.add_argument("--history", type=int, nargs="+", default=[0, 1000])
+    parser.add_argument("--outage-seconds", type=float, default=10.0,
+                        help="how long the store is down in the outage rows")
+    parser.add_argument("--retry-max", type=float, nargs="*", default=[5.0, 1.0],
+                        help="recorder.buffer_retry_max_seconds values for the outage rows")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cgwriteback-") as tmp:
         server = EmbeddedRedis(Path(tmp))
@@ -112,9 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = [asyncio.run(measure(server.url, args.conversations, args.turns, h))
                     for h in args.history]
+            outage = [asyncio.run(measure_outage(server, args.conversations, args.turns,
+                                                 args.outage_seconds, r))
+                      for r in args.retry_max]
         finally:
             server.stop()
-    result = {"benchmark": "writeback", "machine": machine(), "rows": rows}
+    result = {"benchmark": "writeback", "machine": machine(), "rows": rows, "outage": outage}
     write_result(args.out, result, markdown(result))
     return 0
 

@@ -74,7 +74,7 @@ class RecorderConfig(Strict):
     buffer_capacity: int = Field(10_000, ge=1, le=1_000_000)
     """Turns held in process while the store cannot take them (an outage), flushed in order
     when it is back; beyond this many, the oldest are dropped — logged and counted."""
-    buffer_retry_max_seconds: float = Field(5.0, gt=0, le=300)
+    buffer_retry_max_seconds: float = Field(1.0, gt=0, le=300)
     """The longest pause between flush attempts while the store stays down."""
 
 

@@ -85,7 +85,7 @@ class RecordBuffer:
     """A bounded FIFO of turns and the task that flushes it; see the module docstring."""
 
     def __init__(self, sink: TurnSink, capacity: int, *, retry_initial_seconds: float = 0.1,
-                 retry_max_seconds: float = 5.0, max_attempts: int = 5):
+                 retry_max_seconds: float = 1.0, max_attempts: int = 5):
         if capacity < 1 or max_attempts < 1 or retry_initial_seconds <= 0:
             raise ValueError("capacity, max_attempts and retry_initial_seconds must be positive")
         self._sink = sink
