@@ -7,7 +7,8 @@
   prefix of the previous prompt. A prompt is rendered as one token sequence per message
   (`<|im_start|>{role}\\n{content}<|im_end|>\\n`, encoded as ordinary text) — the chat format
   separates messages with special tokens, so per-message encoding is what a provider's prompt
-  cache sees. The common prefix is counted token by token.
+  cache sees. The common prefix is counted token by token (`shared_prefix`; billing.py prices
+  it under each provider's cache rules).
 """
 
 from __future__ import annotations
@@ -74,9 +75,12 @@ class PromptMeter:
 
     def prefix_reuse(self, previous: Prompt, current: Prompt) -> float:
         """Share of `current`'s rendered tokens equal to a prefix of `previous` (0.0..1.0)."""
-        total = sum(len(self.rendered(m)) for m in current)
-        if not total:
-            return 0.0
+        shared, _, total = self.shared_prefix(previous, current)
+        return shared / total if total else 0.0
+
+    def shared_prefix(self, previous: Prompt, current: Prompt) -> tuple[int, int, int]:
+        """(rendered tokens of `current` equal to a prefix of `previous`, rendered tokens of
+        `previous`, rendered tokens of `current`)."""
         shared = 0
         for before, now in zip(previous, current):
             a, b = self.rendered(before), self.rendered(now)
@@ -85,7 +89,8 @@ class PromptMeter:
                 continue
             shared += _common_prefix(a, b)
             break
-        return shared / total
+        return (shared, sum(len(self.rendered(m)) for m in previous),
+                sum(len(self.rendered(m)) for m in current))
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -40,6 +40,7 @@ import httpx
 from redis.exceptions import ResponseError
 
 from bench.locomo.data import Conversation, Question
+from bench.locomo.billing import bill
 from bench.locomo.meter import PromptMeter
 from bench.locomo.retrieval import RETRIEVERS, TurnRetriever, pack
 from bench.locomo.score import Score, Scorer
@@ -127,6 +128,8 @@ class Outcome:
 
     observations: list[Observation] = field(default_factory=list)
     prefix_reuse: dict[Key, list[float]] = field(default_factory=lambda: defaultdict(list))
+    costs: dict[Key, list[dict[str, float]]] = field(default_factory=lambda: defaultdict(list))
+    """Per replay request, its input cost under each cache rule (billing.py)."""
     eligible: set[int] = field(default_factory=set)
     """Questions whose whole normalised answer occurs in the history (strict figure)."""
     eligible_parts: set[int] = field(default_factory=set)
@@ -343,6 +346,8 @@ class Replayer:
             if previous is not None:
                 w.outcome.prefix_reuse[("gateway", mode, budget)].append(
                     self.meter.prefix_reuse(previous, forwarded))
+            w.outcome.costs[("gateway", mode, budget)].append(
+                bill(self.meter, previous, forwarded))
             previous = forwarded
 
     async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
@@ -424,6 +429,8 @@ class Replayer:
                 if previous is not None:
                     w.outcome.prefix_reuse[(strategy, None, budget)].append(
                         self.meter.prefix_reuse(previous, prompt))
+                w.outcome.costs[(strategy, None, budget)].append(
+                    bill(self.meter, previous, prompt))
                 previous = prompt
 
     def _plain_baselines(self, w: _Work) -> None:

@@ -104,7 +104,34 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
                          f"{margin[1]} |")
     lines += ["", "`full` and `last-n` do not depend on the budget: the same row in every "
               "table.", ""]
+    lines += _costs(by_key)
     return "\n".join(lines)
+
+
+def _costs(by_key: dict[tuple[str, str | None, int | None], dict[str, Row]]) -> list[str]:
+    """The cost table: each assembly's mean input cost per replayed turn under each provider's
+    cache rules, and that against the whole history with caching on (`full`)."""
+    rows = [(key, cells["all"]) for key, cells in by_key.items()
+            if "all" in cells and cells["all"].get("cost_per_turn")]
+    if not rows:
+        return []
+    rules = list(rows[0][1]["cost_per_turn"])
+    lines = ["## Cost per replayed turn", "",
+             "Mean input cost of a replay request in uncached-input-token units (output left "
+             "out), billed against the request before it under each provider's prompt-cache "
+             "rules (bench/locomo/billing.py), and × the whole history's (`full`, caching on) "
+             "over the same requests.", "",
+             "| strategy | mode | budget | prefix reuse | "
+             + " | ".join(f"{r} | × whole" for r in rules) + " |",
+             "|---|---|---:|---:|" + "---:|---:|" * len(rules)]
+    for (strategy, mode, budget), row in sorted(rows, key=lambda item: (
+            item[0][2] or 0, item[0][0], item[0][1] or "")):
+        ratio = row.get("cost_vs_whole") or {}
+        lines.append(f"| {strategy} | {mode or '–'} | {budget or '–'} | "
+                     f"{_fmt(row['prefix_reuse'])} | "
+                     + " | ".join(f"{_fmt(row['cost_per_turn'][r], 0)} | "
+                                  f"{_fmt(ratio.get(r), 2)}" for r in rules) + " |")
+    return lines + [""]
 
 
 def plot(rows: Sequence[Row], path: Path | str) -> None:

@@ -15,7 +15,11 @@ see score.py).
   `date_recall` over the temporal (category 2) ones, None where there are none;
 - `forwarded_tokens_mean`: mean count_messages of the whole forwarded prompt per question;
 - `prefix_reuse`: mean over the replay requests (not per category: the same on every row of
-  the strategy/mode/budget).
+  the strategy/mode/budget);
+- `cost_per_turn`: per cache rule (billing.py), the mean input cost of a replay request in
+  uncached-token units, and `cost_vs_whole` the same divided by the `full` strategy's (the
+  whole history, sent with that provider's caching on) over the same requests — per
+  strategy/mode/budget like `prefix_reuse`.
 """
 
 from __future__ import annotations
@@ -45,11 +49,17 @@ def _sort_key(key: Key) -> tuple[int, int, int]:
 def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     by_key: dict[Key, list[Observation]] = defaultdict(list)
     reuse: dict[Key, list[float]] = defaultdict(list)
+    costs: dict[Key, list[dict[str, float]]] = defaultdict(list)
     for outcome in outcomes:
         for obs in outcome.observations:
             by_key[obs.key].append(obs)
         for key, values in outcome.prefix_reuse.items():
             reuse[key].extend(values)
+        for key, bills in outcome.costs.items():
+            costs[key].extend(bills)
+    per_turn = {key: {rule: round(fmean(b[rule] for b in bills), 1) for rule in bills[0]}
+                for key, bills in costs.items() if bills}
+    whole = per_turn.get(("full", None, None), {})
     out = []
     for key in sorted(by_key, key=_sort_key):
         strategy, mode, budget = key
@@ -68,6 +78,10 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
                 "date_recall": _mean(o.score.date_recall for o in group),
                 "forwarded_tokens_mean": round(fmean(o.tokens for o in group), 1),
                 "prefix_reuse": _mean(reuse.get(key, [])),
+                "cost_per_turn": per_turn.get(key),
+                "cost_vs_whole": {rule: round(c / whole[rule], 3)
+                                  for rule, c in per_turn.get(key, {}).items()
+                                  if whole.get(rule)} or None,
                 "n_evidence": sum(1 for o in group if o.score.evidence_recall is not None),
                 "n_eligible": sum(1 for a in answers if a is not None),
                 "evidence_recall_lenient": _mean(o.score.evidence_recall_lenient

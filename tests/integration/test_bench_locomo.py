@@ -26,7 +26,8 @@ from gateway.tokenizer import tokenizer_for_encoding
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 ZH, EN = FIXTURES / "conversations_zh.json", FIXTURES / "conversations_tiny_en.json"
 RESULT_KEYS = {"strategy", "mode", "budget", "category", "n", "evidence_recall",
-               "answer_containment", "date_recall", "forwarded_tokens_mean", "prefix_reuse"}
+               "answer_containment", "date_recall", "forwarded_tokens_mean", "prefix_reuse",
+               "cost_per_turn", "cost_vs_whole"}
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -291,6 +292,13 @@ def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
     for strategy in ("bm25", "dense", "hybrid", "truncate"):
         assert rows[(strategy, None, 60, "all")]["forwarded_tokens_mean"] <= 60
         assert rows[(strategy, None, 100000, "all")]["evidence_recall"] == 1.0
+    # Billing: the whole history is its own yardstick, and the newest turns that fit a budget
+    # larger than the history are the whole history, billed alike; a tiny budget forwards
+    # less, so it costs less before caching is counted.
+    assert set(rows[("full", None, None, "all")]["cost_vs_whole"].values()) == {1.0}
+    assert rows[("truncate", None, 100000, "all")]["cost_per_turn"] == \
+        rows[("full", None, None, "all")]["cost_per_turn"]
+    assert all(0 < v < 1 for v in rows[("truncate", None, 60, "all")]["cost_vs_whole"].values())
     assert rows[("gateway", "sessions", 100000, "all")]["n"] == \
         rows[("full", None, None, "all")]["n"]
     (conversation,) = load(fixture)
