@@ -173,8 +173,8 @@ class MemoryControl:
     async def delete_conversation(self, key: ConversationKey) -> str | None:
         """Forget the conversation: transcript, branches, pending turns, meta and every memory
         key derived from it, its queued and dead-lettered jobs and its requests in the
-        console's request log (a job a recorder already holds is a duplicate: the seq counters
-        say so for an hour, then go — no key or entry keeps its id), its
+        console's request log (no key or entry keeps its id: its tombstone, named by a hash,
+        drops a job a recorder already holds — `RedisStore.delete`), its
         entries in the user-level recall index, and what the user's facts owe to it — a fact
         stated only in it is deleted, the others lose its messages from their sources
         (`core.facts.forget_sources`). The state of its copies on disk

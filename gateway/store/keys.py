@@ -68,6 +68,11 @@ class ConversationKeys:
     last_enqueued: str
     """String: "<sha1 of the payload> <stream entry id>" of the turn enqueued last, so the retry
     of an enqueue whose reply was lost (the store failed mid-command) is not enqueued twice."""
+    deleted: str
+    """String: the time (ms, the store's clock) the conversation was deleted — its tombstone,
+    like the user's (`KeySpace.erased`): turns created before it are never enqueued, shown,
+    applied or learned from again. Named by a hash of (tenant, user, conversation): the one
+    record of a deleted conversation, holding no id in clear text and no content."""
     archive: str
     """List: the oldest messages of the active branch, moved out of `transcript` once the
     conversation passed its cap (gateway/store/archive.py), one JSON StoredMessage per element,
@@ -188,6 +193,9 @@ class KeySpace:
             applied=f"{base}:applied",
             meta=f"{base}:meta",
             last_enqueued=f"{base}:last",
+            deleted=f"{self.user_head(key.tenant, key.user)}:deleted:" + hashlib.sha256(
+                f"{_part(key.tenant)}{_part(key.user)}{_part(key.conversation)}".encode()
+            ).hexdigest(),
             archive=f"{base}:archive",
         )
 

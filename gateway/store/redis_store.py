@@ -18,6 +18,8 @@ Invariants:
 - Erasure: once a user's memory is erased (`mark_erased`, a tombstone holding the store's time
   of the erase), turns created at or before that time are never enqueued again (`record`), never
   shown (`load`), applied (recorder) or learned from (memory worker) — see `erased_before`.
+  A deleted conversation has a tombstone of its own (`delete`), read with the user's: the later
+  of the two counts (`LATER_TOMBSTONE_LUA`).
 
 The client must be created with `decode_responses=True` (see `gateway.store.connect`).
 """
@@ -41,8 +43,21 @@ from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 
 log = logging.getLogger("gateway.store")
 
-# KEYS: seq counter, pending hash, record stream, the user's erase tombstone, last enqueued.
-# ARGV: tenant, user, conversation, payload, created_at (ms), the payload's digest ("": its
+LATER_TOMBSTONE_LUA = """
+local function later_tombstone(user_key, conversation_key)
+  local a, b = redis.call('GET', user_key), redis.call('GET', conversation_key)
+  if a and b then
+    if tonumber(b) > tonumber(a) then return b end
+    return a
+  end
+  return a or b
+end
+"""
+"""A Lua function: the later of the user's erase tombstone and the conversation's (false if
+neither is set)."""
+
+# KEYS: seq counter, pending hash, record stream, the user's erase tombstone, last enqueued,
+# the conversation's tombstone. ARGV: tenant, user, conversation, payload, created_at (ms), the payload's digest ("": its
 # sha1 here; an encrypted payload differs on every retry, so the caller passes the tenant's
 # keyed digest of the plaintext instead — see gateway/store/encryption/crypto.py).
 # Returns the stream entry id (false: the turn predates an erase of its user and is dropped —
@@ -51,8 +66,8 @@ log = logging.getLogger("gateway.store")
 # applied nor dead-lettered. Idempotent for a retry: a payload equal to the one enqueued last
 # for the conversation (same messages, request id and creation time — a retried enqueue whose
 # reply was lost) returns that turn's entry id instead of enqueueing it again.
-_RECORD_LUA = """
-local erased = redis.call('GET', KEYS[4])
+_RECORD_LUA = LATER_TOMBSTONE_LUA + """
+local erased = later_tombstone(KEYS[4], KEYS[6])
 if erased and tonumber(ARGV[5]) <= tonumber(erased) then return false end
 local digest = ARGV[6]
 if digest == '' then digest = redis.sha1hex(ARGV[4]) end
@@ -67,17 +82,17 @@ redis.call('SET', KEYS[5], digest .. ' ' .. id)
 return id
 """
 
-# KEYS: seq counter, applied seq, transcript, branches, pending, meta, last enqueued, archive.
-# Marks every enqueued turn as done (applied := seq) while deleting the content, so jobs still
-# in the stream are duplicates to the recorder and cannot bring the conversation back.
-# ARGV: how long the counters outlive it (ms): their names hold the conversation's id.
+# KEYS: the conversation's tombstone, seq counter, applied seq, transcript, branches, pending,
+# meta, last enqueued, archive. ARGV: the tombstone's time to live (ms).
+# Writes the tombstone (the store's time) and deletes every other key: a turn created before
+# it — a job a recorder read before the delete, one held in a record buffer — is dropped
+# wherever it turns up (`erased_before`), so nothing keeps the conversation's id to mark it.
 _DELETE_LUA = """
-local seq = redis.call('GET', KEYS[1])
-if seq then
-  redis.call('SET', KEYS[2], seq, 'PX', ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-end
-return redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('SET', KEYS[1], string.format('%d', ms), 'PX', ARGV[1])
+return redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
+                  KEYS[9])
 """
 
 # KEYS: the user's erase tombstone. ARGV: its time to live (ms). Returns the erase time (ms).
@@ -89,22 +104,18 @@ redis.call('SET', KEYS[1], string.format('%d', ms), 'PX', ARGV[1])
 return ms
 """
 
-# KEYS: transcript, its archive, pending hash, applied seq, the user's erase tombstone.
-# ARGV: as TRANSCRIPT_LUA (what the caller has cached). Returns {how, elements, offset (see
-# TRANSCRIPT_LUA), the pending hash (flat), applied ("" if none), the tombstone ("" if none)}:
-# one round trip, atomic like the MULTI it replaces.
-_LOAD_LUA = TRANSCRIPT_LUA + """
+# KEYS: transcript, its archive, pending hash, applied seq, the user's erase tombstone, the
+# conversation's tombstone. ARGV: as TRANSCRIPT_LUA (what the caller has cached). Returns
+# {how, elements, offset (see TRANSCRIPT_LUA), the pending hash (flat), applied ("" if none),
+# the later tombstone ("" if none)}: one round trip, atomic like the MULTI it replaces.
+_LOAD_LUA = TRANSCRIPT_LUA + LATER_TOMBSTONE_LUA + """
 return {how, elements, offset, redis.call('HGETALL', KEYS[3]),
-        redis.call('GET', KEYS[4]) or '', redis.call('GET', KEYS[5]) or ''}
+        redis.call('GET', KEYS[4]) or '', later_tombstone(KEYS[5], KEYS[6]) or ''}
 """
 
 ERASED_TTL_MS = 30 * 86_400_000
-"""How long an erase tombstone is kept: far longer than any turn can wait in a record buffer
-or the record stream (the erase also deletes the user's queued jobs)."""
-DELETED_COUNTERS_TTL_MS = 3_600_000
-"""How long a deleted conversation's seq counters stay (their names hold its id): long
-enough for a job a recorder read before the delete to meet them and be taken as a duplicate
-(the jobs still queued are deleted with the conversation, gateway/memory/control.py)."""
+"""How long an erase or delete tombstone is kept: far longer than any turn can wait in a record
+buffer or the record stream (an erase or delete also deletes the queued jobs it concerns)."""
 
 
 def erased_before(tombstone: str | None, created_at: float) -> bool:
@@ -150,7 +161,7 @@ class RedisStore:
         stream = self.keys.records_at(self.keys.shard_of(key.tenant, key.user))
         entry_id = await self._record_script(
             keys=[ck.seq, ck.pending, stream, self.keys.erased(key.tenant, key.user),
-                  ck.last_enqueued],
+                  ck.last_enqueued, ck.deleted],
             args=[key.tenant, key.user, key.conversation, crypto.seal(key.tenant, payload),
                   int(record.created_at * 1000), crypto.digest(key.tenant, payload)])
         return "" if entry_id is None else str(entry_id)
@@ -198,19 +209,20 @@ class RedisStore:
         cached = self.cache.get(key)
         how, elements, offset, flat_pending, applied, erased = await self._load_script(
             keys=[ck.transcript, ck.archive, ck.pending, ck.applied,
-                  self.keys.erased(key.tenant, key.user)],
+                  self.keys.erased(key.tenant, key.user), ck.deleted],
             args=self.cache.args(cached))
         return (self.cache.resolve(key, cached, how, elements, offset), flat_pending, applied,
                 erased, int(offset))
 
     async def delete(self, key: ConversationKey) -> None:
-        """Forget the conversation: transcript, archive, branches, pending turns and meta. Turns
-        enqueued before the delete are never applied afterwards: the seq counters mark them
-        done, and stay for DELETED_COUNTERS_TTL_MS (unless the conversation is written again)."""
+        """Forget the conversation: transcript, archive, branches, pending turns, meta and seq
+        counters; its tombstone (`ConversationKeys.deleted`) keeps turns created before the
+        delete from coming back, and the id may be used again for a new conversation."""
         ck = self.keys.conversation(key)
-        await self._delete_script(keys=[ck.seq, ck.applied, ck.transcript, ck.branches,
-                                        ck.pending, ck.meta, ck.last_enqueued, ck.archive],
-                                  args=[DELETED_COUNTERS_TTL_MS])
+        await self._delete_script(keys=[ck.deleted, ck.seq, ck.applied, ck.transcript,
+                                        ck.branches, ck.pending, ck.meta, ck.last_enqueued,
+                                        ck.archive],
+                                  args=[ERASED_TTL_MS])
 
     @property
     def client(self) -> aioredis.Redis:

@@ -24,7 +24,7 @@ from gateway.store import EmbeddedRedis, RedisStore
 from gateway.store.recording import Recorder
 from gateway.store.codec import encode_key
 from gateway.store.keys import KeySpace
-from gateway.store.redis_store import DELETED_COUNTERS_TTL_MS
+from gateway.store.redis_store import ERASED_TTL_MS
 from tests.support.gateway import KEYS, MODELS, running_gateway
 
 ERIN, BOB = "erin-7Q", "bob-5K"
@@ -161,19 +161,11 @@ def test_deleting_a_conversation_leaves_nothing_of_it_in_the_users_recall_index(
 
         after = dump(redis_url)
         assert not [n for n, v in after.items() if mentions(v, "glimmer") or mentions(v, "c-gone")]
-        # Only its seq counters stay, for an hour (a job a recorder read before the delete is
-        # a duplicate), then go with the id in their names.
-        gone = KeySpace().conversation(ConversationKey("acme", ERIN, "c-gone"))
-        assert {n for n in after if "c-gone" in n} <= {gone.seq, gone.applied}
-        import redis
-
-        with redis.Redis.from_url(redis_url) as r:
-            assert all(0 < r.pttl(n) <= DELETED_COUNTERS_TTL_MS for n in (gone.seq, gone.applied))
+        assert not [n for n in after if "c-gone" in n]  # no key keeps its id, not even seqs
         assert any(mentions(v, "zorblax kept") for v in after[uk.recall].values())
 
 
-def test_a_deleted_conversation_leaves_no_id_in_the_request_log_and_its_counters_expire(
-        redis_url):
+def test_a_deleted_conversation_leaves_no_id_behind_only_a_hashed_tombstone(redis_url):
     import redis
 
     from tests.support.console import console_config
@@ -192,18 +184,65 @@ def test_a_deleted_conversation_leaves_no_id_in_the_request_log_and_its_counters
         while logged() != {"c-gone", "c-kept"}:
             assert time.monotonic() < deadline, logged()
             time.sleep(0.05)
-        assert r.ttl(gone.seq) == -1  # a live conversation's counter never expires
+        assert r.get(gone.deleted) is None
 
         response = httpx.delete(url + "/v1/memory/conversations/c-gone", timeout=30, headers={
             "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
         assert response.status_code == 200, response.text
         assert logged() == {"c-kept"}
-        assert not [n for n in r.scan_iter() if "c-gone" in n
-                    and not (n in (gone.seq, gone.applied) and r.pttl(n) > 0)]
+        assert not [n for n in r.scan_iter() if "c-gone" in n]  # not even its seq counters
+        # What is left: its tombstone, named by a hash, holding the time of the delete.
+        assert "c-gone" not in gone.deleted and ERIN not in gone.deleted
+        assert abs(int(r.get(gone.deleted)) / 1000 - time.time()) < 60
+        assert 0 < r.pttl(gone.deleted) <= ERASED_TTL_MS
 
-        # Written again under the same id, the conversation's counter lives on.
-        converse(url, "acme", ERIN, "c-gone", ["A new start."])
-        assert r.ttl(gone.seq) == -1 and int(r.get(gone.seq)) == 3
+        # The id may start a new conversation: its turns are new, so they are kept.
+        history = converse(url, "acme", ERIN, "c-gone", ["A new start."])
+        listed = httpx.get(url + "/v1/memory/conversations/c-gone", timeout=30, headers={
+            "Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN}).json()
+        assert [m["message"]["content"] for m in listed["messages"]] == [
+            m["content"] for m in history]
+        assert int(r.get(gone.seq)) == 1
+
+
+def test_a_turn_read_before_its_conversation_was_deleted_never_brings_it_back(redis_url):
+    """A recorder that read a job before the delete applies it after: the tombstone drops it,
+    and a new conversation under the same id keeps its own turns."""
+    import asyncio
+
+    from gateway.store import connect
+
+    key = ConversationKey("acme", ERIN, "c-race")
+
+    async def scenario() -> tuple[list[str], int]:
+        client = connect(redis_url)
+        try:
+            store = RedisStore(client)
+            recorder = Recorder(client, workers=1, consumer_prefix="race")
+            await recorder.ensure_group()
+            old = TurnRecord("append", None, (Message.of("user", "Glimmer before."),),
+                             created_at=time.time() - 1, request_id="old")
+            await store.record(key, old)
+            # The recorder reads the job (it is now pending for it) but has not applied it.
+            await client.xreadgroup(KeySpace().group, recorder.consumers[0],
+                                    {KeySpace().records: ">"}, count=10)
+            await store.delete(key)
+            # The conversation's id is used again: a new turn, seq 1 again.
+            new = TurnRecord("append", None, (Message.of("user", "Fresh after."),),
+                             created_at=time.time() + 0.01, request_id="new")
+            await store.record(key, new)
+            # A turn created before the delete, held back by a record buffer, comes late.
+            assert await store.record(key, TurnRecord(
+                "append", None, (Message.of("user", "Glimmer held back."),),
+                created_at=time.time() - 2, request_id="late")) == ""
+            applied = await recorder.process_available()
+            return [m.message.text for m in await store.applied(key)], applied
+        finally:
+            await client.aclose()
+
+    texts, applied = asyncio.run(scenario())
+    assert texts == ["Fresh after."]
+    assert applied == 2  # the old job, dropped, and the new one
 
 
 def _dead_letters_and_a_queued_turn(redis_url: str, key: ConversationKey) -> None:

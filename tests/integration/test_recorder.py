@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -302,7 +303,9 @@ async def test_a_deleted_conversation_is_not_brought_back_by_jobs_still_queued(s
     assert await store.load(KEY) == ()
     await recorder.process_available()
     assert await store.load(KEY) == ()
-    await store.record(KEY, append(user("new start")))
+    # A turn made after the delete (the tombstone drops those made before it: `after` and
+    # `append` date theirs at 1.0) starts the conversation again.
+    await store.record(KEY, replace(append(user("new start")), created_at=time.time() + 1))
     await recorder.process_available()
     assert texts(await store.load(KEY)) == ["new start"]
 
@@ -355,6 +358,7 @@ async def test_a_deleted_conversation_is_never_served_from_the_cache(store, reco
     await store.delete(KEY)
     assert await store.load(KEY) == ()
     # Recreated with other content of the same length: the new content, not the cached one.
-    await store.record(KEY, after(None, user("other"), assistant("b")))
+    await store.record(KEY, replace(after(None, user("other"), assistant("b")),
+                                    created_at=time.time() + 1))
     await recorder.process_available()
     assert texts(await store.load(KEY)) == ["other", "b"]

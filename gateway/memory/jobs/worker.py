@@ -202,11 +202,12 @@ class MemoryWorker:
             return
         store_keys = self._keys.store.conversation(key)
         mem_keys = self._keys.conversation(key)
-        transcript, seen, erased = await asyncio.gather(
+        transcript, seen, tombstones = await asyncio.gather(
             self._transcript(key, store_keys.transcript), self._redis.get(mem_keys.processed),
-            self._redis.get(self._keys.store.erased(key.tenant, key.user)))
+            self._redis.mget(self._keys.store.erased(key.tenant, key.user), store_keys.deleted))
+        erased = max((t for t in tombstones if t is not None), key=int, default=None)
         if erased is not None and all(erased_before(erased, m.created_at) for m in transcript):
-            return  # the user erased their memory, and nothing newer is here: write nothing
+            return  # erased or deleted, and nothing newer is here: write nothing
         update = MemoryUpdate(key, transcript, _new_since(transcript, seen), settings)
         with job_span(self._tracing, "gateway.memory", key, **{
                 "gateway.messages": len(transcript), "gateway.new_messages": len(update.new)}):

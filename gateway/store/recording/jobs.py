@@ -47,10 +47,12 @@ def parse_entry(entry_id: str, fields: dict[str, str]) -> Job:
 
 
 def predates_erase(tombstone: str | None, job: Job, encryption: Encryption) -> bool:
-    """Enqueued (stream time) or created (the turn's own time) at or before its user's erase."""
+    """Enqueued (stream time) before, or created (the turn's own time) at or before, its
+    user's erase or its conversation's delete. Enqueued in the very millisecond of the
+    tombstone says nothing (before or after it?): the turn's own, finer time decides."""
     if tombstone is None:
         return False
-    if entry_ms(job.entry_id) <= int(tombstone):
+    if entry_ms(job.entry_id) < int(tombstone):
         return True
     try:
         return erased_before(tombstone, decode_record(

@@ -50,7 +50,7 @@ from gateway.store.outage import OutageLog
 from gateway.store.recording.jobs import (EntryState, Job, MalformedEntry, parse_entry,
                                        predates_erase, stream_entries)
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
-from gateway.store.redis_store import require_decoded
+from gateway.store.redis_store import LATER_TOMBSTONE_LUA, require_decoded
 
 log = logging.getLogger("gateway.recorder")
 
@@ -68,12 +68,12 @@ return 1
 """
 
 
-# KEYS: transcript, its archive, applied seq, the user's erase tombstone. ARGV: as
-# TRANSCRIPT_LUA. Returns {how, elements, offset (TRANSCRIPT_LUA), applied ("" if none), the
-# tombstone ("" if none)}.
-_READ_LUA = TRANSCRIPT_LUA + """
+# KEYS: transcript, its archive, applied seq, the user's erase tombstone, the conversation's
+# tombstone. ARGV: as TRANSCRIPT_LUA. Returns {how, elements, offset (TRANSCRIPT_LUA), applied
+# ("" if none), the later tombstone ("" if none)}.
+_READ_LUA = TRANSCRIPT_LUA + LATER_TOMBSTONE_LUA + """
 return {how, elements, offset, redis.call('GET', KEYS[3]) or '',
-        redis.call('GET', KEYS[4]) or ''}
+        later_tombstone(KEYS[4], KEYS[5]) or ''}
 """
 
 
@@ -389,19 +389,26 @@ class Recorder:
         async with self._redis.pipeline(transaction=True) as pipe:
             for _ in range(_WATCH_RETRIES):
                 try:
-                    # Watching the tombstone too: an erase landing before our EXEC aborts it.
+                    # Watching the tombstones too: an erase or a delete landing before our
+                    # EXEC aborts it.
                     erased_key = self.keys.erased(job.key.tenant, job.key.user)
-                    await pipe.watch(ck.transcript, ck.applied, erased_key)
+                    await pipe.watch(ck.transcript, ck.applied, erased_key, ck.deleted)
                     # One round trip reads the tombstone, the applied seq and what is new in
                     # the transcript since this process last read it (TRANSCRIPT_LUA): the
                     # cost of a job does not grow with the conversation.
                     cached = self.transcripts.get(job.key)
                     how, elements, offset, applied_raw, erased = await pipe.eval(
-                        _READ_LUA, 4, ck.transcript, ck.archive, ck.applied, erased_key,
+                        _READ_LUA, 5, ck.transcript, ck.archive, ck.applied, erased_key,
+                        ck.deleted,
                         *self.transcripts.args(cached))
                     if predates_erase(erased or None, job, self.encryption):
-                        pipe.multi()  # the user erased their memory: drop it, write nothing
-                        pipe.hdel(ck.pending, str(job.seq))
+                        # Erased or deleted since: drop it, write nothing. Its pending entry
+                        # only if it is this job's: after a delete, the id may be a new
+                        # conversation whose seqs started again at 1.
+                        own = await pipe.hget(ck.pending, str(job.seq)) == job.payload
+                        pipe.multi()
+                        if own:
+                            pipe.hdel(ck.pending, str(job.seq))
                         self._queue_ack(pipe, job.entry_id)
                         await pipe.execute()
                         return _Outcome.DONE
