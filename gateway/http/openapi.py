@@ -2,9 +2,10 @@
 
 It describes what the gateway itself accepts and answers — the chat endpoint as the subset of
 OpenAI's request the gateway validates (everything else passes through to the upstream), the
-model list, health, metrics and the user-control API — so clients can generate code against
-it and `schemathesis` can fuzz every operation (tests/integration/test_openapi.py). Every error is
-OpenAI's error shape.
+Anthropic Messages and OpenAI Responses doors likewise, the model list, health, metrics and the
+user-control API — so clients can generate code against it and `schemathesis` can fuzz every
+operation (tests/integration/test_openapi.py). Every error is OpenAI's error shape, but the
+Messages door's, which are Anthropic's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ _ERROR: Json = {
         "properties": {"message": {"type": "string"}, "type": {"type": "string"},
                        "param": {"type": ["string", "null"]},
                        "code": {"type": ["string", "null"]}}}},
+}
+_ANTHROPIC_ERROR: Json = {
+    "type": "object", "required": ["type", "error"],
+    "properties": {"type": {"const": "error"}, "error": {
+        "type": "object", "required": ["type", "message"],
+        "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}},
 }
 _ID = {"type": "string", "minLength": 1, "maxLength": 128,
        "pattern": "^[A-Za-z0-9][A-Za-z0-9._@:+=-]*$"}
@@ -72,7 +79,41 @@ _CHAT_REQUEST: Json = {
 }
 
 
-def _errors(*statuses: int) -> Json:
+_MODEL = {"type": "string", "minLength": 1, "description": "A model alias of the tenant."}
+_MESSAGES_REQUEST: Json = {
+    "type": "object", "required": ["model", "max_tokens", "messages"],
+    "properties": {
+        "model": _MODEL,
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "messages": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["role", "content"],
+            "properties": {"role": {"enum": ["user", "assistant"]},
+                           "content": {"oneOf": [
+                               {"type": "string"},
+                               {"type": "array", "items": {
+                                   "type": "object", "required": ["type"],
+                                   "properties": {"type": {"type": "string"},
+                                                  "text": {"type": "string"}}}}]}}}},
+        "system": {"oneOf": [{"type": "string"}, {"type": "array"}]},
+        "stream": {"type": "boolean"},
+    },
+    "additionalProperties": True,
+}
+_RESPONSES_REQUEST: Json = {
+    "type": "object", "required": ["model"],
+    "properties": {
+        "model": _MODEL,
+        "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+        "instructions": {"type": ["string", "null"]},
+        "previous_response_id": {"type": ["string", "null"]},
+        "store": {"type": "boolean"},
+        "stream": {"type": "boolean"},
+    },
+    "additionalProperties": True,
+}
+
+
+def _errors(*statuses: int, schema: str = "Error") -> Json:
     reasons = {400: "Bad request", 401: "Missing or unknown API key", 403: "Forbidden",
                404: "Not found", 405: "Method not allowed", 409: "Conflict",
                413: "Body too large",
@@ -81,7 +122,7 @@ def _errors(*statuses: int) -> Json:
                503: "The store did not answer in time: repeat it after Retry-After seconds",
                504: "Upstream timed out"}
     return {str(s): {"description": reasons[s], "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
         for s in statuses}
 
 
@@ -139,18 +180,64 @@ def openapi() -> Json:
             "text/event-stream": {"schema": {"type": "string"}}}},
             **_errors(400, 401, 404, 413, 429, 500, 502, 504)},
     }
+    answered = {"description": "The upstream's answer, in the door's dialect", "content": {
+        "application/json": {"schema": {"type": "object"}},
+        "text/event-stream": {"schema": {"type": "string"}}}}
+    identity = [{"name": "X-Conversation-Id", "in": "header", "required": False, "schema": _ID},
+                {**_USER, "required": False}]
+    messages = {
+        "summary": "Anthropic Messages, with the conversation's memory",
+        "security": [{"anthropicKey": []}, {"tenantKey": []}],
+        "parameters": identity,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/MessagesRequest"}}}},
+        "responses": {"200": answered, **_errors(400, 401, 404, 413, 429, 500, 502, 503, 504,
+                                                 schema="AnthropicError")},
+    }
+    count_tokens = {
+        "summary": "The prompt's tokens as the gateway counts them (Anthropic's count_tokens)",
+        "security": [{"anthropicKey": []}, {"tenantKey": []}],
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {**_MESSAGES_REQUEST, "required": ["model", "messages"]}}}},
+        "responses": {**_ok(), **_errors(400, 401, 404, 413, schema="AnthropicError")},
+    }
+    responses = {
+        "summary": "OpenAI Responses, with the conversation's memory",
+        "security": [{"tenantKey": []}],
+        "parameters": identity,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/ResponsesRequest"}}}},
+        "responses": {"200": answered,
+                      **_errors(400, 401, 404, 413, 429, 500, 502, 503, 504)},
+    }
+    stored_response = {
+        "summary": "A stored response of the caller's user",
+        "security": [{"tenantKey": []}],
+        "parameters": [{**_USER, "required": False},
+                       {"name": "response_id", "in": "path", "required": True,
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 256}}],
+        "responses": {**_ok(), **_errors(401, 404, 503)},
+    }
     return {
         "openapi": "3.1.0",
         "info": {"title": "Context Gateway", "version": "1",
                  "description": "An OpenAI-compatible gateway that gives chat applications "
                                 "memory. Errors use OpenAI's error shape."},
         "components": {
-            "securitySchemes": {"tenantKey": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": _ERROR, "Message": _MESSAGE,
-                        "ChatCompletionRequest": _CHAT_REQUEST},
+            "securitySchemes": {"tenantKey": {"type": "http", "scheme": "bearer"},
+                                "anthropicKey": {"type": "apiKey", "in": "header",
+                                                 "name": "x-api-key"}},
+            "schemas": {"Error": _ERROR, "AnthropicError": _ANTHROPIC_ERROR,
+                        "Message": _MESSAGE, "ChatCompletionRequest": _CHAT_REQUEST,
+                        "MessagesRequest": _MESSAGES_REQUEST,
+                        "ResponsesRequest": _RESPONSES_REQUEST},
         },
         "paths": {
             "/v1/chat/completions": {"post": chat},
+            "/v1/messages": {"post": messages},
+            "/v1/messages/count_tokens": {"post": count_tokens},
+            "/v1/responses": {"post": responses},
+            "/v1/responses/{response_id}": {"get": stored_response},
             "/v1/models": {"get": {"summary": "The tenant's model aliases",
                                    "security": [{"tenantKey": []}],
                                    "responses": {**_ok(), **_errors(401)}}},
