@@ -359,6 +359,43 @@ def test_switching_encryption_on_then_rotating_the_key(redis_url, tmp_path):
         assert len(export["conversations"]) >= 3
 
 
+def test_rotation_reseals_the_responses_apis_stored_responses(redis_url, tmp_path):
+    """Stored responses and their owner lookups move to the new key with everything else:
+    with only the new key, a response is still read and its chain continued."""
+    headers = {"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": USER}
+    with running_gateway(config(redis_url, {"key_env": "GW_TEST_KEY_A"})) as url:
+        first = httpx.post(url + "/v1/responses", timeout=30, headers=headers,
+                           json={"model": "echo", "input": "Zephquor in a response"}).json()
+    keys = KeySpace()
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        owner = keys.response_owner("acme", first["id"])
+        (chain,) = r.scan_iter(match="gw:c:4:acme:*:responses")
+        stored = {field: text for field, text in r.hgetall(chain).items()}
+        assert stored["latest"] == first["id"]  # an id, never sealed
+        before = {r.get(owner), stored[first["id"]]}
+        assert {sealed_key_id(t) for t in before} == {key_id(base64.b64decode(KEY_A))}
+        ttl = r.ttl(owner)
+
+    report = rotate(write_config(tmp_path / "b.yaml", redis_url,
+                                 {"key_env": "GW_TEST_KEY_B",
+                                  "previous_key_env": "GW_TEST_KEY_A"}), "acme")
+    assert report["remaining"] == 0 and report["resealed"] >= 2
+    assert rotate(tmp_path / "b.yaml", "globex")["record_resealed"] is True  # its key record
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        after = {r.get(owner), r.hget(chain, first["id"])}
+        assert {sealed_key_id(t) for t in after} == {key_id(base64.b64decode(KEY_B))}
+        assert r.hget(chain, "latest") == first["id"]
+        assert 0 < r.ttl(owner) <= ttl  # its expiry kept
+
+    with running_gateway(config(redis_url, {"key_env": "GW_TEST_KEY_B"})) as url:
+        read = httpx.get(url + f"/v1/responses/{first['id']}", timeout=30, headers=headers)
+        assert read.status_code == 200 and read.json()["id"] == first["id"]
+        assert "Zephquor in a response" in json.dumps(read.json())
+        then = httpx.post(url + "/v1/responses", timeout=30, headers=headers, json={
+            "model": "echo", "input": "and then?", "previous_response_id": first["id"]})
+        assert then.status_code == 200, then.text
+
+
 def rewritten(store_url: str, done: Any, timeout: float = 30.0) -> None:
     """Wait until the store has no append-only file rewrite scheduled or running and
     `done()` holds (the old files are deleted in the background after a rewrite)."""

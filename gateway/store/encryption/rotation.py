@@ -15,8 +15,9 @@ there — keep `previous_key_env` until it is 0.
 
 Which keys hold sealed texts, by their kind (the part of the key after the ids):
 conversations `transcript`, `archive`, `branches`, `pending`, `m:turns`, `m:chunks`, `m:pins`,
-`m:topics`; users `facts`,
-`profile`, `recall`. Every other key of a tenant holds ids, counters, settings or vectors.
+`m:topics`, `responses` (the Responses API's stored responses, but for its `latest` field: an
+id); users `facts`, `profile`, `recall`; and the tenant's response owners (`resp:<tenant>:<id>`,
+strings). Every other key of a tenant holds ids, counters, settings or vectors.
 Facts stored in clear are also renamed: their fields (and their vectors' fields) become the
 tenant's keyed names of their fact keys (gateway/memory/records/facts_store.py).
 """
@@ -33,24 +34,30 @@ from gateway.store.disk import DiskRewrites
 from gateway.store.encryption.crypto import DecryptError, Encryption, TenantCipher, sealed_key_id
 from gateway.store.encryption.keyring import open_record, record_key, seal_record
 from gateway.store.keys import KeySpace, _part
+from gateway.store.responses import LATEST
 from gateway.store.versions import bump_version
 
 SEALED_LISTS = frozenset({"transcript", "archive", "branches", "m:chunks"})
 SEALED_HASHES = frozenset({"pending", "m:turns", "m:pins", "m:topics", "facts", "profile",
-                           "recall"})
+                           "recall", "responses"})
+PLAIN_FIELDS = {"responses": frozenset({LATEST})}
+"""Fields of a sealed hash that hold no text (an id) and are never sealed."""
 _PAGE = 500
 DISK_WAIT_SECONDS = 60.0
 """How long a rotation waits for the store's files to be rewritten (a command run by hand)."""
 
-# KEYS[1]: a list or hash. ARGV: "list" | "hash", index or field, the text read, its new text.
-# Rewrites the element only if it still holds the text read: 1 if rewritten, else 0.
+# KEYS[1]: a list, hash or string. ARGV: "list" | "hash" | "string", index or field (unused
+# for a string), the text read, its new text. Rewrites the element only if it still holds the
+# text read (a string keeps its time to live): 1 if rewritten, else 0.
 _CAS_LUA = """
 local now
 if ARGV[1] == 'list' then now = redis.call('LINDEX', KEYS[1], ARGV[2])
-else now = redis.call('HGET', KEYS[1], ARGV[2]) end
+elseif ARGV[1] == 'hash' then now = redis.call('HGET', KEYS[1], ARGV[2])
+else now = redis.call('GET', KEYS[1]) end
 if now ~= ARGV[3] then return 0 end
 if ARGV[1] == 'list' then redis.call('LSET', KEYS[1], ARGV[2], ARGV[4])
-else redis.call('HSET', KEYS[1], ARGV[2], ARGV[4]) end
+elseif ARGV[1] == 'hash' then redis.call('HSET', KEYS[1], ARGV[2], ARGV[4])
+else redis.call('SET', KEYS[1], ARGV[4], 'KEEPTTL') end
 return 1
 """
 
@@ -123,8 +130,16 @@ async def rotate_tenant(redis: aioredis.Redis, encryption: Encryption, tenant: s
                 report.keys_scanned += 1
                 if kind == "facts":
                     await _rename_facts(redis, cipher, report, name)
+                plain = PLAIN_FIELDS.get(kind, frozenset())
                 async for field, text in redis.hscan_iter(name, count=_PAGE):
-                    await _reseal(cas, cipher, report, name, "hash", field, text)
+                    if field not in plain:
+                        await _reseal(cas, cipher, report, name, "hash", field, text)
+    async for name in redis.scan_iter(match=f"{keys.prefix}:resp:{_part(tenant)}:*",
+                                      count=_PAGE):
+        report.keys_scanned += 1
+        text = await redis.get(name)
+        if text is not None:  # expired since the scan
+            await _reseal(cas, cipher, report, name, "string", "", text)
     for shard in keys.shard_ids():  # one record stream per shard of a cluster
         report.queued_under_old_keys += await _under_old_keys(redis, keys.records_at(shard),
                                                               cipher)
