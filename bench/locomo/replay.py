@@ -42,6 +42,7 @@ from redis.exceptions import ResponseError
 from bench.locomo.data import Conversation, Question
 from bench.locomo.billing import bill
 from bench.locomo.meter import PromptMeter
+from bench.locomo.null_probes import null_probes, recalled_tokens
 from bench.locomo.retrieval import RETRIEVERS, TurnRetriever, pack
 from bench.locomo.score import Score, Scorer
 from bench.locomo.script import Script, build_script, session_scripts
@@ -130,6 +131,8 @@ class Outcome:
     prefix_reuse: dict[Key, list[float]] = field(default_factory=lambda: defaultdict(list))
     costs: dict[Key, list[dict[str, float]]] = field(default_factory=lambda: defaultdict(list))
     """Per replay request, its input cost under each cache rule (billing.py)."""
+    null_recalled: dict[Key, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """Per null probe (null_probes.py), the tokens of the recalled block forwarded."""
     eligible: set[int] = field(default_factory=set)
     """Questions whose whole normalised answer occurs in the history (strict figure)."""
     eligible_parts: set[int] = field(default_factory=set)
@@ -255,6 +258,10 @@ class Replayer:
                        for w, mode, b in streams for q in w.questions)
             probes = sum(len(w.questions) for w in work) * len(self.modes) * len(self.budgets)
             self.progress(f"probed {probes} questions in {time.perf_counter() - started:.1f}s")
+            await _all(self._null_probe(client[(id(w), mode, b)], gate, w, n, text, mode, b)
+                       for w, mode, b in streams
+                       for n, text in enumerate(null_probes(
+                           [str(m.get("content") or "") for m in w.script.messages])))
             await self._retry_fail_open(work, client)
         for w in work:
             for (mode, budget, index), (prompt, header_tokens, _) in sorted(w.probes.items()):
@@ -366,6 +373,24 @@ class Replayer:
                                                                  None)
         w.outcome.requests += 1
         w.probes[(mode, budget, q.index)] = (prompt, header_tokens, request_id)
+
+    async def _null_probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, w: _Work,
+                          n: int, text: str, mode: str, budget: int) -> None:
+        """A message that needs no memory, asked like a question: what recall adds to it."""
+        current = {"role": "user", "content": text}
+        if mode == "stateless":
+            messages, conversation = [*w.script.messages, current], "replay"
+        elif mode == "stateful":
+            messages, conversation = [current], "replay"
+        else:
+            messages, conversation = [current], f"null{n}"
+        headers = self._headers(w.conversation.sample_id, mode, budget, conversation,
+                                persist=False)
+        async with gate:
+            prompt, _, _ = await self._post(client, headers, messages, None)
+        w.outcome.requests += 1
+        w.outcome.null_recalled[("gateway", mode, budget)].append(
+            recalled_tokens(self.meter, prompt))
 
     def _gateway_observation(self, w: _Work, q: Question, mode: str, budget: int,
                              prompt: Chat, header_tokens: int) -> None:

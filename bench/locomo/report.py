@@ -120,17 +120,19 @@ def _costs(by_key: dict[tuple[str, str | None, int | None], dict[str, Row]]) -> 
              "Mean input cost of a replay request in uncached-input-token units (output left "
              "out), billed against the request before it under each provider's prompt-cache "
              "rules (bench/locomo/billing.py), and × the whole history's (`full`, caching on) "
-             "over the same requests.", "",
+             "over the same requests. Null-probe recalled tokens: what recall added to messages "
+             "that need no memory (bench/locomo/null_probes.py).", "",
              "| strategy | mode | budget | prefix reuse | "
-             + " | ".join(f"{r} | × whole" for r in rules) + " |",
-             "|---|---|---:|---:|" + "---:|---:|" * len(rules)]
+             + " | ".join(f"{r} | × whole" for r in rules) + " | null-probe recalled tokens |",
+             "|---|---|---:|---:|" + "---:|---:|" * len(rules) + "---:|"]
     for (strategy, mode, budget), row in sorted(rows, key=lambda item: (
             item[0][2] or 0, item[0][0], item[0][1] or "")):
         ratio = row.get("cost_vs_whole") or {}
         lines.append(f"| {strategy} | {mode or '–'} | {budget or '–'} | "
                      f"{_fmt(row['prefix_reuse'])} | "
                      + " | ".join(f"{_fmt(row['cost_per_turn'][r], 0)} | "
-                                  f"{_fmt(ratio.get(r), 2)}" for r in rules) + " |")
+                                  f"{_fmt(ratio.get(r), 2)}" for r in rules)
+                     + f" | {_fmt(row.get('null_probe_recalled_tokens'), 0)} |")
     return lines + [""]
 
 

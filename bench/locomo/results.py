@@ -19,7 +19,9 @@ see score.py).
 - `cost_per_turn`: per cache rule (billing.py), the mean input cost of a replay request in
   uncached-token units, and `cost_vs_whole` the same divided by the `full` strategy's (the
   whole history, sent with that provider's caching on) over the same requests — per
-  strategy/mode/budget like `prefix_reuse`.
+  strategy/mode/budget like `prefix_reuse`;
+- `null_probe_recalled_tokens`: the gateway's recalled-block tokens on the null probes, mean
+  per probe (null_probes.py; None for the baselines).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     by_key: dict[Key, list[Observation]] = defaultdict(list)
     reuse: dict[Key, list[float]] = defaultdict(list)
     costs: dict[Key, list[dict[str, float]]] = defaultdict(list)
+    null_recalled: dict[Key, list[int]] = defaultdict(list)
     for outcome in outcomes:
         for obs in outcome.observations:
             by_key[obs.key].append(obs)
@@ -57,6 +60,8 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
             reuse[key].extend(values)
         for key, bills in outcome.costs.items():
             costs[key].extend(bills)
+        for key, tokens in outcome.null_recalled.items():
+            null_recalled[key].extend(tokens)
     per_turn = {key: {rule: round(fmean(b[rule] for b in bills), 1) for rule in bills[0]}
                 for key, bills in costs.items() if bills}
     whole = per_turn.get(("full", None, None), {})
@@ -82,6 +87,7 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
                 "cost_vs_whole": {rule: round(c / whole[rule], 3)
                                   for rule, c in per_turn.get(key, {}).items()
                                   if whole.get(rule)} or None,
+                "null_probe_recalled_tokens": _mean(null_recalled.get(key, [])),
                 "n_evidence": sum(1 for o in group if o.score.evidence_recall is not None),
                 "n_eligible": sum(1 for a in answers if a is not None),
                 "evidence_recall_lenient": _mean(o.score.evidence_recall_lenient

@@ -57,10 +57,12 @@ end
 neither is set)."""
 
 # KEYS: seq counter, pending hash, record stream, the user's erase tombstone, last enqueued,
-# the conversation's tombstone. ARGV: tenant, user, conversation, payload, created_at (ms), the payload's digest ("": its
-# sha1 here; an encrypted payload differs on every retry, so the caller passes the tenant's
-# keyed digest of the plaintext instead — see gateway/store/encryption/crypto.py).
-# Returns the stream entry id (false: the turn predates an erase of its user and is dropped —
+# the conversation's tombstone. ARGV: tenant, user, conversation, payload, created_at (ms),
+# the payload's digest ("": its sha1 here; an encrypted payload differs on every retry, so the
+# caller passes the tenant's keyed digest of the plaintext instead — see
+# gateway/store/encryption/crypto.py).
+# Returns the stream entry id (false: the turn predates an erase of its user or a delete of its
+# conversation and is dropped —
 # e.g. held in a record buffer while the store was down). Lua runs atomically, so seq order
 # equals stream order per conversation, and a seq is pending exactly while it is neither
 # applied nor dead-lettered. Idempotent for a retry: a payload equal to the one enqueued last
@@ -74,7 +76,7 @@ if digest == '' then digest = redis.sha1hex(ARGV[4]) end
 local last = redis.call('GET', KEYS[5])
 if last and string.sub(last, 1, 40) == digest then return string.sub(last, 42) end
 local seq = redis.call('INCR', KEYS[1])
-redis.call('PERSIST', KEYS[1])  -- written again after a delete: the counter lives on
+redis.call('PERSIST', KEYS[1])  -- a counter an older release's delete left expiring lives on
 redis.call('HSET', KEYS[2], seq, ARGV[4])
 local id = redis.call('XADD', KEYS[3], '*', 'tenant', ARGV[1], 'user', ARGV[2],
                       'conversation', ARGV[3], 'seq', seq, 'payload', ARGV[4])

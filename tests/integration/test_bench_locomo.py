@@ -27,7 +27,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 ZH, EN = FIXTURES / "conversations_zh.json", FIXTURES / "conversations_tiny_en.json"
 RESULT_KEYS = {"strategy", "mode", "budget", "category", "n", "evidence_recall",
                "answer_containment", "date_recall", "forwarded_tokens_mean", "prefix_reuse",
-               "cost_per_turn", "cost_vs_whole"}
+               "cost_per_turn", "cost_vs_whole", "null_probe_recalled_tokens"}
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -299,6 +299,11 @@ def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
     assert rows[("truncate", None, 100000, "all")]["cost_per_turn"] == \
         rows[("full", None, None, "all")]["cost_per_turn"]
     assert all(0 < v < 1 for v in rows[("truncate", None, 60, "all")]["cost_vs_whole"].values())
+    # Null probes are asked of the gateway only; at 60 tokens nothing fits beside them.
+    for mode in ("stateless", "stateful", "sessions"):
+        assert rows[("gateway", mode, 60, "all")]["null_probe_recalled_tokens"] == 0
+        assert rows[("gateway", mode, 100000, "all")]["null_probe_recalled_tokens"] is not None
+    assert rows[("hybrid", None, 60, "all")]["null_probe_recalled_tokens"] is None
     assert rows[("gateway", "sessions", 100000, "all")]["n"] == \
         rows[("full", None, None, "all")]["n"]
     (conversation,) = load(fixture)
