@@ -377,12 +377,23 @@ class Hostile:
         return method, path, headers, None
 
 
+def _store_busy(response: httpx.Response) -> bool:
+    """The store did not answer in time: a 503 in OpenAI's shape with `Retry-After`."""
+    if response.status_code != 503 or not response.headers.get("retry-after"):
+        return False
+    try:
+        return response.json()["error"]["code"] == "store_unavailable"
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 def test_fuzz_hostile_requests_never_get_a_gateway_5xx(redis_url, capsys):
     hostile = Hostile(SEED)
     requests = [hostile.request() for _ in range(FUZZ_REQUESTS)]
     statuses: Counter[int] = Counter()
     failures: list[str] = []
     not_openai_shape: list[str] = []
+    busy: list[str] = []
 
     with running_gateway(gateway_config(redis_url)) as url:
         async def run() -> None:
@@ -402,7 +413,9 @@ def test_fuzz_hostile_requests_never_get_a_gateway_5xx(redis_url, capsys):
                                             f"connection {exc!r}")
                             return
                     statuses[response.status_code] += 1
-                    if response.status_code >= 500:
+                    if _store_busy(response):
+                        busy.append(f"{method} {path}")
+                    elif response.status_code >= 500:
                         failures.append(f"{method} {path} {(body or b'')[:200]!r} -> "
                                         f"{response.status_code} {response.text[:200]}")
                     elif response.status_code == 405 and not response.headers.get("allow"):
@@ -425,7 +438,10 @@ def test_fuzz_hostile_requests_never_get_a_gateway_5xx(redis_url, capsys):
            status_5xx=sum(n for s, n in statuses.items() if s >= 500),
            status_4xx=sum(n for s, n in statuses.items() if 400 <= s < 500),
            status_2xx=sum(n for s, n in statuses.items() if s < 300),
-           by_status=dict(sorted(statuses.items())))
+           store_busy_503=len(busy), by_status=dict(sorted(statuses.items())))
     assert total == FUZZ_REQUESTS >= 10_000
     assert failures == [], "\n".join(failures[:20])
+    # A store slower than its timeout (a loaded 2-core machine) is answered 503 with
+    # Retry-After, as designed (docs/user-control-api.md) — not a fault, but never common.
+    assert len(busy) <= FUZZ_REQUESTS // 100, busy[:20]
     assert not_openai_shape == [], "\n".join(not_openai_shape[:20])
