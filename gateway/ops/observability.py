@@ -139,7 +139,7 @@ class RequestLog:
     def emit(self) -> None:
         self.total_ms = round(self.since_start_ms(), 3)
         record = {"time": round(time.time(), 3), "event": "chat_completion"}
-        record.update({k: (round(v, 3) if isinstance(v, float) else v)
+        record.update({k: (round(v, 9 if k in _MONEY else 3) if isinstance(v, float) else v)
                        for k in _LOGGED if (v := getattr(self, k)) is not None})
         record["overhead_ms"] = self.overhead_ms
         level = logging.WARNING if self.status >= 500 else logging.INFO
@@ -164,6 +164,8 @@ def header_text(text: str) -> str:
 
 _NOT_LOGGED = frozenset({"started", "steps", "traceparent", "usage", "memory_blocks",
                          "recalled_items"})
+_MONEY = frozenset({"spend", "whole_cost"})
+"""Logged to 1e-9 (the counters' unit), not rounded as durations are."""
 _LOGGED = tuple(f.name for f in fields(RequestLog) if f.name not in _NOT_LOGGED)
 
 
