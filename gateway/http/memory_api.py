@@ -346,6 +346,13 @@ async def get_usage(request: Request) -> Response:
     return JSONResponse({"object": "memory.usage", "user": user, **usage.as_json()})
 
 
+async def get_tenant_usage(request: Request) -> Response:
+    """The tenant's usage over all its users (recorded turns; docs/operating.md)."""
+    gateway, tenant, _ = _owner(request, anonymous=True)
+    usage = await UsageCounters(gateway.store.client, gateway.store.keys).tenant(tenant)
+    return JSONResponse({"object": "usage", "tenant": tenant, **usage.as_json()})
+
+
 async def get_conversation_usage(request: Request) -> Response:
     """One conversation's usage; 404 if it is not stored (nor ever counted)."""
     gateway, tenant, user = _owner(request, anonymous=True)
@@ -397,6 +404,7 @@ memory_routes = [
     Route("/v1/memory", _guarded(erase), methods=["DELETE"]),
     Route(_CONVERSATION + "/topics", _guarded(list_topics), methods=["GET"]),
     Route("/v1/memory/usage", _guarded(get_usage), methods=["GET"]),
+    Route("/v1/usage", _guarded(get_tenant_usage), methods=["GET"]),
     Route(_CONVERSATION + "/usage", _guarded(get_conversation_usage), methods=["GET"]),
     Route(_CONVERSATION + "/pins", _guarded(list_pins), methods=["GET"]),
     Route(_CONVERSATION + "/pins/{message_id}", _guarded(put_pin), methods=["PUT"]),

@@ -217,6 +217,14 @@ def test_tenants_and_users_never_see_each_others_counters(gateway_url):
             assert data["spend"] == count * ONE_REQUEST_NANO / 10 ** 9
     metrics = httpx.get(gateway_url + "/metrics").text
     assert f'gateway_spend_total{{tenant="globex"}} {2 * ONE_REQUEST_NANO / 10 ** 9}' in metrics
+    for tenant, count in (("acme", 4), ("globex", 2)):
+        totals = httpx.get(gateway_url + "/v1/usage",
+                           headers={"Authorization": f"Bearer {KEYS[tenant]}"}).json()
+        assert (totals["tenant"], totals["requests"]) == (tenant, count)
+        assert totals["spend"] == count * ONE_REQUEST_NANO / 10 ** 9
+    other = httpx.get(gateway_url + "/v1/usage", headers={
+        "Authorization": f"Bearer {KEYS['acme']}", "X-Gateway-Tenant": "globex"})
+    assert other.status_code == 403
     unknown = httpx.get(gateway_url + "/v1/memory/conversations/never-sent/usage",
                         headers={"Authorization": f"Bearer {KEYS['acme']}",
                                  "X-User-Id": "canary-alice"})
