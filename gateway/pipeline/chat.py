@@ -192,8 +192,8 @@ class Pipeline:
         """The route's prompt-cache hint, decided once per route."""
         name = (tenant.name, route.alias)
         if name not in self._hints:
-            self._hints[name] = cache_hint(  # type: ignore[assignment]
-                route.model, route.api_base, route.litellm_params, route.cache_hints)
+            self._hints[name] = cache_hint(route.model, route.api_base, route.litellm_params,
+                                           route.cache_hints)
         return self._hints[name]
 
     async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
@@ -289,10 +289,10 @@ class Pipeline:
         log.usage = usage if isinstance(usage, dict) else None
         reply = _resent(prepared, reply_from_completion(response))
         log.tokens_completion = _usage_completion_tokens(response)
-        usage = account(prepared, log)
+        counted = account(prepared, log)
         self._settle(prepared, reply, log)
         started = time.perf_counter()
-        await self.record(prepared, [reply] if reply else [], log, usage=usage)
+        await self.record(prepared, [reply] if reply else [], log, usage=counted)
         log.step("record", started)
         return response
 

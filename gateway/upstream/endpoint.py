@@ -38,6 +38,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from gateway.core.context.cache_hints import CacheHint
+
 OPENAI_API_BASE = "https://api.openai.com/v1"
 """litellm's default for the `openai` provider."""
 
@@ -75,7 +77,7 @@ def openai_endpoint(model: str, api_base: str | None,
 
 
 def cache_hint(model: str, api_base: str | None, litellm_params: Mapping[str, Any] | None,
-               setting: bool | None) -> str | None:
+               setting: bool | None) -> CacheHint | None:
     """Which prompt-cache hint a route gets (gateway/core/context/cache_hints.py), or None.
 
     `setting` (the route's `cache_hints`): false, none; true, `cache_control` for Claude models
