@@ -66,7 +66,9 @@ class Usage:
 
 def read_usage(data: Any) -> Usage | None:
     """The usage of an upstream answer (`usage` of a completion or of a stream's last chunk);
-    None when it has none or it is not in a shape known here."""
+    None when it has none or it is not in a shape known here. Cached tokens: OpenAI's
+    `prompt_tokens_details.cached_tokens`, else Anthropic's `cache_read_input_tokens` (as
+    litellm reports it), else DeepSeek's `prompt_cache_hit_tokens`."""
     if not isinstance(data, Mapping):
         return None
     prompt, completion = _count(data.get("prompt_tokens")), _count(data.get("completion_tokens"))
@@ -75,8 +77,9 @@ def read_usage(data: Any) -> Usage | None:
     details = data.get("prompt_tokens_details")
     details = details if isinstance(details, Mapping) else {}
     cached = _count(details.get("cached_tokens"))
-    if cached is None:
-        cached = _count(data.get("cache_read_input_tokens"))
+    for name in ("cache_read_input_tokens", "prompt_cache_hit_tokens"):  # Anthropic, DeepSeek
+        if cached is None:
+            cached = _count(data.get(name))
     write = _count(data.get("cache_creation_input_tokens"))
     if write is None:
         write = _count(details.get("cache_creation_tokens"))

@@ -25,6 +25,9 @@ GPT4O = Price.per_million(2.5, 10, cached_input=1.25)
       "cache_creation_input_tokens": 300,
       "prompt_tokens_details": {"cached_tokens": 2000, "cache_creation_tokens": 300}},
      Usage(2310, 5, 2000, 300)),
+    # DeepSeek's own fields, on the direct path
+    ({"prompt_tokens": 900, "completion_tokens": 2, "prompt_cache_hit_tokens": 640,
+      "prompt_cache_miss_tokens": 260}, Usage(900, 2, 640)),
     ({"prompt_tokens": 10, "completion_tokens": 2}, Usage(10, 2)),
     ({"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": None}, Usage(10, 2)),
     # a cache count beyond the prompt is capped at it
