@@ -25,6 +25,7 @@ BENCHMARKS = {
     "console-overhead": "bench.console_overhead",
     "stored-cap": "bench.stored_cap",
     "topics-overhead": "bench.topics_overhead",
+    "usage-overhead": "bench.usage_overhead",
     "cluster": "bench.cluster",
 }
 

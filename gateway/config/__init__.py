@@ -95,6 +95,18 @@ class RequestLimitsConfig(Strict):
     erased with it). A request whose new messages alone exceed it gets a 400 (`messages`)."""
 
 
+class ModelPriceConfig(Strict):
+    """A model's price per million tokens, in one currency for the whole file (litellm's
+    table is in US dollars). All 0: a self-hosted model."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
+    """A prompt token read from the provider's cache; null: as `input`."""
+    cache_write_input: float | None = Field(None, ge=0)
+    """A prompt token written to the provider's cache (Anthropic); null: as `input`."""
+
+
 class ModelConfig(Strict):
     model: str = Field(min_length=1)
     """A litellm model string (`openai/gpt-4o-mini`), or `fake/<behaviour>` for the built-in
@@ -104,6 +116,13 @@ class ModelConfig(Strict):
     timeout_seconds: float = Field(600.0, gt=0)
     litellm_params: dict[str, Any] = Field(default_factory=dict)
     """Further per-call litellm arguments (api_version, ...). Never secrets: use api_key_env."""
+    price: ModelPriceConfig | None = None
+    """What the model costs; null: litellm's cost map, by the model's name (unknown there:
+    the spend is null, never guessed)."""
+    cache_hints: bool | None = None
+    """Send the provider's prompt-cache hints (`prompt_cache_key` to OpenAI-compatible
+    models, `cache_control` to Anthropic ones); null: only to OpenAI's own API and `anthropic/`
+    models, which take them (another server might refuse a field it does not know)."""
 
     def api_key(self, where: str) -> str | None:
         if self.api_key_env is None:

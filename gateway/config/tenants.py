@@ -20,6 +20,8 @@ class ModelRoute:
     api_key: str | None
     timeout: float
     litellm_params: Mapping[str, Any]
+    cache_hints: bool | None = None
+    """The route's `cache_hints` setting (gateway/upstream/endpoint.py's `cache_hint`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,8 @@ class TenantDirectory:
                 name=name,
                 routes={alias: ModelRoute(alias, m.model, m.api_base,
                                           m.api_key(f"tenants.{name}.models.{alias}"),
-                                          m.timeout_seconds, dict(m.litellm_params))
+                                          m.timeout_seconds, dict(m.litellm_params),
+                                          m.cache_hints)
                         for alias, m in t.models.items()},
                 policy=t.context.policy(),
                 headers=t.headers,

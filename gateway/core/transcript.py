@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from gateway.core.messages import Message, StoredMessage, chain, chain_id
+from gateway.core.spend import TurnUsage
 
 Key = tuple[Any, ...]
 # How a request related to the stored transcript; logged, and used by tests.
@@ -44,6 +45,9 @@ class TurnRecord:
     created_at: float = 0.0
     request_id: str = ""
     incomplete_reply: bool = False
+    usage: TurnUsage | None = None
+    """What the request cost (tokens, spend), added to the usage counters when the turn is
+    applied — exactly once, with the turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +63,10 @@ class Reconciliation:
     """The stored id of each message of `conversation` (None where not stored yet)."""
 
     def record(self, reply: Sequence[Message], *, created_at: float = 0.0, request_id: str = "",
-               incomplete_reply: bool = False) -> TurnRecord:
+               incomplete_reply: bool = False, usage: TurnUsage | None = None) -> TurnRecord:
         return TurnRecord(mode=self.mode, parent_id=self.parent_id,
                           messages=tuple(self.new) + tuple(reply), created_at=created_at,
-                          request_id=request_id, incomplete_reply=incomplete_reply)
+                          request_id=request_id, incomplete_reply=incomplete_reply, usage=usage)
 
 
 def _common_prefix(a: Sequence[Key], b: Sequence[Key]) -> int:

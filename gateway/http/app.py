@@ -36,6 +36,7 @@ from gateway.store.disk import DiskRewrites
 from gateway.store.redis_store import RedisStore
 from gateway.store.responses import ResponseLog
 from gateway.tokenizer import tokenizer_for_model
+from gateway.upstream.prices import route_prices
 from gateway.wiring import (
     CONFIG_ENV,
     LOG_LEVEL_ENV,
@@ -121,7 +122,8 @@ async def _serving(app: Starlette, config: Config, services: Services, upstream:
                         inline_recorder=inline,
                         memory=memory.service if memory else None,
                         recall_settings=memory.recall if memory else None, buffer=buffer,
-                        tracing=services.tracing, limiter=limiter, history=history)
+                        tracing=services.tracing, limiter=limiter, history=history,
+                        prices=route_prices(config))
     disk = DiskRewrites(redis, store.keys.disk_rewrite_owed())
     app.state.gateway = Gateway(config, services.tenants, AdminKeys(config), limiter, pipeline,
                                 store, recorder, metrics, memory, buffer,

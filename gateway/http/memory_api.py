@@ -31,6 +31,7 @@ from gateway.memory.export import Export
 from gateway.memory.records.pin_store import PinLimitReached
 from gateway.memory.records.settings_store import UserSettings
 from gateway.pipeline.chat_request import parse_body
+from gateway.store.recording.usage import UsageCounters
 
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
@@ -338,6 +339,31 @@ async def list_topics(request: Request) -> Response:
     return JSONResponse(topics)
 
 
+async def get_usage(request: Request) -> Response:
+    """The user's usage over all their conversations (docs/user-control-api.md#usage)."""
+    gateway, tenant, user = _owner(request, anonymous=True)
+    usage = await UsageCounters(gateway.store.client, gateway.store.keys).user(tenant, user)
+    return JSONResponse({"object": "memory.usage", "user": user, **usage.as_json()})
+
+
+async def get_tenant_usage(request: Request) -> Response:
+    """The tenant's usage over all its users (recorded turns; docs/operating.md)."""
+    gateway, tenant, _ = _owner(request, anonymous=True)
+    usage = await UsageCounters(gateway.store.client, gateway.store.keys).tenant(tenant)
+    return JSONResponse({"object": "usage", "tenant": tenant, **usage.as_json()})
+
+
+async def get_conversation_usage(request: Request) -> Response:
+    """One conversation's usage; 404 if it is not stored (nor ever counted)."""
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    usage = await UsageCounters(gateway.store.client, gateway.store.keys).conversation(key)
+    if not usage.counters["requests"] and not await _control(gateway).exists(key):
+        raise _no_conversation(key)
+    return JSONResponse({"object": "memory.conversation.usage",
+                         "conversation": key.conversation, **usage.as_json()})
+
+
 def _no_conversation(key: ConversationKey) -> NotFound:
     return NotFound(f"No conversation `{key.conversation}` is stored for this user.",
                     param="conversation_id")
@@ -377,6 +403,9 @@ memory_routes = [
     Route("/v1/memory/export", _guarded(export), methods=["GET"]),
     Route("/v1/memory", _guarded(erase), methods=["DELETE"]),
     Route(_CONVERSATION + "/topics", _guarded(list_topics), methods=["GET"]),
+    Route("/v1/memory/usage", _guarded(get_usage), methods=["GET"]),
+    Route("/v1/usage", _guarded(get_tenant_usage), methods=["GET"]),
+    Route(_CONVERSATION + "/usage", _guarded(get_conversation_usage), methods=["GET"]),
     Route(_CONVERSATION + "/pins", _guarded(list_pins), methods=["GET"]),
     Route(_CONVERSATION + "/pins/{message_id}", _guarded(put_pin), methods=["PUT"]),
     Route(_CONVERSATION + "/pins/{message_id}", _guarded(delete_pin), methods=["DELETE"]),

@@ -283,6 +283,15 @@ def openapi() -> Json:
                         "responses": {**_ok(), **_errors(400, 401, 404, 409, 413, 503)}},
                 "delete": _memory("Unpin a message", not_found=True,
                                   path=(_CONVERSATION, _MESSAGE_ID))},
+            "/v1/usage": {"get": {**_memory(
+                "The tenant's requests, tokens and spend over all its users"),
+                "parameters": []}},
+            "/v1/memory/usage": {"get": _memory(
+                "The user's requests, tokens and spend over all their conversations",
+                anonymous=True)},
+            conversation + "/usage": {"get": _memory(
+                "The conversation's requests, tokens and spend", path=(_CONVERSATION,),
+                not_found=True, anonymous=True)},
             "/v1/memory/export": {"get": _memory("Everything kept of the user")},
             "/v1/memory": {"delete": _memory("Erase the user")},
         },

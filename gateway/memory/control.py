@@ -188,7 +188,8 @@ class MemoryControl:
         memory = self.keys.conversation(key)
         await self._settle([memory.lock])
         await self.redis.delete(*memory.all(), self.keys.store.last_request(key),
-                                self.keys.store.responses(key))
+                                self.keys.store.responses(key),
+                                self.keys.store.conversation_usage(key))
         await self.user_index.remove_conversation(key)
         await self.redis.zrem(self.keys.store.memory_dirty_of(key), encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.

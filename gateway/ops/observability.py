@@ -43,6 +43,17 @@ class RequestLog:
     tokens_forwarded: int | None = None
     tokens_completion: int | None = None
     """The upstream's `usage.completion_tokens`; counted here for a rate-limited stream."""
+    tokens_prompt: int | None = None
+    """The upstream's `usage.prompt_tokens` (its own count of the forwarded prompt)."""
+    tokens_cached: int | None = None
+    """Of those, read from the provider's prompt cache."""
+    tokens_cache_write: int | None = None
+    """Of those, written to the provider's prompt cache (Anthropic); set when not 0."""
+    spend: float | None = None
+    """What the request cost at its model's price (null: unknown price, or no usage)."""
+    whole_cost: float | None = None
+    """What sending the client's whole (unrewritten) history would have cost at the same
+    prices (docs/operating.md#usage-and-spend)."""
     recent_turns: int | None = None
     truncated: int | None = None
     over_budget: bool | None = None
@@ -128,7 +139,7 @@ class RequestLog:
     def emit(self) -> None:
         self.total_ms = round(self.since_start_ms(), 3)
         record = {"time": round(time.time(), 3), "event": "chat_completion"}
-        record.update({k: (round(v, 3) if isinstance(v, float) else v)
+        record.update({k: (round(v, 9 if k in _MONEY else 3) if isinstance(v, float) else v)
                        for k in _LOGGED if (v := getattr(self, k)) is not None})
         record["overhead_ms"] = self.overhead_ms
         level = logging.WARNING if self.status >= 500 else logging.INFO
@@ -153,6 +164,8 @@ def header_text(text: str) -> str:
 
 _NOT_LOGGED = frozenset({"started", "steps", "traceparent", "usage", "memory_blocks",
                          "recalled_items"})
+_MONEY = frozenset({"spend", "whole_cost"})
+"""Logged to 1e-9 (the counters' unit), not rounded as durations are."""
 _LOGGED = tuple(f.name for f in fields(RequestLog) if f.name not in _NOT_LOGGED)
 
 
@@ -178,6 +191,24 @@ class Metrics:
         self.tokens_forwarded = Counter("gateway_tokens_forwarded_total",
                                         "Prompt tokens forwarded upstream.",
                                         registry=self.registry)
+        # Usage and spend by tenant, from the upstream's `usage` (docs/operating.md).
+        self.usage_tokens = Counter("gateway_usage_tokens_total",
+                                    "Tokens by tenant and kind: original (the client's whole "
+                                    "history), forwarded (after the rewrite), prompt (the "
+                                    "upstream's count), cached (read from its prompt cache), "
+                                    "cache_write, completion.", ["tenant", "kind"],
+                                    registry=self.registry)
+        self.spend = Counter("gateway_spend_total",
+                             "What requests cost at their models' prices (priced requests "
+                             "only), by tenant.", ["tenant"], registry=self.registry)
+        self.whole_cost = Counter("gateway_whole_history_cost_total",
+                                  "What the same priced requests would have cost with the "
+                                  "client's whole history, by tenant.", ["tenant"],
+                                  registry=self.registry)
+        self.unpriced = Counter("gateway_unpriced_requests_total",
+                                "Requests with the upstream's usage but no spend (the "
+                                "model's price is unknown), by tenant.",
+                                ["tenant"], registry=self.registry)
         self.record_failures = Counter("gateway_record_enqueue_failures_total",
                                        "Turns that could not be enqueued for recording.",
                                        registry=self.registry)
@@ -263,6 +294,23 @@ class Metrics:
             self.tokens_original.inc(log.tokens_original)
         if log.tokens_forwarded is not None:
             self.tokens_forwarded.inc(log.tokens_forwarded)
+        if log.tokens_prompt is not None:  # the upstream's usage was read
+            self._observe_usage(log)
+
+    def _observe_usage(self, log: RequestLog) -> None:
+        tenant = log.tenant or "-"
+        for kind, value in (("original", log.tokens_original),
+                            ("forwarded", log.tokens_forwarded), ("prompt", log.tokens_prompt),
+                            ("cached", log.tokens_cached),
+                            ("cache_write", log.tokens_cache_write),
+                            ("completion", log.tokens_completion)):
+            if value:
+                self.usage_tokens.labels(tenant, kind).inc(value)
+        if log.spend is None or log.whole_cost is None:
+            self.unpriced.labels(tenant).inc()
+        else:
+            self.spend.labels(tenant).inc(log.spend)
+            self.whole_cost.labels(tenant).inc(log.whole_cost)
 
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")

@@ -23,7 +23,9 @@ from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.one_shot import restore, withhold
+from gateway.core.context.cache_hints import CacheHint, with_cache_hint
 from gateway.core.context.pinned import marked_pins
+from gateway.core.spend import Price, TurnUsage, money, read_usage, turn_usage
 from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
 from gateway.core.context.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.text.tokens import Tokenizer, count_message, count_messages
@@ -39,7 +41,8 @@ from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
 from gateway.pipeline.request_history import RequestHistory
 from gateway.pipeline.streams import ChatEncoder, StreamEncoder
 from gateway.pipeline.tasks import TaskTracker
-from gateway.config.tenants import Tenant
+from gateway.config.tenants import ModelRoute, Tenant
+from gateway.upstream.endpoint import cache_hint
 from gateway.ops.tracing import Tracing
 
 logger = logging.getLogger("gateway.pipeline")
@@ -80,6 +83,11 @@ class Prepared:
     reply_form: Callable[[Message], Message] | None = None
     """The form the client's dialect sends this reply back in (None: as the upstream gave it);
     recorded in that form, so the resent history reconciles."""
+    price: Price | None = None
+    """What the route's model costs (None: unknown, the spend is null)."""
+    strip_usage: bool = False
+    """The stream's usage was asked for by the gateway, not the client: its usage chunk is
+    not passed on (gateway/pipeline/streams.py)."""
 
 
 class Pipeline:
@@ -92,6 +100,7 @@ class Pipeline:
                  tracing: Tracing | None = None,
                  limiter: RateLimiter | None = None,
                  history: RequestHistory | None = None,
+                 prices: Mapping[tuple[str, str], Price | None] | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
         self.upstream = upstream
@@ -112,6 +121,9 @@ class Pipeline:
         self.limiter = limiter
         self.history = history
         """None (the default, `console.enabled` false): no request is kept for the console."""
+        self.prices = prices or {}
+        """(tenant, model alias) → its price (gateway/upstream/prices.py); absent: unknown."""
+        self._hints: dict[tuple[str, str], CacheHint | None] = {}
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
                       persist: bool, log: RequestLog,
@@ -156,11 +168,33 @@ class Pipeline:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
         if limits and self.limiter is not None:
             await self.limiter.admit(limits, tenant.name, log.tokens_forwarded or 0)
-        call = UpstreamCall(model=route.model,
-                            body={**chat.passthrough, "messages": [m.to_openai() for m in messages]},
+        body = {**chat.passthrough, "messages": [m.to_openai() for m in messages]}
+        strip_usage = False
+        if chat.stream:
+            # Usage is read from every answer: a stream's comes only when asked for. Asked for
+            # here, it is kept from a client that did not ask (ChatEncoder).
+            options = body.get("stream_options")
+            options = options if isinstance(options, dict) else {}
+            if options.get("include_usage") is not True:
+                body["stream_options"] = {**options, "include_usage": True}
+                strip_usage = True
+        if key is not None and reconciliation is not None:
+            hint = self._hint(tenant, route)
+            if hint is not None:
+                body = with_cache_hint(body, hint, key)
+        call = UpstreamCall(model=route.model, body=body,
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
-        return Prepared(call, key, reconciliation, persist, kept, limits, pins, chat.reply_form)
+        return Prepared(call, key, reconciliation, persist, kept, limits, pins, chat.reply_form,
+                        self.prices.get((tenant.name, route.alias)), strip_usage)
+
+    def _hint(self, tenant: Tenant, route: ModelRoute) -> CacheHint | None:
+        """The route's prompt-cache hint, decided once per route."""
+        name = (tenant.name, route.alias)
+        if name not in self._hints:
+            self._hints[name] = cache_hint(route.model, route.api_base, route.litellm_params,
+                                           route.cache_hints)
+        return self._hints[name]
 
     async def _rewrite(self, chat: ChatRequest, incoming: tuple[Message, ...],
                        kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
@@ -255,9 +289,10 @@ class Pipeline:
         log.usage = usage if isinstance(usage, dict) else None
         reply = _resent(prepared, reply_from_completion(response))
         log.tokens_completion = _usage_completion_tokens(response)
+        counted = account(prepared, log)
         self._settle(prepared, reply, log)
         started = time.perf_counter()
-        await self.record(prepared, [reply] if reply else [], log)
+        await self.record(prepared, [reply] if reply else [], log, usage=counted)
         log.step("record", started)
         return response
 
@@ -274,7 +309,8 @@ class Pipeline:
             first = None
         finally:
             log.upstream_ms = log.step("upstream", started)
-        return self._sse(prepared, first, chunks, log, encoder or ChatEncoder())
+        return self._sse(prepared, first, chunks, log,
+                         encoder or ChatEncoder(strip_usage=prepared.strip_usage))
 
     async def _sse(self, prepared: Prepared, first: StreamChunk | None,
                    chunks: AsyncIterator[StreamChunk], log: RequestLog,
@@ -316,20 +352,24 @@ class Pipeline:
                     log.error = "client disconnected"
                 reply = _resent(prepared, assembler.message())
                 log.usage = assembler.usage
+                if log.tokens_completion is None:
+                    log.tokens_completion = _usage_completion_tokens(log.usage)
+                usage = account(prepared, log)
                 self._settle(prepared, reply, log)
                 # The log line is written by the shielded task, after recording: a client
                 # that hangs up as soon as it reads [DONE] (the openai SDK does) cancels this
                 # generator here, and the request must still be logged once.
                 await self.tasks.shielded(
                     self._record_and_finish(prepared, [reply] if reply else [], log,
-                                            incomplete=not finished or not assembler.complete),
+                                            incomplete=not finished or not assembler.complete,
+                                            usage=usage),
                     name=f"record-{log.request_id}")
 
     async def _record_and_finish(self, prepared: Prepared, reply: list[Message], log: RequestLog,
-                                 *, incomplete: bool) -> None:
+                                 *, incomplete: bool, usage: TurnUsage | None = None) -> None:
         started = time.perf_counter()
         try:
-            await self.record(prepared, reply, log, incomplete=incomplete)
+            await self.record(prepared, reply, log, incomplete=incomplete, usage=usage)
         finally:
             log.step("record", started)
             self.finish(log)
@@ -358,7 +398,7 @@ class Pipeline:
                 logger.exception("could not trace request %s", log.request_id)
 
     async def record(self, prepared: Prepared, reply: list[Message], log: RequestLog, *,
-                     incomplete: bool = False) -> None:
+                     incomplete: bool = False, usage: TurnUsage | None = None) -> None:
         """Enqueue the turn durably (the recorder applies it later, or now when inline).
 
         Never raises to the client. A turn the store cannot take goes to the record buffer,
@@ -368,7 +408,7 @@ class Pipeline:
         log.persisted = False
         if not prepared.persist or prepared.key is None:
             return
-        turn = self._buffered_turn(prepared, reply, log, incomplete)
+        turn = self._buffered_turn(prepared, reply, log, incomplete, usage)
         if turn is None:
             return
         if self.buffer is not None and (turn.record is None or self.buffer.holds(turn.key)):
@@ -411,14 +451,15 @@ class Pipeline:
             log.error = f"pin failed: {exc!r}"
 
     def _buffered_turn(self, prepared: Prepared, reply: list[Message], log: RequestLog,
-                       incomplete: bool) -> BufferedTurn | None:
+                       incomplete: bool, usage: TurnUsage | None) -> BufferedTurn | None:
         """The turn to record, or None if there is nothing to record."""
         assert prepared.key is not None
         created_at = self.clock()
         if prepared.reconciliation is not None:
             record = prepared.reconciliation.record(reply, created_at=created_at,
                                                     request_id=log.request_id,
-                                                    incomplete_reply=incomplete and bool(reply))
+                                                    incomplete_reply=incomplete and bool(reply),
+                                                    usage=usage)
             if not record.messages:
                 return None
             return BufferedTurn(prepared.key, log.request_id, record=record)
@@ -428,7 +469,7 @@ class Pipeline:
         if not incoming and not reply:
             return None
         return BufferedTurn(prepared.key, log.request_id, incoming=incoming, reply=tuple(reply),
-                            created_at=created_at, incomplete_reply=incomplete)
+                            created_at=created_at, incomplete_reply=incomplete, usage=usage)
 
     def _buffer(self, turn: BufferedTurn, log: RequestLog) -> None:
         assert self.buffer is not None
@@ -443,8 +484,21 @@ def recalled_items(memory: MemoryContext,
     return tuple((by_id[i].kind, i, round(by_id[i].score, 4)) for i in shown if i in by_id)
 
 
-def _usage_completion_tokens(response: Mapping[str, Any]) -> int | None:
-    usage = response.get("usage")
+def account(prepared: Prepared, log: RequestLog) -> TurnUsage:
+    """The request's usage counters from the upstream's `usage` (in `log.usage`), priced;
+    noted in the log (its line, the metrics) and returned for the recorded turn."""
+    usage = read_usage(log.usage)
+    counted = turn_usage(usage, prepared.price, log.tokens_original, log.tokens_forwarded)
+    if usage is not None:
+        log.tokens_prompt, log.tokens_cached = usage.prompt, usage.cached
+        if usage.cache_write:
+            log.tokens_cache_write = usage.cache_write
+    log.spend, log.whole_cost = money(counted.spend), money(counted.whole_cost)
+    return counted
+
+
+def _usage_completion_tokens(response: Mapping[str, Any] | None) -> int | None:
+    usage = response.get("usage") if isinstance(response, Mapping) else None
     tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
     return tokens if isinstance(tokens, int) and tokens >= 0 else None
 

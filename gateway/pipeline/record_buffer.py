@@ -41,6 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage
+from gateway.core.spend import TurnUsage
 from gateway.core.transcript import TurnRecord, reconcile
 
 log = logging.getLogger("gateway.record_buffer")
@@ -68,6 +69,8 @@ class BufferedTurn:
     reply: tuple[Message, ...] = ()
     created_at: float = 0.0
     incomplete_reply: bool = False
+    usage: TurnUsage | None = None
+    """The request's usage counters, for the record made when flushed."""
 
     async def resolved(self, sink: TurnSink) -> BufferedTurn:
         """This turn with its `record`: reconciled against the stored transcript if the
@@ -77,8 +80,8 @@ class BufferedTurn:
         stored = await sink.load(self.key)
         record = reconcile(self.incoming, stored).record(
             self.reply, created_at=self.created_at, request_id=self.request_id,
-            incomplete_reply=self.incomplete_reply and bool(self.reply))
-        return dataclasses.replace(self, record=record, incoming=(), reply=())
+            incomplete_reply=self.incomplete_reply and bool(self.reply), usage=self.usage)
+        return dataclasses.replace(self, record=record, incoming=(), reply=(), usage=None)
 
 
 class RecordBuffer:

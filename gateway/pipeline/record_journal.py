@@ -46,6 +46,7 @@ import anyio
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
+from gateway.core.spend import TurnUsage
 from gateway.pipeline.record_buffer import BufferedTurn, RecordBuffer
 from gateway.store.codec import CodecError, record_from_dict, record_to_dict
 from gateway.store.encryption.crypto import NO_ENCRYPTION, DecryptError, Encryption
@@ -77,6 +78,8 @@ def _encode_plain(turn: BufferedTurn) -> str:
     else:
         data["incoming"] = [m.to_openai() for m in turn.incoming]
         data["reply"] = [m.to_openai() for m in turn.reply]
+        if turn.usage is not None:
+            data["usage"] = turn.usage.to_dict()
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -97,7 +100,8 @@ def decode_turn(line: str, encryption: Encryption = NO_ENCRYPTION) -> BufferedTu
             incoming=tuple(Message.from_openai(m) for m in data.get("incoming", ())),
             reply=tuple(Message.from_openai(m) for m in data.get("reply", ())),
             created_at=float(data["created_at"]),
-            incomplete_reply=bool(data["incomplete_reply"]))
+            incomplete_reply=bool(data["incomplete_reply"]),
+            usage=TurnUsage.from_dict(data["usage"]) if data.get("usage") else None)
     except (CodecError, DecryptError):
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

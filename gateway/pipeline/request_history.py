@@ -35,7 +35,8 @@ logger = logging.getLogger("gateway.request_history")
 
 Entry = dict[str, Any]
 _BATCH = 200
-_NUMBERS = ("tokens_original", "tokens_forwarded", "tokens_completion", "recent_turns",
+_NUMBERS = ("tokens_original", "tokens_forwarded", "tokens_completion", "tokens_cached",
+            "recent_turns",
             "summary_chunks", "recalled", "load_ms", "recall_ms", "rewrite_ms", "upstream_ms",
             "total_ms")
 
@@ -55,6 +56,7 @@ def entry_of(log: RequestLog, now: float) -> Entry:
     for name in _NUMBERS:
         value = getattr(log, name)
         entry[name] = round(value, 3) if isinstance(value, float) else value
+    entry["spend"], entry["whole_cost"] = log.spend, log.whole_cost  # money: not rounded
     return entry
 
 

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage
+from gateway.core.spend import TurnUsage
 from gateway.core.transcript import TurnRecord
 
 
@@ -74,10 +75,13 @@ def decode_record(text: str | bytes) -> TurnRecord:
 
 def record_to_dict(record: TurnRecord) -> dict[str, Any]:
     """The record as a JSON-ready object (for formats that nest it, the record journal)."""
-    return {"mode": record.mode, "parent_id": record.parent_id,
-            "messages": [m.to_openai() for m in record.messages],
-            "created_at": record.created_at, "request_id": record.request_id,
-            "incomplete_reply": record.incomplete_reply}
+    out = {"mode": record.mode, "parent_id": record.parent_id,
+           "messages": [m.to_openai() for m in record.messages],
+           "created_at": record.created_at, "request_id": record.request_id,
+           "incomplete_reply": record.incomplete_reply}
+    if record.usage is not None:
+        out["usage"] = record.usage.to_dict()
+    return out
 
 
 def record_from_dict(data: Any) -> TurnRecord:
@@ -89,7 +93,9 @@ def record_from_dict(data: Any) -> TurnRecord:
                           messages=tuple(Message.from_openai(m) for m in data["messages"]),
                           created_at=float(data.get("created_at", 0.0)),
                           request_id=str(data.get("request_id", "")),
-                          incomplete_reply=bool(data.get("incomplete_reply", False)))
+                          incomplete_reply=bool(data.get("incomplete_reply", False)),
+                          usage=TurnUsage.from_dict(data["usage"]) if data.get("usage")
+                          else None)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CodecError(f"not a turn record: {exc!r}") from exc
 

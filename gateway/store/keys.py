@@ -247,6 +247,23 @@ class KeySpace:
         return (f"{self.user_head(key.tenant, key.user)}:c:{_part(key.tenant)}:"
                 f"{_part(key.user)}:{_part(key.conversation)}:lastreq")
 
+    def conversation_usage(self, key: ConversationKey) -> str:
+        """Hash: the conversation's usage counters (gateway/store/recording/usage.py). Under
+        the conversation's key base: deleting it or erasing the user removes it."""
+        return (f"{self.user_head(key.tenant, key.user)}:c:{_part(key.tenant)}:"
+                f"{_part(key.user)}:{_part(key.conversation)}:usage")
+
+    def user_usage(self, tenant: str, user: str) -> str:
+        """Hash: the user's usage counters, over all their conversations. Among the user's
+        memory keys (`:u:`), so erasing the user removes it."""
+        return f"{self.user_head(tenant, user)}:u:{_part(tenant)}:{_part(user)}:usage"
+
+    def tenant_usage_at(self, shard: int, tenant: str) -> str:
+        """Hash: the usage counters of the tenant's users of `shard` (one per shard, so the
+        recorder adds to it in the transaction that applies a turn; the tenant's figures are
+        the sum over shards). Numbers only: no user's id."""
+        return f"{self.head(shard)}:usage:{_part(tenant)}"
+
     def disk_rewrite_owed(self) -> str:
         """String: set while a rewrite of the store's files is owed after a delete (a token,
         no content); a process that starts and finds it rewrites (gateway/store/disk.py)."""

@@ -38,6 +38,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from gateway.core.context.cache_hints import CacheHint
+
 OPENAI_API_BASE = "https://api.openai.com/v1"
 """litellm's default for the `openai` provider."""
 
@@ -72,3 +74,24 @@ def openai_endpoint(model: str, api_base: str | None,
     if not name or _NOT_CHAT_COMPLETIONS.search(name):
         return None
     return Endpoint((api_base or OPENAI_API_BASE).rstrip("/") + "/chat/completions", name)
+
+
+def cache_hint(model: str, api_base: str | None, litellm_params: Mapping[str, Any] | None,
+               setting: bool | None) -> CacheHint | None:
+    """Which prompt-cache hint a route gets (gateway/core/context/cache_hints.py), or None.
+
+    `setting` (the route's `cache_hints`): false, none; true, `cache_control` for Claude models
+    (`anthropic/`, or "claude" in the name: Bedrock, Vertex) and `prompt_cache_key` for every
+    other; null, only where the provider takes them — `anthropic/` models (litellm passes
+    `cache_control` on) and OpenAI's own API (no `api_base`, or api.openai.com)."""
+    if setting is False or model.startswith("fake/"):
+        return None
+    claude = model.startswith("anthropic/") or "claude" in model.lower()
+    if setting:
+        return "cache_control" if claude else "prompt_cache_key"
+    if model.startswith("anthropic/"):
+        return "cache_control"
+    endpoint = openai_endpoint(model, api_base, litellm_params)
+    if endpoint is not None and endpoint.url.startswith(OPENAI_API_BASE + "/"):
+        return "prompt_cache_key"
+    return None

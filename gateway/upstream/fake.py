@@ -11,6 +11,12 @@ standalone server (`fake_server.py`, model `<behaviour>`). Behaviours:
 - `error` (500), `error-<status>` (e.g. `error-429`) — that HTTP status with OpenAI's error body.
 - `tool-call` — one call of the request's first tool (or `echo` if it sent none), with
   `{"input": <last user text>}` as arguments and finish_reason `tool_calls`.
+- `cached-<n>` (e.g. `cached-1024`) — `echo`, its usage saying the first n prompt tokens (at
+  most all) were read from a prompt cache (`prompt_tokens_details.cached_tokens`).
+
+Usage is counted with cl100k as OpenAI counts a chat prompt. A stream asked for its usage
+(`stream_options.include_usage`) ends with the usage chunk and carries `"usage": null` in
+every other chunk, as OpenAI's does.
 
 Responses say they are fake (`model: fake/<name>`, `system_fingerprint: context-gateway-fake`)
 and are deterministic except for ids and timestamps.
@@ -50,6 +56,8 @@ class Behaviour:
     """One of echo, echo-messages, tool-call, error."""
     delay: float = 0.0
     status: int = 200
+    cached: int = 0
+    """Prompt tokens reported as read from a cache (`cached-<n>`)."""
 
 
 def behaviour_for(model: str) -> Behaviour:
@@ -60,6 +68,8 @@ def behaviour_for(model: str) -> Behaviour:
         return Behaviour(name, "echo", delay=SLOW_DEFAULT_SECONDS)
     if name.startswith("slow-") and name[5:].isdigit():
         return Behaviour(name, "echo", delay=int(name[5:]) / 1000)
+    if name.startswith("cached-") and name[7:].isdigit():
+        return Behaviour(name, "echo", cached=int(name[7:]))
     if name == "error":
         return Behaviour(name, "error", status=500)
     if name.startswith("error-") and name[6:].isdigit() and 400 <= int(name[6:]) <= 599:
@@ -126,7 +136,7 @@ class FakeModel:
             "model": f"fake/{behaviour.name}", "system_fingerprint": FINGERPRINT,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": "stop" if tool_call is None else "tool_calls"}],
-            "usage": self._usage(body, content, tool_call),
+            "usage": self._usage(body, content, tool_call, behaviour.cached),
         }
 
     def chunks(self, behaviour: Behaviour, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -154,7 +164,9 @@ class FakeModel:
                     for piece in _pieces(function["arguments"])]
             out.append(chunk({}, "tool_calls"))
         if (body.get("stream_options") or {}).get("include_usage"):
-            out.append({**head, "choices": [], "usage": self._usage(body, content, tool_call)})
+            out = [{**c, "usage": None} for c in out]
+            out.append({**head, "choices": [],
+                        "usage": self._usage(body, content, tool_call, behaviour.cached)})
         return out
 
     def _reply(self, behaviour: Behaviour, body: dict[str, Any]
@@ -174,7 +186,7 @@ class FakeModel:
         return text, None
 
     def _usage(self, body: dict[str, Any], content: str | None,
-               tool_call: dict[str, Any] | None) -> dict[str, int]:
+               tool_call: dict[str, Any] | None, cached: int = 0) -> dict[str, Any]:
         prompt = 3  # reply priming, then OpenAI's per-message accounting
         for message in body.get("messages") or []:
             if isinstance(message, dict):
@@ -182,8 +194,11 @@ class FakeModel:
                 prompt += self.count(_text_of(message.get("content")))
         reply = content if tool_call is None else tool_call["function"]["arguments"]
         completion = self.count(reply or "")
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion}
+        if cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(cached, prompt)}
+        return usage
 
 
 class FakeUpstream:

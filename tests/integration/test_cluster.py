@@ -94,7 +94,8 @@ def test_every_key_of_a_user_and_its_queues_share_one_slot():
                  *memory.user("acme", user).all(), memory.user("acme", user).recall_members("c"),
                  keys.erased("acme", user), keys.last_request(key), keys.records_at(shard),
                  keys.dead_at(shard), keys.dead_count_at(shard), keys.memory_dirty_of(key),
-                 keys.memory_dead_at(shard)]
+                 keys.memory_dead_at(shard), keys.conversation_usage(key),
+                 keys.user_usage("acme", user), keys.tenant_usage_at(shard, "acme")]
         assert len({key_slot(n.encode()) for n in names}) == 1, names
 
 
@@ -147,6 +148,15 @@ def test_a_conversation_and_a_users_memory_across_conversations(gateway_url, val
     assert "gateway_record_queue_length 0.0" in metrics
     assert "gateway_record_dead_letters 0.0" in metrics
     assert 'gateway_recorder_applied' in metrics and "queue metrics unavailable" not in metrics
+    # Usage counted with each turn in its user's slot; a tenant's summed over the shards.
+    for (tenant, user), _ in CANARY.items():
+        usage = httpx.get(gateway_url + "/v1/memory/usage", timeout=10, headers={
+            "Authorization": f"Bearer {KEYS[tenant]}", "X-User-Id": user}).json()
+        assert usage["requests"] == 2 and usage["tokens"]["prompt"] > 0, (tenant, user)
+    for tenant, count in (("acme", 4), ("globex", 2)):
+        usage = httpx.get(gateway_url + "/v1/usage", timeout=10,
+                          headers={"Authorization": f"Bearer {KEYS[tenant]}"}).json()
+        assert usage["requests"] == count, tenant
 
 
 def test_readiness_fails_when_a_primary_is_gone(cluster_url, tmp_path):

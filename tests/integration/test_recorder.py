@@ -148,6 +148,35 @@ async def test_a_duplicate_delivery_of_an_applied_job_is_acked_and_skipped(store
     await assert_queue_empty(store_client)
 
 
+async def test_usage_is_counted_once_with_its_turn_a_duplicate_adds_nothing(store, recorder,
+                                                                          store_client):
+    from gateway.core.spend import TurnUsage
+    from gateway.store.recording.usage import UsageCounters
+
+    usage = TurnUsage(900, 300, 310, 256, 0, 12, spend=1234, whole_cost=5678, usage_known=True)
+    record = TurnRecord(mode="append", parent_id=None, messages=(user("counted"),),
+                        created_at=1.0, usage=usage)
+    await store.record(KEY, record)
+    ((_, fields),) = await store_client.xrange("gw:records")
+    await recorder.process_available()
+    await store_client.xadd("gw:records", fields)  # delivered again
+    await recorder.process_available()
+    other = ConversationKey("acme", "bob", "conv-1")
+    await store.record(other, record)
+    await recorder.process_available()
+    counters = UsageCounters(store_client, store.keys)
+    for totals in (await counters.conversation(KEY), await counters.user("acme", "alice")):
+        assert totals.as_json() == {
+            "requests": 1, "requests_priced": 1, "requests_unpriced": 0,
+            "requests_without_usage": 0,
+            "tokens": {"original": 900, "forwarded": 300, "prompt": 310, "cached": 256,
+                       "cache_write": 0, "completion": 12},
+            "spend": 1234e-9, "whole_history_cost": 5678e-9}
+    tenant = (await counters.tenant("acme")).as_json()
+    assert tenant["requests"] == 2 and tenant["tokens"]["cached"] == 512
+    assert (await counters.tenant("globex")).as_json()["requests"] == 0
+
+
 async def test_an_entry_left_pending_by_a_vanished_consumer_is_reclaimed(store, store_client):
     crashed = Recorder(store_client, consumer_prefix="crashed", claim_idle_ms=100, block_ms=10)
     await crashed.ensure_group()

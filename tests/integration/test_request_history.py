@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.http.console.chart import token_chart
+from gateway.http.console.chart import spend_chart, token_chart
 from gateway.core.ids import ConversationKey
 from gateway.ops.observability import RequestLog
 from gateway.pipeline.request_history import RequestHistory, entry_of, last_request, recent_requests
@@ -74,3 +74,16 @@ def test_the_chart_plots_original_and_forwarded_tokens_oldest_first():
     first, last = chart.forwarded.split()
     assert float(first.split(",")[0]) < float(last.split(",")[0])  # oldest on the left
     assert token_chart([]) is None
+
+
+def test_the_spend_chart_adds_up_the_priced_requests_oldest_first():
+    entries = [{"spend": 0.002, "whole_cost": 0.005},  # newest
+               {"spend": None, "whole_cost": None},  # unpriced: not plotted
+               {"spend": 0.001, "whole_cost": 0.001}]
+    chart = spend_chart(entries)
+    assert chart is not None and chart.requests == 2
+    assert (chart.spend, chart.whole_cost) == (0.003, 0.006)
+    first, last = chart.whole.split()
+    assert float(first.split(",")[0]) < float(last.split(",")[0])  # oldest on the left
+    assert float(first.split(",")[1]) > float(last.split(",")[1])  # higher up: more spent
+    assert spend_chart([{"spend": None, "whole_cost": None}]) is None

@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from gateway.core.ids import ConversationKey, valid_id
-from gateway.http.console.chart import token_chart
+from gateway.http.console.chart import spend_chart, token_chart
 from gateway.http.console.session import COOKIE, COOKIE_PATH, Session, SessionStore
 from gateway.http.console.views import (
     conversation_view,
@@ -158,7 +158,8 @@ class Console:
         entries = await request_log(gateway.store.client, gateway.store.keys, tenant,
                                     REQUESTS_SHOWN)
         return self.render(request, "requests.html", session=session, tenant=tenant,
-                           entries=entries, chart=token_chart(entries))
+                           entries=entries, chart=token_chart(entries),
+                           spend=spend_chart(entries))
 
     async def user(self, request: Request, gateway: Gateway, session: Session) -> Response:
         tenant, user = _tenant(request, gateway), _user(request)

@@ -49,6 +49,7 @@ from gateway.store.keys import ConversationKeys, KeySpace
 from gateway.store.outage import OutageLog
 from gateway.store.recording.jobs import (EntryState, Job, MalformedEntry, parse_entry,
                                        predates_erase, stream_entries)
+from gateway.store.recording.usage import queue_usage
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 from gateway.store.redis_store import LATER_TOMBSTONE_LUA, require_decoded
 
@@ -447,6 +448,8 @@ class Recorder:
                         "message_count": int(offset) + edit.keep + len(edit.append)})
                     pipe.hsetnx(ck.meta, "created_at", repr(now))
                     pipe.zadd(self.keys.memory_dirty_of(job.key), {encode_key(job.key): now})
+                    if record.usage is not None:  # counted once: with the turn it belongs to
+                        queue_usage(pipe, self.keys, job.key, record.usage)
                     self._queue_ack(pipe, job.entry_id)
                     await pipe.execute()
                     self.applied += 1
