@@ -123,6 +123,10 @@ class ModelConfig(Strict):
     """Send the provider's prompt-cache hints (`prompt_cache_key` to OpenAI-compatible
     models, `cache_control` to Anthropic ones); null: only to OpenAI's own API and `anthropic/`
     models, which take them (another server might refuse a field it does not know)."""
+    stream_usage: bool = True
+    """Ask a stream's usage (`stream_options.include_usage`) when the client did not, and keep
+    it from that client; false for a server that refuses the field (its streams are then not
+    counted nor priced)."""
 
     def api_key(self, where: str) -> str | None:
         if self.api_key_env is None:

@@ -22,6 +22,8 @@ class ModelRoute:
     litellm_params: Mapping[str, Any]
     cache_hints: bool | None = None
     """The route's `cache_hints` setting (gateway/upstream/endpoint.py's `cache_hint`)."""
+    stream_usage: bool = True
+    """Whether a stream's usage is asked for when the client did not (`models.*.stream_usage`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,7 @@ class TenantDirectory:
                 routes={alias: ModelRoute(alias, m.model, m.api_base,
                                           m.api_key(f"tenants.{name}.models.{alias}"),
                                           m.timeout_seconds, dict(m.litellm_params),
-                                          m.cache_hints)
+                                          m.cache_hints, m.stream_usage)
                         for alias, m in t.models.items()},
                 policy=t.context.policy(),
                 headers=t.headers,

@@ -170,7 +170,7 @@ class Pipeline:
             await self.limiter.admit(limits, tenant.name, log.tokens_forwarded or 0)
         body = {**chat.passthrough, "messages": [m.to_openai() for m in messages]}
         strip_usage = False
-        if chat.stream:
+        if chat.stream and route.stream_usage:
             # Usage is read from every answer: a stream's comes only when asked for. Asked for
             # here, it is kept from a client that did not ask (ChatEncoder).
             options = body.get("stream_options")

@@ -84,6 +84,7 @@ def upstream():
 def gateway_url(redis_url, upstream):
     models = {"m": {"model": "openai/m", "api_base": upstream.url, "price": PRICE},
               "hinted": {"model": "openai/m", "api_base": upstream.url, "cache_hints": True},
+              "strict": {"model": "openai/m", "api_base": upstream.url, "stream_usage": False},
               "unpriced": {"model": "openai/no-such-model", "api_base": upstream.url},
               "fake-cached": {"model": "fake/cached-8", "price": PRICE}}
     with running_gateway(gateway_config(redis_url, models=models)) as url:
@@ -186,6 +187,15 @@ def test_a_client_that_did_not_ask_for_usage_gets_the_stream_without_it(gateway_
     assert plain == sse(False)  # byte for byte what the upstream sends when not asked
     assert asked == sse(True)
     usage_of(gateway_url, "u-strip", requests=2)
+
+
+def test_a_route_that_refuses_stream_options_gets_the_clients_stream_as_sent(gateway_url,
+                                                                              upstream):
+    chat(gateway_url, ids("strict-1", "u-strict"), model="strict", stream=True)
+    assert "stream_options" not in upstream.bodies[-1]
+    chat(gateway_url, ids("strict-1", "u-strict"), model="strict", stream=True,
+         stream_options={"include_usage": True})
+    assert upstream.bodies[-1]["stream_options"] == {"include_usage": True}  # the client's
 
 
 def test_the_openai_sdk_sees_the_usage_chunk_only_when_it_asked(gateway_url):
