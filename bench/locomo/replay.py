@@ -357,38 +357,34 @@ class Replayer:
                 bill(self.meter, previous, forwarded))
             previous = forwarded
 
-    async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
-                     q: Question, mode: str, budget: int) -> None:
-        sample_id = w.conversation.sample_id
-        current = {"role": "user", "content": q.question}
-        if mode == "stateless":
-            messages, conversation = [*w.script.messages, current], "replay"
-        elif mode == "stateful":
-            messages, conversation = [current], "replay"
-        else:
-            messages, conversation = [current], f"q{q.index}"
-        headers = self._headers(sample_id, mode, budget, conversation, persist=False)
-        async with gate or contextlib.nullcontext():
-            prompt, header_tokens, request_id = await self._post(client, headers, messages,
-                                                                 None)
-        w.outcome.requests += 1
-        w.probes[(mode, budget, q.index)] = (prompt, header_tokens, request_id)
-
-    async def _null_probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, w: _Work,
-                          n: int, text: str, mode: str, budget: int) -> None:
-        """A message that needs no memory, asked like a question: what recall adds to it."""
+    async def _ask(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
+                   text: str, mode: str, budget: int, fresh: str) -> tuple[Chat, int, str]:
+        """A probe, not persisted: `text` after the whole history (stateless), alone in the
+        replayed conversation (stateful), or alone in a new conversation `fresh` of the same
+        user (sessions)."""
         current = {"role": "user", "content": text}
         if mode == "stateless":
             messages, conversation = [*w.script.messages, current], "replay"
         elif mode == "stateful":
             messages, conversation = [current], "replay"
         else:
-            messages, conversation = [current], f"null{n}"
+            messages, conversation = [current], fresh
         headers = self._headers(w.conversation.sample_id, mode, budget, conversation,
                                 persist=False)
-        async with gate:
-            prompt, _, _ = await self._post(client, headers, messages, None)
+        async with gate or contextlib.nullcontext():
+            answer = await self._post(client, headers, messages, None)
         w.outcome.requests += 1
+        return answer
+
+    async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
+                     q: Question, mode: str, budget: int) -> None:
+        w.probes[(mode, budget, q.index)] = await self._ask(client, gate, w, q.question, mode,
+                                                            budget, f"q{q.index}")
+
+    async def _null_probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, w: _Work,
+                          n: int, text: str, mode: str, budget: int) -> None:
+        """A message that needs no memory, asked like a question: what recall adds to it."""
+        prompt, _, _ = await self._ask(client, gate, w, text, mode, budget, f"null{n}")
         w.outcome.null_recalled[("gateway", mode, budget)].append(
             recalled_tokens(self.meter, prompt))
 
