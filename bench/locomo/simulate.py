@@ -45,7 +45,6 @@ from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
 from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
                                        with_successors)
-from gateway.core.text.lexical import tokens
 from gateway.core.context.blocks import MemoryContext
 from gateway.core.messages import Message, chain
 from gateway.core.policy import ContextPolicy
@@ -57,7 +56,8 @@ from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
 from gateway.memory.recall.entry_cache import Link
-from gateway.memory.search.stemming import stemmed
+from gateway.memory.search.lexical_index import terms
+from gateway.memory.search.segmentation import segmenter
 from gateway.memory.jobs.turn_index import TurnEntry, turn_entries
 from gateway.tokenizer import CL100K, tokenizer_for_encoding
 
@@ -113,6 +113,8 @@ class Corpus:
     following: dict[str, str] = field(default_factory=dict)
     previous: dict[str, str] = field(default_factory=dict)
     query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    segment: bool = True
+    """Chinese cut into words (the gateway's default), else characters and bigrams."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What an experiment's recall keeps per conversation."""
 
@@ -155,13 +157,14 @@ class VectorCache:
             self._dirty = False
 
 
-def lexical_tokens(text: str) -> list[str]:
-    """As the gateway's lexical index tokenises (stemming on, its default)."""
-    return stemmed(tokens(text))
+def lexical_tokens(text: str, segment: bool = True) -> list[str]:
+    """As the gateway's lexical index tokenises (stemming on, its default; `segment`:
+    `memory.index.segmentation`)."""
+    return terms(text, segment=segmenter(segment))
 
 
 def build_corpus(conversation: Conversation, cache: VectorCache, *,
-                 context: bool = True) -> Corpus:
+                 context: bool = True, segment: bool = True) -> Corpus:
     script = build_script(conversation)
     messages = tuple(Message.of(m["role"], m["content"]) for m in script.messages)
     stored = chain(None, messages)
@@ -169,9 +172,9 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
     vectors = cache.embed([e.embed_text for e in entries])
     bm25 = Bm25()
     for e in entries:
-        bm25.add(lexical_tokens(e.text))
+        bm25.add(lexical_tokens(e.text, segment))
     corpus = Corpus(conversation, messages, tuple(s.id for s in stored), entries, vectors,
-                    bm25, Scorer(conversation, script.messages))
+                    bm25, Scorer(conversation, script.messages), segment=segment)
     corpus.by_id = {e.id: i for i, e in enumerate(entries)}
     corpus.following = {e.previous: e.id for e in entries if e.previous is not None}
     corpus.previous = {e.id: e.previous for e in entries if e.previous is not None}
@@ -191,7 +194,7 @@ def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
     sims = corpus.vectors @ q
     order = np.argsort(-sims, kind="stable")[:depth]
     dense = [corpus.entries[i].id for i in order]
-    scores = corpus.bm25.scores(lexical_tokens(query))
+    scores = corpus.bm25.scores(lexical_tokens(query, corpus.segment))
     n = min(depth, len(scores))
     top = np.argpartition(-scores, n - 1)[:n]
     top = top[np.argsort(-scores[top], kind="stable")]

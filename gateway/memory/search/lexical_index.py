@@ -3,7 +3,9 @@
 Documents: for conversation memory, each turn entry's text (the `turns` hash, id = message
 id) and each summary chunk's text (the `chunks` list, id "chunk:<id>"); for facts,
 "<key>: <value>" per fact (the `facts` hash, id = fact key). Tokens come from
-`gateway.core.text.lexical` (words; character unigrams + bigrams for Chinese).
+`terms`: `gateway.core.text.lexical`'s words, Chinese cut into dictionary words
+(gateway/memory/search/segmentation.py; character unigrams + bigrams with segmentation off),
+English words stemmed (gateway/memory/search/stemming.py; unless stemming is off).
 
 Built lazily and cached per namespace like the dense index: one GET of the version counter
 per search, a refresh when it moved. The index is incremental (`gateway.memory.search.bm25`): a
@@ -38,11 +40,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis.asyncio as aioredis
 
-from gateway.core.text.lexical import tokens
+from gateway.core.text.lexical import Segmenter, tokens
 from gateway.memory.search.bm25 import Bm25
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.search.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import UNREAD, Namespace, Unread
+from gateway.memory.search.segmentation import segmenter
 from gateway.memory.search.stemming import stemmed
 from gateway.memory.records.user_recall import is_chunk, split_id
 from gateway.store.codec import json_object
@@ -129,6 +132,13 @@ def _chunk_text(item: str, text: str) -> str | None:
     return text if is_chunk(item) or item.startswith(CHUNK_PREFIX) else None
 
 
+def terms(text: str, *, stem: bool = True, segment: Segmenter | None = None) -> list[str]:
+    """The BM25 terms of a document or a query: `tokens`, CJK runs cut by `segment`, English
+    words stemmed when `stem`."""
+    words = tokens(text, segment=segment)
+    return stemmed(words) if stem else words
+
+
 def chunk_id(raw_id: str) -> str:
     """The item id of a summary chunk (vectors and recall use "chunk:<id>")."""
     return raw_id if raw_id.startswith(CHUNK_PREFIX) else CHUNK_PREFIX + raw_id
@@ -139,20 +149,22 @@ class Bm25LexicalIndex:
 
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
                  max_namespaces: int = 256, max_documents: int = 500_000, stem: bool = True,
-                 encryption: Encryption = NO_ENCRYPTION):
+                 segment: bool = True, encryption: Encryption = NO_ENCRYPTION):
         """`stem`: stem English words (gateway.memory.search.stemming), in documents and queries;
-        `encryption` opens the stored texts (the index is built in process, never stored)."""
+        `segment`: cut Chinese into dictionary words (gateway.memory.search.segmentation; its
+        dictionary loads here, at start-up), else characters and bigrams; `encryption` opens
+        the stored texts (the index is built in process, never stored)."""
         self.encryption = encryption
         self.redis = redis
         self.keys = keys
         self.stem = stem
+        self.segment = segmenter(segment)
         self._cache: NamespaceCache[_Lexical] = NamespaceCache(max_namespaces, max_documents)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bm25")
         self._refreshing: dict[Namespace, asyncio.Task[_Lexical]] = {}
 
     def _tokens(self, text: str) -> list[str]:
-        words = tokens(text)
-        return stemmed(words) if self.stem else words
+        return terms(text, stem=self.stem, segment=self.segment)
 
     def close(self) -> None:
         for task in self._refreshing.values():
