@@ -46,6 +46,8 @@ _EN_RELATIVE_RE = re.compile(r"\b(?:(?P<before>the day before yesterday)|(?P<yes
                              r"|(?P<today>today)|last (?P<weekday>" + "|".join(_EN_WEEKDAYS)
                              + r"))\b", re.IGNORECASE)
 _ANCHOR = re.compile(r"\[([^\[\]\n]{1,60})\] ")
+_DIGIT_OR_MONTH = re.compile(r"\d|月")
+_RELATIVE_HINT = re.compile(r"[天日周期拜]|(?i:today|yesterday|last)")
 
 
 def day_key(month: int, day: int) -> str:
@@ -67,14 +69,17 @@ def named_days(text: str, today: datetime.date | None = None) -> list[str]:
     """The day keys of the days `text` names, in order of appearance, without repeats. Relative
     days only when `today` is given; a month and day that is no day of any year is left out."""
     found: list[tuple[int, str]] = []
-    for mention in find_dates(text):
-        found.append((mention.start, day_key(mention.date.month, mention.date.day)))
-    for pattern in (_ZH_MONTH_DAY, _EN_MONTH_DAY, _EN_DAY_MONTH):
-        for match in pattern.finditer(text):
-            key = _month_day(match.group("month"), match.group("day"))
-            if key is not None:
-                found.append((match.start(), key))
-    if today is not None:
+    # Every question goes through here on the request path: the patterns only run on text
+    # that could hold what they find (a digit or a Chinese numeral before 月; a relative word).
+    if _DIGIT_OR_MONTH.search(text):
+        for mention in find_dates(text):
+            found.append((mention.start, day_key(mention.date.month, mention.date.day)))
+        for pattern in (_ZH_MONTH_DAY, _EN_MONTH_DAY, _EN_DAY_MONTH):
+            for match in pattern.finditer(text):
+                key = _month_day(match.group("month"), match.group("day"))
+                if key is not None:
+                    found.append((match.start(), key))
+    if today is not None and _RELATIVE_HINT.search(text):
         found.extend((start, day_key(d.month, d.day)) for start, d in _relative(text, today))
     return list(dict.fromkeys(key for _, key in sorted(found)))
 
