@@ -46,6 +46,7 @@ _EN_RELATIVE_RE = re.compile(r"\b(?:(?P<before>the day before yesterday)|(?P<yes
                              r"|(?P<today>today)|last (?P<weekday>" + "|".join(_EN_WEEKDAYS)
                              + r"))\b", re.IGNORECASE)
 _ANCHOR = re.compile(r"\[([^\[\]\n]{1,60})\] ")
+_DIGIT = re.compile(r"\d")
 _DIGIT_OR_MONTH = re.compile(r"\d|月")
 _RELATIVE_HINT = re.compile(r"[天日周期拜]|(?i:today|yesterday|last)")
 
@@ -61,6 +62,8 @@ def day_of(text: str) -> datetime.date | None:
     match = _ANCHOR.match(text)
     if match is not None and (mentions := find_dates(match.group(1))):
         return mentions[-1].date
+    if not _DIGIT.search(text):  # every complete date has digits: most turns have none
+        return None
     mentions = find_dates(text)
     return mentions[-1].date if mentions else None
 
