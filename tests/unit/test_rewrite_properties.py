@@ -181,8 +181,8 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
     if out.message_limit is not None:
         # The newest turns were fitted to their share by shortening every history message.
         assert out.message_limit < policy.truncate_message_tokens
-        request = replace(request, policy=replace(policy, truncate_message_tokens=out.message_limit))
-        policy = request.policy
+        policy = replace(policy, truncate_message_tokens=out.message_limit)
+        request = replace(request, policy=policy)
     window_room = check_memory(request, out, head, window, tail, tok)
 
     # The window is a contiguous suffix of the history, each message whole or shortened.

@@ -3,8 +3,8 @@
 BM25 over Chinese text needs words; the text has no spaces. Character bigrams (the fallback in
 `gateway.core.text.lexical`) match "北京" but also every bigram that straddles two words
 ("在北"), so short question-shaped turns share many bigrams with any question. Measured on the
-MemoryBank-zh dev set (bench/README.md, "Chinese-aware recall"), dictionary words instead of
-characters and bigrams keep more evidence at every budget.
+MemoryBank-zh dev set (bench/README.md, "User–assistant chats in two languages"), dictionary
+words instead of characters and bigrams keep more evidence (simulated, at every budget).
 
 rjieba (the Rust jieba-rs, its dictionary compiled in) loads that dictionary when first
 imported (~1.3 s) and never touches the network or the disk after; `warm()` does it at start-up
