@@ -168,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.ranker == "held-out":
         from bench.locomo.ranker import fold_weights
         _progress("training the learned ranking without each conversation in turn")
-        trained = fold_weights(args.data)
+        # The folds are trained on features of the same BM25 terms the gateway will use.
+        segment = dict(args.overrides or ()).get("config.memory.index.segmentation", True)
+        trained = fold_weights(args.data, segment=bool(segment))
         if all(c.sample_id in trained for c in conversations):
             folds = {c.sample_id: trained[c.sample_id] for c in conversations}
         else:  # a file of one conversation: nothing else to train on

@@ -130,12 +130,13 @@ def weights_module(ranker: Ranker, source: str) -> str:
             f'ranking")."""\n\nDEV_WEIGHTS = {{\n' + "\n".join(lines) + "\n}\n")
 
 
-def fold_weights(data: Path | str, cache: Path | None = None) -> dict[str, dict[str, float]]:
+def fold_weights(data: Path | str, cache: Path | None = None, *,
+                 segment: bool = True) -> dict[str, dict[str, float]]:
     """Per conversation of `data`: the weights trained on every other conversation (see
-    `leave_one_out`)."""
+    `leave_one_out`); `segment`: the gateway's `memory.index.segmentation`."""
     from gateway.memory.embedders.use import UseEmbedder
     vectors = VectorCache(cache or Path(tempfile.gettempdir()) / "locomo-sim", UseEmbedder())
-    corpora = [build_corpus(c, vectors) for c in load(str(data))]
+    corpora = [build_corpus(c, vectors, segment=segment) for c in load(str(data))]
     vectors.save()
     knobs = replace(Knobs(), depth=DEPTH)
     examples_by = {c.conversation.sample_id: examples(c, knobs) for c in corpora}

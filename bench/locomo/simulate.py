@@ -26,6 +26,7 @@ the embedder and a digest of the texts: nothing of the data is written into the 
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import itertools
 import json
@@ -45,7 +46,6 @@ from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
 from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
                                        with_successors)
-from gateway.core.text.lexical import tokens
 from gateway.core.context.blocks import MemoryContext
 from gateway.core.messages import Message, chain
 from gateway.core.policy import ContextPolicy
@@ -57,7 +57,8 @@ from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
 from gateway.memory.recall.entry_cache import Link
-from gateway.memory.search.stemming import stemmed
+from gateway.memory.search.lexical_index import document_terms, query_terms
+from gateway.memory.search.segmentation import segmenter
 from gateway.memory.jobs.turn_index import TurnEntry, turn_entries
 from gateway.tokenizer import CL100K, tokenizer_for_encoding
 
@@ -113,6 +114,10 @@ class Corpus:
     following: dict[str, str] = field(default_factory=dict)
     previous: dict[str, str] = field(default_factory=dict)
     query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    segment: bool = True
+    """Chinese cut into words (the gateway's default), else characters and bigrams."""
+    latest: datetime.date | None = None
+    """The latest day of its turns (what the lexical index resolves relative days from)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What an experiment's recall keeps per conversation."""
 
@@ -155,23 +160,29 @@ class VectorCache:
             self._dirty = False
 
 
-def lexical_tokens(text: str) -> list[str]:
-    """As the gateway's lexical index tokenises (stemming on, its default)."""
-    return stemmed(tokens(text))
+def lexical_tokens(text: str, segment: bool = True, today: datetime.date | None = None,
+                   ) -> list[str]:
+    """A query's terms as the gateway's lexical index makes them (stemming on, its default;
+    `segment`: `memory.index.segmentation`; `today`: the conversation's latest day)."""
+    return query_terms(text, today, segment=segmenter(segment))
 
 
 def build_corpus(conversation: Conversation, cache: VectorCache, *,
-                 context: bool = True) -> Corpus:
+                 context: bool = True, segment: bool = True) -> Corpus:
     script = build_script(conversation)
     messages = tuple(Message.of(m["role"], m["content"]) for m in script.messages)
     stored = chain(None, messages)
     entries = turn_entries(stored, context=context)
     vectors = cache.embed([e.embed_text for e in entries])
     bm25 = Bm25()
+    days = []
     for e in entries:
-        bm25.add(lexical_tokens(e.text))
+        words, day = document_terms(e.text, segment=segmenter(segment))
+        bm25.add(words)
+        days.append(day)
     corpus = Corpus(conversation, messages, tuple(s.id for s in stored), entries, vectors,
-                    bm25, Scorer(conversation, script.messages))
+                    bm25, Scorer(conversation, script.messages), segment=segment,
+                    latest=max((d for d in days if d is not None), default=None))
     corpus.by_id = {e.id: i for i, e in enumerate(entries)}
     corpus.following = {e.previous: e.id for e in entries if e.previous is not None}
     corpus.previous = {e.id: e.previous for e in entries if e.previous is not None}
@@ -191,7 +202,7 @@ def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
     sims = corpus.vectors @ q
     order = np.argsort(-sims, kind="stable")[:depth]
     dense = [corpus.entries[i].id for i in order]
-    scores = corpus.bm25.scores(lexical_tokens(query))
+    scores = corpus.bm25.scores(lexical_tokens(query, corpus.segment, corpus.latest))
     n = min(depth, len(scores))
     top = np.argpartition(-scores, n - 1)[:n]
     top = top[np.argsort(-scores[top], kind="stable")]

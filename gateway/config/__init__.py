@@ -141,6 +141,9 @@ class ContextConfig(Strict):
     truncate_message_tokens: int = Field(1000, gt=16)
     min_recent_turns: int = Field(1, ge=0)
     """The newest turns kept before recalled memory takes its share of the budget."""
+    recent_share: float = Field(0.25, ge=0, le=1)
+    """At most this share of the room for those newest turns: a longer turn is shortened
+    (head and a visible mark), never dropped. 0: off."""
     # Shares of the room left after the client's system prompts and current message; what a
     # layer does not use flows to the recent turns (and what they leave, to recall).
     summary_share: float = Field(0.0, ge=0, le=1)

@@ -187,6 +187,9 @@ class IndexConfig(Strict):
     """Embed each turn after the turn before it (a dense hit then ranks both)."""
     stemming: bool = True
     """Stem English words for BM25 ("researching" finds "research")."""
+    segmentation: bool = True
+    """Cut Chinese into dictionary words for BM25 (jieba's, through rjieba); false: character
+    unigrams and bigrams."""
 
 
 class MemoryConfig(Strict):

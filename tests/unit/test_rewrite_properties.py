@@ -21,6 +21,7 @@ from gateway.core.context.blocks import (
     PinnedMessage,
     one_line,
     render_blocks,
+    framing_for,
     render_profile,
     render_recalled,
     render_summary,
@@ -177,6 +178,11 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
     n_tail = int("recalled" in out.memory_blocks)
     head, tail = middle[:n_head], middle[len(middle) - n_tail:]
     window = middle[n_head:len(middle) - n_tail]
+    if out.message_limit is not None:
+        # The newest turns were fitted to their share by shortening every history message.
+        assert out.message_limit < policy.truncate_message_tokens
+        policy = replace(policy, truncate_message_tokens=out.message_limit)
+        request = replace(request, policy=policy)
     window_room = check_memory(request, out, head, window, tail, tok)
 
     # The window is a contiguous suffix of the history, each message whole or shortened.
@@ -306,12 +312,13 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     def share(fraction: float) -> int:
         return max(0, int(fraction * room))
 
+    framing = framing_for(m.text for m in request.current if m.role == "user")
     chunks = [c for c in memory.summary_chunks if c.strip()]
     k = out.summary_chunks
-    summary = render_summary(chunks[len(chunks) - k:]) if k else None
-    assert all(cost((render_summary(chunks[-j:]),), tok) > share(policy.summary_share)
+    summary = render_summary(chunks[len(chunks) - k:], framing) if k else None
+    assert all(cost((render_summary(chunks[-j:], framing),), tok) > share(policy.summary_share)
                for j in range(k + 1, len(chunks) + 1))
-    profile = render_profile(memory.profile)
+    profile = render_profile(memory.profile, framing)
     left = room - cost((summary,), tok)
     if profile is not None and cost((profile,), tok) > min(share(policy.profile_share), left):
         profile = None
@@ -330,7 +337,7 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
                 continue
             said.add(text)
         offered.append(r)
-    all_recalled = render_recalled(offered)
+    all_recalled = render_recalled(offered, framing)
     # The newest `min_recent_turns` are served before recall's share: what the window alone
     # takes of them (the rewrite without recollections and with that turn cap).
     first = rewrite(replace(request, memory=replace(memory, recalled=()), policy=replace(
@@ -366,7 +373,7 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     by_id = {r.id: r for r in memory.recalled}
     kept = [by_id[i] for i in out.recalled_ids]
     assert all(r in eligible for r in kept)
-    assert tail == ((render_recalled(kept),) if kept else ())
+    assert tail == ((render_recalled(kept, framing),) if kept else ())
     assert out.recalled == len(kept) and out.recalled_tokens == cost(tail, tok)
     facts = [r for r in kept if r.kind == "fact"]
     assert kept[:len(facts)] == facts  # facts first, then chronologically
@@ -379,7 +386,7 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     for r in eligible:
         if r.id not in out.recalled_ids:
             higher = [x for x in kept if rank[x.id] < rank[r.id]]
-            assert cost((render_recalled(higher + [r]),), tok) > recall_room
+            assert cost((render_recalled(higher + [r], framing),), tok) > recall_room
     return window_room
 
 

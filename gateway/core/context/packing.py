@@ -24,10 +24,10 @@ from typing import Generic, Sequence, TypeVar
 
 from gateway.core.context.blocks import (
     BLOCK_ROLE,
-    RECALLED_HEADER,
+    ENGLISH,
     RECALLED_TAG,
-    SUMMARY_HEADER,
     SUMMARY_TAG,
+    Framing,
     block_frame,
     date_line,
     escape_tag,
@@ -72,7 +72,8 @@ def _frame_cost(header: str, tag: str, tokenizer: Tokenizer) -> int:
 
 # --- the summary block ------------------------------------------------------------------------
 
-def pack_summary(chunks: Sequence[str], limit: int, tokenizer: Tokenizer) -> Packed[str]:
+def pack_summary(chunks: Sequence[str], limit: int, tokenizer: Tokenizer,
+                 framing: Framing = ENGLISH) -> Packed[str]:
     """The longest run of newest chunks whose block fits `limit`, shown oldest first. The run
     is unbroken up to the newest chunk, so the block never skips a stretch of the conversation
     (an older chunk is dropped before a newer one). Nothing when not even the newest fits.
@@ -82,8 +83,8 @@ def pack_summary(chunks: Sequence[str], limit: int, tokenizer: Tokenizer) -> Pac
     usable = tuple(c for c in chunks if c and c.strip())
     parts = summary_parts(usable)
     if not usable or len(parts) != len(usable):  # the latter never (see summary_parts)
-        return _pack_summary_by_measure(usable, limit, tokenizer)
-    price = _frame_cost(SUMMARY_HEADER, SUMMARY_TAG, tokenizer) + tokenizer.count(
+        return _pack_summary_by_measure(usable, limit, tokenizer, framing)
+    price = _frame_cost(framing.summary, SUMMARY_TAG, tokenizer) + tokenizer.count(
         parts[-1] + "\n")
     k = 0
     if price <= limit:
@@ -95,30 +96,31 @@ def pack_summary(chunks: Sequence[str], limit: int, tokenizer: Tokenizer) -> Pac
             price, k = price + more, k + 1
     packed: Packed[str] = Packed()
     if k:
-        block = render_summary(usable[-k:])
+        block = render_summary(usable[-k:], framing)
         assert block is not None
         if count_message(block, tokenizer) != price:
-            return _pack_summary_by_measure(usable, limit, tokenizer)
+            return _pack_summary_by_measure(usable, limit, tokenizer, framing)
         packed = Packed(block, price, usable[-k:])
     if k < len(usable):  # the next longer run must not fit, as priced
-        longer = render_summary(usable[-k - 1:])
+        longer = render_summary(usable[-k - 1:], framing)
         if longer is not None and count_message(longer, tokenizer) <= limit:
-            return _pack_summary_by_measure(usable, limit, tokenizer)
+            return _pack_summary_by_measure(usable, limit, tokenizer, framing)
     return packed
 
 
-def _pack_summary_by_measure(usable: tuple[str, ...], limit: int,
-                             tokenizer: Tokenizer) -> Packed[str]:
+def _pack_summary_by_measure(usable: tuple[str, ...], limit: int, tokenizer: Tokenizer,
+                             framing: Framing = ENGLISH) -> Packed[str]:
     """The definition of `pack_summary`: each run measured as rendered, longest first."""
     for k in range(len(usable), 0, -1):
-        block = render_summary(usable[-k:])
+        block = render_summary(usable[-k:], framing)
         if block is not None and (cost := count_message(block, tokenizer)) <= limit:
             return Packed(block, cost, usable[-k:])
     return Packed()
 
 
-def pack_profile(profile: str | None, limit: int, tokenizer: Tokenizer) -> Packed[str]:
-    block = render_profile(profile)
+def pack_profile(profile: str | None, limit: int, tokenizer: Tokenizer,
+                 framing: Framing = ENGLISH) -> Packed[str]:
+    block = render_profile(profile, framing)
     if block is None or (cost := count_message(block, tokenizer)) > limit:
         return Packed()
     return Packed(block, cost, (profile or "",))
@@ -188,18 +190,18 @@ def shown_texts(messages: Sequence[Message]) -> frozenset[str]:
 
 
 def recall_reservation(recalled: Sequence[RecalledLine], limit: int,
-                       tokenizer: Tokenizer) -> int:
+                       tokenizer: Tokenizer, framing: Framing = ENGLISH) -> int:
     """What to hold back from the recent window for recalled items: `limit`, or the cost of
     showing all of them if that is less; nothing without recollections. Priced, not measured:
     it decides how the room is shared, never whether the prompt fits."""
     usable = [line for line in recalled if line.text]
     if not usable:
         return 0
-    return max(0, min(limit, _RecalledPrices(usable, tokenizer).whole()))
+    return max(0, min(limit, _RecalledPrices(usable, tokenizer, framing).whole()))
 
 
 def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
-                  tokenizer: Tokenizer) -> Packed[Recollection]:
+                  tokenizer: Tokenizer, framing: Framing = ENGLISH) -> Packed[Recollection]:
     """Best first: each recollection, in rank order, that the block can take and still fit
     `limit`. Items are independent, so one that does not fit is skipped and the next (smaller)
     ones are tried. The block shows them in reading order (see `render_recalled`).
@@ -209,7 +211,7 @@ def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
     usable = [line for line in recalled if line.text]
     if not usable:
         return Packed()
-    prices = _RecalledPrices(usable, tokenizer)
+    prices = _RecalledPrices(usable, tokenizer, framing)
     chosen, price = prices.pack(limit)
     if adds_up_by_line(tokenizer):
         # The price is the count (the block's lines are one-line texts): nothing to measure.
@@ -217,14 +219,15 @@ def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
         if not chosen:
             return Packed()
         kept = sorted((usable[i] for i in chosen), key=lambda line: reading_key(line.item))
-        return Packed(recalled_block([(line.anchor, line.rest) for line in kept]), price,
-                      tuple(line.item for line in kept))
+        return Packed(recalled_block([(line.anchor, line.rest) for line in kept], framing),
+                      price, tuple(line.item for line in kept))
     # Measured as rendered: the block chosen, or when none is, the best item's block —
     # rendered from the lines already split (what `render_recalled` of their items gives).
     kept = sorted((usable[i] for i in chosen or [0]), key=lambda line: reading_key(line.item))
-    block = recalled_block([(line.anchor, line.rest) for line in kept])
+    block = recalled_block([(line.anchor, line.rest) for line in kept], framing)
     if count_message(block, tokenizer) != (price if chosen else prices.alone(0)):
-        return _pack_recalled_by_measure([line.item for line in usable], limit, tokenizer)
+        return _pack_recalled_by_measure([line.item for line in usable], limit, tokenizer,
+                                         framing)
     return Packed(block, price, tuple(line.item for line in kept)) if chosen else Packed()
 
 
@@ -237,14 +240,14 @@ def adds_up_by_line(tokenizer: Tokenizer) -> bool:
     return getattr(tokenizer, "adds_up_by_line", False) is True
 
 
-def _pack_recalled_by_measure(usable: list[Recollection], limit: int,
-                              tokenizer: Tokenizer) -> Packed[Recollection]:
+def _pack_recalled_by_measure(usable: list[Recollection], limit: int, tokenizer: Tokenizer,
+                              framing: Framing = ENGLISH) -> Packed[Recollection]:
     """The definition of `pack_recalled`: the block rendered and measured for every
     candidate."""
     kept: list[Recollection] = []
     packed: Packed[Recollection] = Packed()
     for item in usable:
-        block = render_recalled(kept + [item])
+        block = render_recalled(kept + [item], framing)
         if block is not None and (cost := count_message(block, tokenizer)) <= limit:
             kept.append(item)
             packed = Packed(block, cost, recalled_in_reading_order(kept))
@@ -262,9 +265,10 @@ class _RecalledPrices:
 
     __slots__ = ("anchors", "dates", "frame", "lines", "position")
 
-    def __init__(self, usable: list[RecalledLine], tokenizer: Tokenizer) -> None:
+    def __init__(self, usable: list[RecalledLine], tokenizer: Tokenizer,
+                 framing: Framing = ENGLISH) -> None:
         self.lines = usable
-        self.frame = _frame_cost(RECALLED_HEADER, RECALLED_TAG, tokenizer)
+        self.frame = _frame_cost(framing.recalled, RECALLED_TAG, tokenizer)
         # sorted() is stable, as in `recalled_in_reading_order`: ties keep their rank order.
         reading = sorted(range(len(usable)), key=lambda i: reading_key(usable[i].item))
         self.position = [0] * len(usable)

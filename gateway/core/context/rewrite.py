@@ -18,10 +18,16 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
   `policy.max_recent_turns` user turns, starting at a user message — except when not even the
   newest turn fits whole: then the newest messages of that turn that fit are forwarded alone
   (the model's last reply matters most to a follow-up such as "yes, do that");
+- the newest `policy.min_recent_turns` turns take at most `policy.recent_share` of the room:
+  when they cost more, every history message is shortened to the longest length (below
+  `truncate_message_tokens`) with which they fit, marked as shortened — never dropped for
+  being long (`Rewrite.message_limit` reports that length);
 - a tool call travels with its results: an assistant message and the tool messages after it are
   kept or dropped together, and a tool message is never forwarded without its call;
-- a history message longer than `policy.truncate_message_tokens` is forwarded as a shortened
-  copy (its head plus `TRUNCATION_MARKER`); inputs are never altered;
+- a history message longer than `policy.truncate_message_tokens` (or the fitted length above)
+  is forwarded as a shortened copy (its head plus `TRUNCATION_MARKER`); inputs are never
+  altered;
+- the memory blocks' headers are in the current message's language (`blocks.framing_for`);
 - pinned messages (gateway/core/context/pinned.py) are never shortened: each is shown whole in the
   pinned block or not at all. The block gets at most `policy.pinned_share` of the room, first;
   a pin the instructions, the current turn or the forwarded history show is not repeated (by
@@ -49,7 +55,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
-from gateway.core.context.blocks import BlockName, MemoryContext, PinnedMessage
+from gateway.core.context.blocks import (BlockName, Framing, MemoryContext, PinnedMessage,
+                                         framing_for)
 from gateway.core.messages import Message
 from gateway.core.context.packing import (
     Packed,
@@ -136,6 +143,9 @@ class Rewrite:
     pinned_ids: tuple[str, ...] = ()
     """Their ids, in the order shown."""
     pinned_tokens: int = 0
+    message_limit: int | None = None
+    """The length (tokens) history messages were shortened to, when less than the policy's
+    `truncate_message_tokens`: the newest turns were fitted to `recent_share` of the room."""
 
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
@@ -172,6 +182,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     # Anything added makes the prompt non-empty, so the reply priming is always paid.
     room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
     memory = request.memory
+    framing = framing_for(m.text for m in request.current if m.role == "user")
     start = _first_forwardable(request.history)
     forwardable_cost = sum(costs[start:])
     pin_limit = share(policy.pinned_share, room)
@@ -185,7 +196,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     if forwardable_cost + outside.cost <= room:
         return _whole_history(request, request.history[start:], room - forwardable_cost,
                               tokens_original, fixed_cost + forwardable_cost, tokenizer,
-                              outside)
+                              outside, framing)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
     pinned: Packed[PinnedMessage] = Packed()
     if memory.pinned:
@@ -194,20 +205,27 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     pinned_ids, pinned_texts = _pins_shown(pinned.items)
     left = room - pinned.cost
     summary = pack_summary(memory.summary_chunks, min(share(policy.summary_share, room), left),
-                           tokenizer)
+                           tokenizer, framing)
     left -= summary.cost
     profile = pack_profile(memory.profile, min(share(policy.profile_share, room), left),
-                           tokenizer)
+                           tokenizer, framing)
     left -= profile.cost
     offered = drop_redundant(recalled_lines(memory.recalled, tokenizer), pinned_ids,
                              summary.items, pinned_texts)
     begin = _unsummarized(request, summary.block is not None)
     candidates, candidate_costs = request.history[begin:], costs[begin:]
+    # The newest turns are served first, but only up to their share of the room: a longer one
+    # is shortened (every message of it cut to one length, marked), never dropped.
+    limit = _fitted_length(candidates, candidate_costs,
+                           min(share(policy.recent_share, room), left), policy, tokenizer) \
+        if policy.recent_share > 0 else policy.truncate_message_tokens
+    fitted = limit < policy.truncate_message_tokens
+    policy = replace(policy, truncate_message_tokens=limit)
     newest = replace(policy, max_recent_turns=min(policy.min_recent_turns,
                                                   policy.max_recent_turns))
     first = _recent_window(candidates, candidate_costs, left, newest, tokenizer)
     reserved = recall_reservation(offered, min(share(policy.recall_share, room),
-                                               left - first.cost), tokenizer)
+                                               left - first.cost), tokenizer, framing)
     window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
     window_ids, window_texts = _window_ids(request, window), shown_texts(window.messages)
     if pinned.items:
@@ -219,7 +237,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
             pinned = pack_pinned(kept, pinned.cost, tokenizer)
             left += freed - pinned.cost
     offered = drop_redundant(offered, window_ids, (), window_texts)
-    recalled = pack_recalled(offered, left - window.cost, tokenizer)
+    recalled = pack_recalled(offered, left - window.cost, tokenizer, framing)
 
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
         ("pinned", pinned.block), ("summary", summary.block), ("profile", profile.block),
@@ -248,19 +266,20 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
         **_pinned_fields(pinned),
+        message_limit=limit if fitted else None,
     )
 
 
 def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
                    tokens_original: int, fixed_cost: int, tokenizer: Tokenizer,
-                   pinned: Packed[PinnedMessage]) -> Rewrite:
+                   pinned: Packed[PinnedMessage], framing: Framing) -> Rewrite:
     """The history fits: all of it (`history`: what of it can be forwarded), verbatim, plus
     only what memory knows from outside it — the pins it does not show (`pinned`, packed by
     the caller), the profile and recalled items not all of whose sources it holds (facts
     learned elsewhere, other conversations) — in the room `left`. Never a summary of turns it
     shows, so the prompt costs at most the conversation plus that outside memory."""
     left -= pinned.cost
-    profile = pack_profile(request.memory.profile, left, tokenizer)
+    profile = pack_profile(request.memory.profile, left, tokenizer, framing)
     ids = frozenset(i for i in request.history_ids if i is not None)
     # A fact learned from turns shown here says again what they say.
     outside = tuple(r for r in request.memory.recalled
@@ -268,7 +287,7 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
     pinned_ids, pinned_texts = _pins_shown(pinned.items)
     offered = drop_redundant(recalled_lines(outside, tokenizer), ids | pinned_ids, (),
                              shown_texts(history) | pinned_texts)
-    recalled = pack_recalled(offered, left - profile.cost, tokenizer)
+    recalled = pack_recalled(offered, left - profile.cost, tokenizer, framing)
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
         ("pinned", pinned.block), ("profile", profile.block), ("recalled", recalled.block))
     messages = (request.instructions
@@ -371,6 +390,34 @@ def _recent_window(history: tuple[Message, ...], message_costs: tuple[int, ...],
     originals = history[len(history) - len(messages):]  # the window is a suffix of history
     return _Window(messages=messages, cost=cost,
                    truncated=sum(1 for m, o in zip(messages, originals) if m is not o))
+
+
+def _fitted_length(history: tuple[Message, ...], message_costs: tuple[int, ...], cap: int,
+                   policy: ContextPolicy, tokenizer: Tokenizer) -> int:
+    """The longest message length (at most `policy.truncate_message_tokens`) with which the
+    newest `policy.min_recent_turns` turns cost at most `cap`, each message shortened to it;
+    the policy's when not even 1-token heads fit (then the window keeps what fits of them, as
+    it would without this)."""
+    limit = policy.truncate_message_tokens
+    spans = [span for turn, _ in zip(_turns_newest_first(history),
+                                     range(max(1, policy.min_recent_turns))) for span in turn]
+
+    def cost(length: int) -> int:
+        return sum(cost_as_shortened(shorten(history[a:b], length, tokenizer), history[a:b],
+                                     message_costs[a:b], tokenizer) for a, b in spans)
+
+    if not spans or cost(limit) <= cap:
+        return limit
+    low, high = 1, limit  # cost(high) > cap; find the largest length whose cost fits
+    if cost(low) > cap:
+        return limit  # nothing to gain by cutting: the window keeps what fits, as before
+    while high - low > 1:
+        middle = (low + high) // 2
+        if cost(middle) <= cap:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _first_forwardable(history: tuple[Message, ...]) -> int:

@@ -1,2 +1,2 @@
-"""Rules about text: tokens (counting, lexical), dates, PII and national ids. Pure; imports only
-`gateway.core`."""
+"""Rules about text: tokens (counting, lexical), dates and the days a question names, PII and
+national ids. Pure; imports only `gateway.core`."""

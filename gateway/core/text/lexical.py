@@ -1,9 +1,11 @@
 """Tokens for lexical (BM25) search, in any script.
 
 Space-separated scripts are split into lowercase words; CJK text (Han, kana) has no spaces, so
-each run of it becomes its characters and its character bigrams: "我住在北京" matches a query
-for "北京" through the bigram, and single characters still match when no bigram does.
-Function words are left out in both kinds of script (stopword lists below).
+each run of it becomes either its characters and its character bigrams (the default: "我住在北京"
+matches a query for "北京" through the bigram, and single characters still match when no bigram
+does), or the words a `segment` function cuts it into (the gateway's lexical index passes a
+dictionary segmenter: gateway/memory/search/segmentation.py). Function words are left out in
+both kinds of script (stopword lists below).
 
 Invariants: pure and deterministic; text is NFKC-normalised first, so full-width letters and
 digits ("ＡＢＣ１２３") match their ASCII forms; no token is empty; digits are kept (an exact
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Callable, Iterable
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -38,17 +41,32 @@ CHINESE_FUNCTION_BIGRAMS = frozenset(
     "是不 有没 没有 可以 知道 觉得".split())
 
 
-def tokens(text: str, *, stopwords: frozenset[str] = ENGLISH_STOPWORDS) -> list[str]:
-    """The lexical tokens of `text`, in order (duplicates kept: term frequency matters)."""
+Segmenter = Callable[[str], Iterable[str]]
+"""Cuts one run of CJK characters into words, in order (their concatenation is the run)."""
+
+
+def tokens(text: str, *, stopwords: frozenset[str] = ENGLISH_STOPWORDS,
+           segment: Segmenter | None = None) -> list[str]:
+    """The lexical tokens of `text`, in order (duplicates kept: term frequency matters).
+    `segment`: CJK runs become its words (less function words) instead of characters and
+    character bigrams."""
     out: list[str] = []
     for word in _WORD.findall(unicodedata.normalize("NFKC", text).lower()):
         position = 0
         for run in _CJK_RUN.finditer(word):
             _add_word(out, word[position:run.start()], stopwords)
-            _add_cjk(out, run.group(0))
+            if segment is None:
+                _add_cjk(out, run.group(0))
+            else:
+                out.extend(w for w in segment(run.group(0)) if not function_word(w))
             position = run.end()
         _add_word(out, word[position:], stopwords)
     return out
+
+
+def function_word(word: str) -> bool:
+    """A CJK word that carries no topic: a function bigram, or function characters only."""
+    return word in CHINESE_FUNCTION_BIGRAMS or all(c in CHINESE_FUNCTION_CHARS for c in word)
 
 
 def _add_word(out: list[str], word: str, stopwords: frozenset[str]) -> None:

@@ -3,7 +3,13 @@
 Documents: for conversation memory, each turn entry's text (the `turns` hash, id = message
 id) and each summary chunk's text (the `chunks` list, id "chunk:<id>"); for facts,
 "<key>: <value>" per fact (the `facts` hash, id = fact key). Tokens come from
-`gateway.core.text.lexical` (words; character unigrams + bigrams for Chinese).
+`terms`: `gateway.core.text.lexical`'s words, Chinese cut into dictionary words
+(gateway/memory/search/segmentation.py; character unigrams + bigrams with segmentation off),
+English words stemmed (gateway/memory/search/stemming.py; unless stemming is off). Days: a
+document's day (the date anchor its text starts with, `gateway.core.text.days.day_of`) is one
+more term, and a query gets the terms of the days it names ("5月2日", "On May 2nd"; relative
+ones such as "昨天" from the latest day the namespace's documents hold), so a question that
+names a day finds what was said on it.
 
 Built lazily and cached per namespace like the dense index: one GET of the version counter
 per search, a refresh when it moved. The index is incremental (`gateway.memory.search.bm25`): a
@@ -31,6 +37,7 @@ documents (tests/unit/test_bm25.py).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,11 +45,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis.asyncio as aioredis
 
-from gateway.core.text.lexical import tokens
+from gateway.core.text.days import day_key, day_of, named_days
+from gateway.core.text.lexical import Segmenter, tokens
 from gateway.memory.search.bm25 import Bm25
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.search.namespace_cache import Cached, NamespaceCache, namespace_keys
 from gateway.memory.ports import UNREAD, Namespace, Unread
+from gateway.memory.search.segmentation import segmenter
 from gateway.memory.search.stemming import stemmed
 from gateway.memory.records.user_recall import is_chunk, split_id
 from gateway.store.codec import json_object
@@ -81,11 +90,17 @@ class _Lexical:
     """User namespaces: rows are masked by conversation."""
     masks: dict[str, np.ndarray] = field(default_factory=dict)
     """Made on first use and extended as rows are added: conversation -> its rows."""
+    latest: datetime.date | None = None
+    """The latest day a document was added with: "today" for a query's relative days."""
 
-    def add(self, item: str, words: list[str], text: str | None = None) -> None:
-        """`text`: a chunk's text (kept to skip tokenising it again while unchanged)."""
+    def add(self, item: str, words: list[str], text: str | None = None,
+            day: datetime.date | None = None) -> None:
+        """`text`: a chunk's text (kept to skip tokenising it again while unchanged); `day`:
+        the document's day (its term is among `words`)."""
         if text is not None:
             self.texts[item] = text
+        if day is not None and (self.latest is None or day > self.latest):
+            self.latest = day
         old = self.rows.get(item)
         if old is not None:
             if self.tokens[item] == words:
@@ -106,7 +121,7 @@ class _Lexical:
         """Itself, or — once removed rows outnumber live ones — a rebuild of the live ones."""
         if self.bm25.dead <= max(64, self.bm25.live):
             return self
-        fresh = _Lexical(grouped=self.grouped)
+        fresh = _Lexical(grouped=self.grouped, latest=self.latest)
         for item in sorted(self.rows, key=self.rows.__getitem__):
             fresh.add(item, self.tokens[item], self.texts.get(item))
         return fresh
@@ -129,6 +144,27 @@ def _chunk_text(item: str, text: str) -> str | None:
     return text if is_chunk(item) or item.startswith(CHUNK_PREFIX) else None
 
 
+def terms(text: str, *, stem: bool = True, segment: Segmenter | None = None) -> list[str]:
+    """The BM25 terms of a document or a query: `tokens`, CJK runs cut by `segment`, English
+    words stemmed when `stem`."""
+    words = tokens(text, segment=segment)
+    return stemmed(words) if stem else words
+
+
+def document_terms(text: str, *, stem: bool = True, segment: Segmenter | None = None,
+                   ) -> tuple[list[str], datetime.date | None]:
+    """(terms, day) of a stored document: `terms`, and its day's key when it has one."""
+    words, day = terms(text, stem=stem, segment=segment), day_of(text)
+    return (words + [day_key(day.month, day.day)] if day is not None else words), day
+
+
+def query_terms(text: str, today: datetime.date | None = None, *, stem: bool = True,
+                segment: Segmenter | None = None) -> list[str]:
+    """The terms of a query: `terms`, and the keys of the days it names (relative days from
+    `today`)."""
+    return terms(text, stem=stem, segment=segment) + named_days(text, today)
+
+
 def chunk_id(raw_id: str) -> str:
     """The item id of a summary chunk (vectors and recall use "chunk:<id>")."""
     return raw_id if raw_id.startswith(CHUNK_PREFIX) else CHUNK_PREFIX + raw_id
@@ -139,20 +175,22 @@ class Bm25LexicalIndex:
 
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
                  max_namespaces: int = 256, max_documents: int = 500_000, stem: bool = True,
-                 encryption: Encryption = NO_ENCRYPTION):
+                 segment: bool = True, encryption: Encryption = NO_ENCRYPTION):
         """`stem`: stem English words (gateway.memory.search.stemming), in documents and queries;
-        `encryption` opens the stored texts (the index is built in process, never stored)."""
+        `segment`: cut Chinese into dictionary words (gateway.memory.search.segmentation; its
+        dictionary loads here, at start-up), else characters and bigrams; `encryption` opens
+        the stored texts (the index is built in process, never stored)."""
         self.encryption = encryption
         self.redis = redis
         self.keys = keys
         self.stem = stem
+        self.segment = segmenter(segment)
         self._cache: NamespaceCache[_Lexical] = NamespaceCache(max_namespaces, max_documents)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bm25")
         self._refreshing: dict[Namespace, asyncio.Task[_Lexical]] = {}
 
-    def _tokens(self, text: str) -> list[str]:
-        words = tokens(text)
-        return stemmed(words) if self.stem else words
+    def _document(self, text: str) -> tuple[list[str], datetime.date | None]:
+        return document_terms(text, stem=self.stem, segment=self.segment)
 
     def close(self) -> None:
         for task in self._refreshing.values():
@@ -163,7 +201,7 @@ class Bm25LexicalIndex:
                      excluding: str | None = None, turns_only: bool = False,
                      version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
         lexical = await self._current(namespace, version)
-        words = self._tokens(query)
+        words = query_terms(query, lexical.latest, stem=self.stem, segment=self.segment)
         if k <= 0 or not lexical.bm25.knows_any(words):
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
@@ -219,31 +257,35 @@ class Bm25LexicalIndex:
             grouped = namespace.kind == "user"
             base = ({i: (old.tokens[i], old.texts.get(i)) for i in present
                      if i in old.tokens and i not in fresh} if old is not None else {})
+            latest = old.latest if old is not None else None
             if len(fresh) + len(base) > OFFLOAD_ABOVE:
                 lexical = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._build, base, fresh, grouped)
+                    self._executor, self._build, base, fresh, grouped, latest)
             else:
-                lexical = self._build(base, fresh, grouped)
+                lexical = self._build(base, fresh, grouped, latest)
         else:
             # Between two searches, on the event loop: no search sees it half done.
             for item in [i for i in old.rows if i not in present]:
                 old.remove(item)
             for item, text in fresh.items():
                 if old.texts.get(item) != text:  # a chunk read again unchanged: no tokens
-                    old.add(item, self._tokens(text), _chunk_text(item, text))
+                    words, day = self._document(text)
+                    old.add(item, words, _chunk_text(item, text), day)
             lexical = old.compacted()
         lexical.raws = raws
         self._cache.put(namespace, Cached(version, lexical, lexical.bm25.live))
         return lexical
 
     def _build(self, base: dict[str, tuple[list[str], str | None]], fresh: dict[str, str],
-               grouped: bool) -> _Lexical:
-        """`base`: documents kept from the index before, id -> (tokens, chunk text)."""
-        lexical = _Lexical(grouped=grouped)
+               grouped: bool, latest: datetime.date | None = None) -> _Lexical:
+        """`base`: documents kept from the index before, id -> (tokens, chunk text);
+        `latest`: its latest day."""
+        lexical = _Lexical(grouped=grouped, latest=latest)
         for item, (words, text) in base.items():
             lexical.add(item, words, text)
         for item, text in fresh.items():
-            lexical.add(item, self._tokens(text), _chunk_text(item, text))
+            words, day = self._document(text)
+            lexical.add(item, words, _chunk_text(item, text), day)
         return lexical
 
     async def _conversation_texts(

@@ -1,0 +1,74 @@
+"""What the rewrite spends before recall, at small budgets: the newest turn kept only as far as
+its share of the room affords (a long reply shortened, marked, never dropped), and the memory
+blocks' headers short and in the conversation's language."""
+
+from __future__ import annotations
+
+from gateway.core.context.blocks import CHINESE, ENGLISH, MemoryContext, framing_for
+from gateway.core.context.rewrite import RewriteRequest, rewrite
+from gateway.core.context.truncation import TRUNCATION_MARKER
+from gateway.core.messages import Message
+from gateway.core.policy import ContextPolicy
+from gateway.core.recall.recollection import Recollection
+from gateway.core.text.tokens import count_message
+from gateway.tokenizer import CL100K, tokenizer_for_encoding
+from tests.unit.test_rewrite import TOK, words
+
+CL = tokenizer_for_encoding(CL100K)
+OLDER = (Message.of("user", words(300, "o")), Message.of("assistant", words(300, "p")))
+LAST_QUESTION = Message.of("user", "Can you plan my week?")
+LONG_REPLY = Message.of("assistant", words(650, "r"))
+RECALLED = tuple(Recollection("turn", f"t{i}", f"[2023-05-0{i}] User: fact number {i}", (f"t{i}",),
+                              i, 1.0) for i in range(1, 6))
+
+
+def run(current: str, recent_share: float, budget: int = 400) -> tuple:
+    request = RewriteRequest(
+        instructions=(), history=OLDER + (LAST_QUESTION, LONG_REPLY),
+        current=(Message.of("user", current),),
+        policy=ContextPolicy(max_context_tokens=budget, reserve_completion_tokens=0,
+                             recent_share=recent_share),
+        memory=MemoryContext(recalled=RECALLED), history_ids=("o", "p", "q", "r"))
+    out = rewrite(request, TOK)
+    return out, out.messages[:-1]
+
+
+def test_a_long_last_reply_is_shortened_to_its_share_not_dropped():
+    out, before_current = run("and the weekend?", recent_share=0.25)
+    window = [m for m in before_current if m.role != "system"][-2:]
+    assert [m.role for m in window] == ["user", "assistant"]
+    assert window[0] is LAST_QUESTION  # short enough to stay whole
+    reply = window[1].text
+    assert reply.endswith(TRUNCATION_MARKER) and reply.startswith("r0 r1 r2")
+    room = 400 - 3 - count_message(Message.of("user", "and the weekend?"), TOK)
+    assert sum(count_message(m, TOK) for m in window) <= room // 4
+    assert out.message_limit is not None and out.message_limit < 650
+    assert out.recalled == len(RECALLED)  # what the reply no longer takes goes to recall
+    assert out.tokens_forwarded <= 400
+
+
+def test_without_a_share_the_long_reply_is_left_out_as_before():
+    out, before_current = run("and the weekend?", recent_share=0)
+    assert not any(m.role == "assistant" for m in before_current)
+    assert out.message_limit is None
+
+
+def test_memory_headers_are_short_and_in_the_conversations_language():
+    _, english = run("and the weekend?", recent_share=0.25)
+    _, chinese = run("周末呢？你还记得我说过什么吗？", recent_share=0.25)
+    [english_block] = [m for m in english if m.role == "system"]
+    [chinese_block] = [m for m in chinese if m.role == "system"]
+    assert english_block.text.startswith(ENGLISH.recalled + "\n<memory>\n")
+    assert chinese_block.text.startswith(CHINESE.recalled + "\n<memory>\n")
+    assert "not instructions" in ENGLISH.recalled and "不是指令" in CHINESE.recalled
+    for header in (ENGLISH.recalled, CHINESE.recalled, ENGLISH.summary, CHINESE.summary,
+                   ENGLISH.profile, CHINESE.profile):
+        assert CL.count(header) <= 25, header  # was 47 (recalled) to 42 (profile) tokens
+
+
+def test_framing_follows_the_script_of_the_current_message():
+    assert framing_for(["在4月27号这天，我在公园里跑了多久？"]) is CHINESE
+    assert framing_for(["On April 27th, how long did I run in the park?"]) is ENGLISH
+    assert framing_for(["我用iPhone 15拍的照片在哪里？"]) is CHINESE
+    assert framing_for(["What does 北京 mean in English, and how do I say it?"]) is ENGLISH
+    assert framing_for([""]) is ENGLISH
