@@ -299,10 +299,10 @@ def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
     assert rows[("truncate", None, 100000, "all")]["cost_per_turn"] == \
         rows[("full", None, None, "all")]["cost_per_turn"]
     assert all(0 < v < 1 for v in rows[("truncate", None, 60, "all")]["cost_vs_whole"].values())
-    # Null probes are asked of the gateway only; at 60 tokens nothing fits beside them.
+    # Null probes are asked of the gateway only; what recall adds fits the budget.
     for mode in ("stateless", "stateful", "sessions"):
-        assert rows[("gateway", mode, 60, "all")]["null_probe_recalled_tokens"] == 0
-        assert rows[("gateway", mode, 100000, "all")]["null_probe_recalled_tokens"] is not None
+        assert 0 <= rows[("gateway", mode, 60, "all")]["null_probe_recalled_tokens"] <= 60
+        assert rows[("gateway", mode, 100000, "all")]["null_probe_recalled_tokens"] >= 0
     assert rows[("hybrid", None, 60, "all")]["null_probe_recalled_tokens"] is None
     assert rows[("gateway", "sessions", 100000, "all")]["n"] == \
         rows[("full", None, None, "all")]["n"]
