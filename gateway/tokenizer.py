@@ -36,6 +36,10 @@ COUNT_CACHE_CHARS = 8_000_000
 TRUNCATE_CACHE_ENTRIES = 1_024
 TRUNCATE_CACHE_CHARS = 4_000_000
 
+_WINDOW_CHARS_PER_TOKEN = 32
+"""Characters of text encoded per token wanted when truncating (a cl100k token averages ~4
+characters of English, ~1 of Chinese; a window this long holds the cut and then some)."""
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -177,7 +181,13 @@ class TiktokenTokenizer:
         return prefix
 
     def _truncate(self, text: str, max_tokens: int) -> str:
-        tokens = self._encoding.encode_ordinary(text)
+        # The first tokens of a long text are those of a long enough prefix of it: encode a
+        # window a few tokens longer than the cut, not a whole 200 KB message per length tried
+        # (the rewrite tries several). Too short a window to tell: the whole text.
+        window = text[:(max(0, max_tokens) + 2) * _WINDOW_CHARS_PER_TOKEN]
+        tokens = self._encoding.encode_ordinary(window)
+        if len(window) < len(text) and len(tokens) <= max_tokens + 1:
+            tokens = self._encoding.encode_ordinary(text)
         if len(tokens) <= max_tokens:
             return text
         n = max(0, max_tokens)

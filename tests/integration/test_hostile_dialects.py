@@ -15,7 +15,7 @@ from tests.support.gateway import KEYS, gateway_config, running_gateway
 from tests.support.processes import report
 
 SEED = 20261126
-REQUESTS = 2_000
+REQUESTS = 1_000
 CONVERSATIONS = 20
 """The requests spread over this many conversations: each stays short, as real ones are (one
 conversation taking every accepted turn makes the inline memory work grow with the run)."""

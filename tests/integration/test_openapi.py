@@ -24,8 +24,8 @@ from gateway.http.openapi import openapi
 from tests.support.gateway import KEYS, gateway_config, running_gateway
 from tests.support.processes import report
 
-EXAMPLES = 40
-"""Generated requests per operation and generation mode (25 operations, 2 modes)."""
+EXAMPLES = 30
+"""Generated requests per operation and generation mode (28 operations, 2 modes)."""
 
 
 @pytest.fixture(scope="module")

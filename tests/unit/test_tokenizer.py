@@ -6,6 +6,7 @@ import sys
 import threading
 
 import pytest
+import tiktoken
 
 from gateway.tokenizer import (
     CL100K,
@@ -242,3 +243,21 @@ def test_cache_keeps_its_bounds_and_answers_under_concurrent_use():
     assert errors == []
     assert len(cache) <= 64 and cache.size <= 2_000
     assert cache.size == sum(len(k) for k in list(cache._current) + list(cache._previous))
+
+
+@pytest.mark.parametrize("text", [
+    "The harbour bicycle chain story, told again and again. " * 2_000,
+    "我住在北京，今年三十五岁，是一名律师。" * 1_500,
+    ";" * 200_000,
+    "a" * 100_000,
+    "12345 " * 20_000,
+])
+def test_a_long_text_is_cut_from_a_window_to_the_same_prefix_as_from_the_whole(text):
+    tokenizer = tokenizer_for_encoding(CL100K)
+    encoding = tiktoken.get_encoding(CL100K)
+    whole = encoding.encode_ordinary(text)
+    for n in (1, 7, 100, 500):
+        prefix = tokenizer.truncate(text, n)
+        assert text.startswith(prefix) and len(encoding.encode_ordinary(prefix)) <= n
+        # What the whole text's first n tokens spell, as far as the prefix re-encodes within n.
+        assert len(prefix) >= len(encoding.decode(whole[:max(0, n - 2)]))
