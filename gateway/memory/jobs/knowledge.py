@@ -55,16 +55,16 @@ class KnowledgeProcessor:
         """Learn from `new` (messages just applied to the transcript of `key`)."""
         if not auto_extract:
             return KnowledgeResult()
-        learnable = tuple(redacted(m) for m in new
-                          if m.message.role == "user" and not m.incomplete)
+        # The assistant's replies among the new messages are context for the LLM too; each
+        # message is redacted once (a PII scan of a long message is the costly part).
+        batch = tuple(redacted(m) for m in new if not m.incomplete
+                      and m.message.role in ("user", "assistant"))
+        learnable = tuple(m for m in batch if m.message.role == "user")
         if not learnable:
             return KnowledgeResult()
         new_ids = {m.id for m in new}
         first = next((i for i, m in enumerate(transcript) if m.id in new_ids), len(transcript))
         context = tuple(redacted(m) for m in transcript[max(0, first - CONTEXT_MESSAGES):first])
-        # The assistant's replies among the new messages are context for the LLM too.
-        batch = tuple(redacted(m) for m in new if not m.incomplete
-                      and m.message.role in ("user", "assistant"))
         facts = await extract_facts(batch, self.extractor, context)
         written = await self.facts.upsert(key.tenant, key.user, facts, now=self.clock())
         before = await self.profiles.get(key.tenant, key.user)
