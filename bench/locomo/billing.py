@@ -8,11 +8,14 @@ document them:
 - `openai-0.25` / `openai-0.1`: automatic caching of the longest prefix shared with a recent
   prompt, for prompts of at least 1,024 tokens, in steps of 128 tokens after the first 1,024;
   cached tokens cost 0.25× (e.g. gpt-4.1) or 0.1× (e.g. gpt-5) of the input price;
-- `anthropic`: explicit breakpoints. The client (or gateway) marks the end of each prompt
-  (`cache_control` on its last message), so a request writes its whole prompt to the cache at
-  1.25× and the next request reads it at 0.1× — but only if that whole earlier prompt is a
-  prefix of the new one (a breakpoint caches its prefix exactly, nothing shorter); prompts under
-  1,024 tokens are not cached at all;
+- `anthropic`: explicit breakpoints. A client marks the end of each prompt (`cache_control`
+  on its last message), so a request writes its whole prompt to the cache at 1.25× and the
+  next request reads it at 0.1× — but only if that whole earlier prompt is a prefix of the new
+  one (a breakpoint caches its prefix exactly, nothing shorter); prompts under 1,024 tokens
+  are not cached at all. The gateway marks the end of its prompt's stable prefix instead
+  (`x-gateway-stable-messages`; gateway/core/context/cache_hints.py): what comes before the
+  mark is written at 1.25× and read back by the next request if it repeats it, what follows
+  is paid at 1× (its mark after the system prompts is left out: it caches less);
 - `deepseek`: automatic caching in 64-token units of the longest shared prefix, hits at 0.1×.
 The rendering of a prompt into tokens is the meter's (`PromptMeter.shared_prefix`).
 """
@@ -51,26 +54,45 @@ RULES = (
 def cached_tokens(rule: CacheRule, shared: int, previous_total: int | None,
                   total: int) -> int:
     """Tokens of this prompt the provider bills as cache reads: `shared` leading tokens equal
-    the previous prompt's (`previous_total` tokens long; None for a conversation's first)."""
-    if previous_total is None or total < rule.min_tokens or shared < rule.min_tokens:
+    the previous prompt's (`previous_total` tokens long, or for a rule with breakpoints the
+    previous prompt's marked prefix; None for a conversation's first)."""
+    if previous_total is None or total < rule.min_tokens or previous_total < rule.min_tokens \
+            or shared < rule.min_tokens:
         return 0
     if rule.whole_prefix_only:
-        return previous_total if shared == previous_total else 0
+        return previous_total if shared >= previous_total else 0
     return rule.min_tokens + (shared - rule.min_tokens) // rule.step * rule.step
 
 
-def cost(rule: CacheRule, shared: int, previous_total: int | None, total: int) -> float:
-    """The request's input cost in uncached-token units under `rule`."""
+def cost(rule: CacheRule, shared: int, previous_total: int | None, total: int,
+         previous_mark: int | None = None, mark: int | None = None) -> float:
+    """The request's input cost in uncached-token units under `rule`. `previous_mark`, `mark`:
+    where the previous prompt's and this prompt's breakpoints are (tokens), for a rule with
+    breakpoints; None: at the prompt's end."""
+    if rule.whole_prefix_only and previous_mark is not None and previous_total is not None:
+        previous_total = min(previous_mark, previous_total)
     cached = cached_tokens(rule, shared, previous_total, total)
-    rest = total - cached
-    writes = rest if rule.write != 1.0 and total >= rule.min_tokens else 0
-    return cached * rule.read + writes * rule.write + (rest - writes)
+    written = total if mark is None else min(mark, total)
+    writes = max(0, written - cached) if rule.write != 1.0 and written >= rule.min_tokens \
+        else 0
+    return cached * rule.read + writes * rule.write + (total - cached - writes)
 
 
-def bill(meter: PromptMeter, previous: Prompt | None, current: Prompt) -> dict[str, float]:
-    """`current`'s cost under every rule, sent right after `previous` (None: the first)."""
+def bill(meter: PromptMeter, previous: Prompt | None, current: Prompt,
+         previous_stable: int | None = None, stable: int | None = None) -> dict[str, float]:
+    """`current`'s cost under every rule, sent right after `previous` (None: the first).
+    `previous_stable`, `stable`: how many leading messages of each the gateway marked as the
+    stable prefix (its cache breakpoint); None: the client's mark at the prompt's end."""
     if previous is None:
         shared, previous_total, total = 0, None, sum(len(meter.rendered(m)) for m in current)
     else:
         shared, previous_total, total = meter.shared_prefix(previous, current)
-    return {rule.name: cost(rule, shared, previous_total, total) for rule in RULES}
+    previous_mark = _tokens(meter, previous[:previous_stable]) \
+        if previous is not None and previous_stable is not None else None
+    mark = _tokens(meter, current[:stable]) if stable is not None else None
+    return {rule.name: cost(rule, shared, previous_total, total, previous_mark, mark)
+            for rule in RULES}
+
+
+def _tokens(meter: PromptMeter, messages: Prompt) -> int:
+    return sum(len(meter.rendered(m)) for m in messages)

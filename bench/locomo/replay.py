@@ -308,9 +308,9 @@ class Replayer:
         return headers
 
     async def _post(self, client: httpx.AsyncClient, headers: dict[str, str],
-                    messages: Chat, reply: str | None) -> tuple[Chat, int, str]:
-        """(forwarded messages, x-gateway-tokens-forwarded, x-gateway-request-id) of one
-        request."""
+                    messages: Chat, reply: str | None) -> tuple[Chat, int, str, int | None]:
+        """(forwarded messages, x-gateway-tokens-forwarded, x-gateway-request-id,
+        x-gateway-stable-messages or None) of one request."""
         body: dict[str, Any] = {"model": MODEL, "messages": messages}
         if reply is not None:
             body[REPLY_FIELD] = reply
@@ -320,9 +320,11 @@ class Replayer:
         if response.status_code != 200:
             raise RuntimeError(f"gateway answered {response.status_code} "
                                f"({headers['X-Conversation-Id']}): {response.text[:300]}")
+        stable = response.headers.get("x-gateway-stable-messages")
         return (response.json()[FORWARDED_FIELD],
                 int(response.headers["x-gateway-tokens-forwarded"]),
-                response.headers.get("x-gateway-request-id", ""))
+                response.headers.get("x-gateway-request-id", ""),
+                int(stable) if stable is not None else None)
 
     async def _replay(self, client: httpx.AsyncClient, w: _Work, mode: str,
                       budget: int) -> None:
@@ -343,19 +345,22 @@ class Replayer:
         history = script.messages
         sent = 0  # stateful: messages[:sent] are known to the gateway
         previous: Chat | None = None
+        previous_stable: int | None = None
         for i in script.requests:
             messages = list(history[:i + 1]) if stateless else list(history[sent:i + 1])
             sent = i + 2  # the reply is received, so the gateway knows it too
-            forwarded, _, request_id = await self._post(client, headers, messages,
-                                                        script.reply(i))
+            forwarded, _, request_id, stable = await self._post(client, headers, messages,
+                                                                script.reply(i))
             w.outcome.requests += 1
             w.replay_ids.append(request_id)
             if previous is not None:
                 w.outcome.prefix_reuse[("gateway", mode, budget)].append(
                     self.meter.prefix_reuse(previous, forwarded))
+            # An Anthropic route gets its breakpoint where the gateway says the stable prefix
+            # ends (gateway/core/context/cache_hints.py), not at the prompt's end.
             w.outcome.costs[("gateway", mode, budget)].append(
-                bill(self.meter, previous, forwarded))
-            previous = forwarded
+                bill(self.meter, previous, forwarded, previous_stable, stable))
+            previous, previous_stable = forwarded, stable
 
     async def _ask(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
                    text: str, mode: str, budget: int, fresh: str) -> tuple[Chat, int, str]:
@@ -374,7 +379,7 @@ class Replayer:
         async with gate or contextlib.nullcontext():
             answer = await self._post(client, headers, messages, None)
         w.outcome.requests += 1
-        return answer
+        return answer[:3]
 
     async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
                      q: Question, mode: str, budget: int) -> None:

@@ -149,6 +149,12 @@ class ContextConfig(Strict):
     summary_share: float = Field(0.0, ge=0, le=1)
     profile_share: float = Field(0.05, ge=0, le=1)
     recall_share: float = Field(0.95, ge=0, le=1)
+    assembly: Literal["rolling", "stepped"] = "rolling"
+    """How a prompt over the budget is laid out: `rolling`, the newest turns sliding by one
+    exchange a request; `stepped`, a verbatim window whose start moves only in steps, so that
+    a provider's prompt cache serves consecutive prompts (profile and recall after it)."""
+    window_share: float = Field(0.5, gt=0, le=1)
+    """Stepped: the verbatim window grows to at most this share of the prompt budget."""
     pinned_share: float = Field(0.25, ge=0, le=1)
     """At most this share for pinned messages, granted before the others (so it is not part
     of their sum): what is pinned is never shortened, and what does not fit waits. 0: pins

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+Assembly = Literal["rolling", "stepped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,15 @@ class ContextPolicy:
     recall_share: float = 0.95
     """Held back from the recent window for recalled items (less if they need less); the
     recalled block also gets whatever the window leaves unused."""
+    assembly: Assembly = "rolling"
+    """How an over-budget prompt is laid out (gateway/core/context/rewrite.py): `rolling`, the
+    newest turns after the memory blocks, sliding one exchange a request; `stepped`, a
+    verbatim window whose start moves only in steps (gateway/core/context/steps.py), so that
+    consecutive prompts share their prefix and a provider's prompt cache serves it, with the
+    profile and recalled items after it."""
+    window_share: float = 0.5
+    """Stepped: the verbatim window grows up to this share of the prompt budget, then restarts
+    at a step where it holds about half of it."""
     pinned_share: float = 0.25
     """At most this much for the pinned block, granted first (before every other share):
     pinned messages are what the user or the application asked never to be dropped."""

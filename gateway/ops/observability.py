@@ -55,6 +55,10 @@ class RequestLog:
     """What sending the client's whole (unrewritten) history would have cost at the same
     prices (docs/operating.md#usage-and-spend)."""
     recent_turns: int | None = None
+    stable_messages: int | None = None
+    """Leading messages of the forwarded prompt that are its stable prefix (the next request
+    repeats them unless a step or memory changes them; a cache breakpoint goes at their end);
+    None: only its system messages (the rolling window)."""
     truncated: int | None = None
     over_budget: bool | None = None
     persisted: bool | None = None
@@ -121,6 +125,8 @@ class RequestLog:
             out["x-gateway-tokens-original"] = str(self.tokens_original)
         if self.tokens_forwarded is not None:
             out["x-gateway-tokens-forwarded"] = str(self.tokens_forwarded)
+        if self.stable_messages is not None:
+            out["x-gateway-stable-messages"] = str(self.stable_messages)
         if self.recalled is not None:
             out["x-gateway-memory-recalled"] = str(self.recalled)
         if self.pinned is not None:

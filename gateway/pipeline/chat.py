@@ -133,6 +133,7 @@ class Pipeline:
         route = tenant.route(chat.model)
         tokenizer = self.tokenizer_for(route.model)
         messages, reconciliation, pins = chat.messages, None, ()
+        stable: int | None = None
         # One-shot messages are forwarded as sent; only their placeholders (the kept form)
         # are reconciled and recorded (gateway/core/one_shot.py).
         incoming = kept = chat.incoming
@@ -159,8 +160,8 @@ class Pipeline:
                 log.passthrough, log.error = "store_unavailable", repr(stored)
             else:
                 log.load_ms = log.step("load", started)
-                reconciliation, messages = await self._rewrite(chat, incoming, kept, tenant, key,
-                                                               stored, snapshot, tokenizer, log)
+                reconciliation, messages, stable = await self._rewrite(
+                    chat, incoming, kept, tenant, key, stored, snapshot, tokenizer, log)
                 if chat.pinned and persist and isinstance(snapshot, MemorySnapshot) \
                         and snapshot.memory:
                     pins = marked_pins(chat.messages, chat.pinned, reconciliation, self.clock())
@@ -181,7 +182,7 @@ class Pipeline:
         if key is not None and reconciliation is not None:
             hint = self._hint(tenant, route)
             if hint is not None:
-                body = with_cache_hint(body, hint, key)
+                body = with_cache_hint(body, hint, key, stable)
         call = UpstreamCall(model=route.model, body=body,
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params))
@@ -200,10 +201,12 @@ class Pipeline:
                        kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
                        stored: tuple[StoredMessage, ...],
                        snapshot: MemorySnapshot | BaseException | None, tokenizer: Tokenizer,
-                       log: RequestLog) -> tuple[Reconciliation, tuple[Message, ...]]:
-        """`kept`: the client's messages (`incoming`) with one-shot ones as placeholders — the
-        same tuple when there is none: reconciled and recorded in that form, while the model
-        sees the client's own."""
+                       log: RequestLog
+                       ) -> tuple[Reconciliation, tuple[Message, ...], int | None]:
+        """(reconciliation, messages to forward, how many of them are the stable prefix:
+        `Rewrite.stable_messages`). `kept`: the client's messages (`incoming`) with one-shot
+        ones as placeholders — the same tuple when there is none: reconciled and recorded in
+        that form, while the model sees the client's own."""
         reconciliation = reconcile(kept, stored)
         cap = tenant.request_limits.max_stored_messages
         if len(reconciliation.new) > cap:
@@ -242,11 +245,12 @@ class Pipeline:
             log.memory_tokens["pinned"] = result.pinned_tokens
         log.tokens_original, log.tokens_forwarded = result.tokens_original, result.tokens_forwarded
         log.recent_turns, log.truncated = result.recent_turns, result.truncated
+        log.stable_messages = result.stable_messages
         log.over_budget = result.over_budget
         if self.history is not None:  # the console's diagnostics; nothing to do without it
             log.memory_blocks = result.memory_blocks
             log.recalled_items = recalled_items(memory, result.recalled_ids)
-        return reconciliation, result.messages
+        return reconciliation, result.messages, result.stable_messages
 
     async def _snapshot(self, key: ConversationKey, tenant: Tenant,
                         chat: ChatRequest) -> MemorySnapshot | None:

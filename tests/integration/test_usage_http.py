@@ -17,6 +17,7 @@ import openai
 import pytest
 import respx
 
+from gateway.core.context.blocks import RECALLED_HEADER
 from tests.support.gateway import KEYS, gateway_config, running_gateway
 from tests.support.http_edge import http_edge
 
@@ -331,3 +332,71 @@ def test_an_anthropic_route_gets_a_breakpoint_and_is_priced_from_litellms_map(re
     assert (data["tokens"]["cached"], data["tokens"]["cache_write"]) == (2000, 300)
     nano = 10 * 3000 + 2000 * 300 + 300 * 3750 + 5 * 15_000
     assert data["spend"] == nano / 10 ** 9
+
+
+def _marked_prefix(sent: dict[str, Any]) -> list[Any]:
+    """The Anthropic body's messages up to and including the last one with a breakpoint, as
+    the cache sees them (the breakpoints themselves are not content)."""
+    marked = [i for i, m in enumerate(sent["messages"]) if isinstance(m["content"], list)
+              and any("cache_control" in part for part in m["content"])]
+    return _unmarked(sent["messages"][:marked[-1] + 1]) if marked else []
+
+
+def _unmarked(messages: list[dict[str, Any]]) -> list[Any]:
+    def parts(content: Any) -> list[Any]:
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}]
+        return [{k: v for k, v in part.items() if k != "cache_control"} for part in content]
+    return [(m["role"], parts(m["content"])) for m in messages]
+
+
+def test_a_stepped_prompt_repeats_its_marked_prefix_request_after_request(redis_url,
+                                                                          monkeypatch):
+    """`context.assembly: stepped` through litellm to an Anthropic upstream (mocked at its
+    HTTP edge), a conversation grown past the budget one exchange at a time: the body's
+    second breakpoint ends the stepped window, each body repeats the previous one's messages
+    up to it except at a step, the recalled memory travels after it as a user message (never
+    hoisted into the system prompt), and `x-gateway-stable-messages` says where it is."""
+    import litellm  # noqa: F401 — imported before the gateway starts (seconds)
+
+    monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-ant-test")
+    models = {"claude": {"model": "anthropic/claude-sonnet-4-5",
+                         "api_base": "http://anthropic.test", "api_key_env": "ANTHROPIC_TEST_KEY"}}
+    config = gateway_config(redis_url, models=models, context={
+        "max_context_tokens": 900, "reserve_completion_tokens": 100, "assembly": "stepped",
+        "window_share": 0.75})
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    sent, stable, forwarded = [], [], []
+    with respx.mock(assert_all_called=False) as mock, running_gateway(config) as url:
+        route = mock.post("http://anthropic.test/v1/messages").respond(json=ANTHROPIC_ANSWER)
+        mock.route(host="127.0.0.1").pass_through()
+        for n in range(16):
+            history.append({"role": "user", "content": f"Question {n} about harbour {n}: "
+                            + "what did the keeper of the old harbour say " * 6})
+            response = chat(url, ids("stepped-1", "u-stepped"), model="claude",
+                            messages=history)
+            sent.append(json.loads(route.calls.last.request.content))
+            stable.append(int(response.headers["x-gateway-stable-messages"]))
+            forwarded.append(int(response.headers["x-gateway-tokens-forwarded"]) <
+                             int(response.headers["x-gateway-tokens-original"]))
+            history.append({"role": "assistant", "content": f"Answer {n}: "
+                            + "the keeper said the harbour light was lit " * 6})
+    assert sum(forwarded) >= 8  # most requests are over the budget
+    assert all(body["system"] == [{"type": "text", "text": "Be brief.",
+                                   "cache_control": {"type": "ephemeral"}}] for body in sent)
+    steps = 0
+    assert stable[0] == 1 and _marked_prefix(sent[0]) == []  # nothing but the system prompt
+    for before, after in zip(sent[1:], sent[2:]):
+        prefix = _marked_prefix(before)
+        assert len(prefix) >= 2, (stable, [len(_marked_prefix(b)) for b in sent])
+        if _unmarked(after["messages"][:len(prefix)]) != prefix:
+            steps += 1
+    # ~130 tokens an exchange; a window of up to 600 that restarts at ~300: a step every
+    # third request or so once over the budget (a rolling window changes every request).
+    assert steps <= 5, (steps, stable)
+    # Recalled memory (older turns of the conversation) comes after the window, in the user
+    # turn, never in the system prompt.
+    recalled = [body for body in sent if RECALLED_HEADER in json.dumps(body["messages"][-1])]
+    assert len(recalled) >= 4
+    assert all(body["messages"][-1]["role"] == "user"
+               and "cache_control" not in json.dumps(body["messages"][-1]) for body in recalled)

@@ -31,6 +31,39 @@ def test_anthropic_reads_only_a_whole_earlier_prompt_and_writes_at_a_premium():
     assert cost(rule, 500, 500, 900) == 900
 
 
+def test_anthropic_with_the_gateway_s_mark_reads_and_writes_only_the_marked_prefix():
+    rule = RULE["anthropic"]
+    # The earlier prompt (2,600) was marked at 2,000 and this one repeats those 2,000 and is
+    # marked at 2,300: read 2,000, write 300, the 400 after the mark at the plain price.
+    assert cost(rule, 2100, 2600, 2700, previous_mark=2000, mark=2300) == pytest.approx(
+        2000 * 0.1 + 300 * 1.25 + 400)
+    # A step: the marked prefix is not repeated, nothing read, the new mark written.
+    assert cost(rule, 1500, 2600, 2700, previous_mark=2000, mark=1800) == pytest.approx(
+        1800 * 1.25 + 900)
+    # A mark under 1,024 tokens caches nothing.
+    assert cost(rule, 900, 2600, 2700, previous_mark=2000, mark=900) == 2700
+    # Automatic caching ignores the marks.
+    openai = RULE["openai-0.1"]
+    assert cost(openai, 2100, 2600, 2700, 2000, 2300) == cost(openai, 2100, 2600, 2700)
+
+
+def test_bill_puts_the_gateway_s_mark_after_its_stable_messages():
+    meter = PromptMeter()
+    stable = [{"role": "user", "content": f"Turn {i}: " + "words of the story " * 30}
+              for i in range(8)]
+    first = [*stable, {"role": "system", "content": "Recalled: one"}]
+    second = [*stable, {"role": "user", "content": "more " * 40},
+              {"role": "system", "content": "Recalled: two"}]
+    marked = sum(len(meter.rendered(m)) for m in stable)
+    shared, previous_total, total = meter.shared_prefix(first, second)
+    assert marked >= 1024 and shared < previous_total  # the tail differs
+    billed = bill(meter, first, second, previous_stable=8, stable=9)
+    mark = marked + len(meter.rendered(second[8]))
+    assert billed["anthropic"] == cost(RULE["anthropic"], shared, previous_total, total,
+                                       marked, mark)
+    assert billed["anthropic"] < bill(meter, first, second)["anthropic"]
+
+
 def test_deepseek_caches_64_token_units():
     rule = RULE["deepseek"]
     assert cached_tokens(rule, shared=63, previous_total=100, total=200) == 0

@@ -50,11 +50,32 @@ def test_the_breakpoint_ends_the_leading_system_messages():
     assert out[0] == body["messages"][0]
     assert out[1]["content"][0] == {"type": "text", "text": "Memory.", "cache_control": EPHEMERAL}
     assert out[1]["content"][1] == {"type": "image_url", "image_url": {}}
-    assert out[2:] == body["messages"][2:]
+    # The recalled block after the history is sent as a user message: Anthropic would hoist
+    # a system message above the cached prefix.
+    assert out[2:] == [{"role": "user", "content": "hi"}, {"role": "user", "content": "recalled"}]
     one = with_cache_hint({"messages": [{"role": "system", "content": "S"},
                                         {"role": "user", "content": "u"}]}, "cache_control", KEY)
     assert one["messages"][0]["content"] == [{"type": "text", "text": "S",
                                               "cache_control": EPHEMERAL}]
+
+
+def test_a_second_breakpoint_ends_the_stable_prefix_the_rewrite_names():
+    """The stepped window (or the whole history) is the stable prefix: the breakpoint at its
+    last message with text lets the next request read it back (a tool call without text is
+    passed over)."""
+    messages = [{"role": "system", "content": "S"},
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]},
+                {"role": "user", "content": "now"}]
+    out = with_cache_hint({"messages": messages}, "cache_control", KEY, stable=3)["messages"]
+    assert out[0]["content"] == [{"type": "text", "text": "S", "cache_control": EPHEMERAL}]
+    assert out[1]["content"] == [{"type": "text", "text": "first", "cache_control": EPHEMERAL}]
+    assert out[2:] == messages[2:]
+    without_system = with_cache_hint({"messages": messages[1:]}, "cache_control", KEY,
+                                     stable=1)["messages"]
+    assert without_system[0]["content"][0]["cache_control"] == EPHEMERAL
+    assert with_cache_hint({"messages": messages}, "cache_control", KEY, stable=1) == \
+        with_cache_hint({"messages": messages}, "cache_control", KEY)
 
 
 @pytest.mark.parametrize("body", [
@@ -67,6 +88,17 @@ def test_the_breakpoint_ends_the_leading_system_messages():
 ])
 def test_no_breakpoint_without_a_system_prefix_or_when_the_client_placed_its_own(body):
     assert with_cache_hint(body, "cache_control", KEY) == body
+
+
+def test_a_memory_block_after_the_history_is_a_user_message_even_with_the_client_s_marks():
+    body = {"messages": [{"role": "system", "content": "S", "cache_control": EPHEMERAL},
+                         {"role": "user", "content": "u"},
+                         {"role": "system", "content": "recalled"},
+                         {"role": "user", "content": "now"}]}
+    out = with_cache_hint(body, "cache_control", KEY)
+    assert out["messages"][2] == {"role": "user", "content": "recalled"}
+    assert out["messages"][:2] == body["messages"][:2] and out["messages"][3:] == body["messages"][3:]
+    assert with_cache_hint(body, "prompt_cache_key", KEY)["messages"] == body["messages"]
 
 
 @pytest.mark.parametrize("model, api_base, params, setting, expected", [

@@ -3,11 +3,18 @@
 - OpenAI-compatible routes: `prompt_cache_key`, a hash of the conversation's identity
   (tenant, user, conversation), so a conversation's requests are routed to the same cache —
   unless the client sent its own key.
-- Anthropic routes: one `cache_control` breakpoint at the end of the stable prefix — the
-  leading run of system messages of the rewritten prompt (the client's system prompts, then
-  the pinned, summary and profile blocks), which changes only when the client's prompt or
-  memory does — unless the client placed breakpoints of its own (Anthropic allows four, and
-  the client knows its prompt).
+- Anthropic routes: a `cache_control` breakpoint at the end of the leading run of system
+  messages of the rewritten prompt (the client's system prompts, then the pinned, summary
+  and profile blocks), which changes only when the client's prompt or memory does; and, when
+  the rewrite names a longer stable prefix (`Rewrite.stable_messages`: the history forwarded
+  whole, or the stepped window), a second one at its end, so the next request reads it back
+  and pays full price only for what follows — unless the client placed breakpoints of its own
+  (Anthropic allows four, and the client knows its prompt). Anthropic takes system prompts
+  only at the top, and the translation hoists every system message there: a memory block after
+  the history (the recalled block, the stepped tail) would land before the cached prefix and
+  change it every request. On these routes such a block is sent as a user message (the
+  translation merges it into the current turn; its header says it is data, not instructions).
+  The rewrite puts every client instruction first, so only memory blocks come after.
 """
 
 from __future__ import annotations
@@ -29,27 +36,47 @@ def prompt_cache_key(key: ConversationKey) -> str:
     return "cg-" + digest[:40]
 
 
-def with_cache_hint(body: Mapping[str, Any], hint: CacheHint,
-                    key: ConversationKey) -> dict[str, Any]:
+def with_cache_hint(body: Mapping[str, Any], hint: CacheHint, key: ConversationKey,
+                    stable: int | None = None) -> dict[str, Any]:
     """`body` (an OpenAI chat body) with the hint; the same content when the client gave its
-    own or there is nowhere to put it."""
+    own or there is nowhere to put it. `stable`: how many leading messages are the prompt's
+    stable prefix (None: its system messages)."""
     if hint == "prompt_cache_key":
         if body.get("prompt_cache_key") is not None:
             return dict(body)
         return {**body, "prompt_cache_key": prompt_cache_key(key)}
     messages = body.get("messages")
     tools = body.get("tools")
-    if not isinstance(messages, list) or _has_breakpoint(messages) or (
-            isinstance(tools, list) and _has_breakpoint(tools)):
+    if not isinstance(messages, list):
         return dict(body)
     end = 0
     while end < len(messages) and isinstance(messages[end], Mapping) \
             and messages[end].get("role") in _SYSTEM_ROLES:
         end += 1
-    marked = _marked(messages[end - 1]) if end else None
-    if marked is None:
-        return dict(body)
-    return {**body, "messages": [*messages[:end - 1], marked, *messages[end:]]}
+    out = [*messages[:end], *(_as_user(m) for m in messages[end:])]
+    if _has_breakpoint(messages) or (isinstance(tools, list) and _has_breakpoint(tools)):
+        return {**body, "messages": out} if out != messages else dict(body)
+    for place in (end - 1, _last_markable(messages, end, stable)):
+        if place is not None and place >= 0 and (marked := _marked(out[place])) is not None:
+            out[place] = marked
+    return {**body, "messages": out} if out != messages else dict(body)
+
+
+def _as_user(message: Any) -> Any:
+    """A memory block after the history as a user message; any other message as it is."""
+    if isinstance(message, Mapping) and message.get("role") in _SYSTEM_ROLES:
+        return {**message, "role": "user"}
+    return message
+
+
+def _last_markable(messages: list[Any], start: int, stable: int | None) -> int | None:
+    """The last message of the stable prefix after the system run that has text to mark."""
+    if stable is None:
+        return None
+    for place in range(min(stable, len(messages)) - 1, start - 1, -1):
+        if isinstance(messages[place], Mapping) and _marked(messages[place]) is not None:
+            return place
+    return None
 
 
 def _marked(message: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -70,6 +70,7 @@ from gateway.core.context.packing import (
     shown_texts,
 )
 from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
+from gateway.core.context.steps import estimated_costs, window_starts
 from gateway.core.policy import ContextPolicy
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
 from gateway.core.context.truncation import cost_as_shortened, shorten
@@ -146,6 +147,12 @@ class Rewrite:
     message_limit: int | None = None
     """The length (tokens) history messages were shortened to, when less than the policy's
     `truncate_message_tokens`: the newest turns were fitted to `recent_share` of the room."""
+    stable_messages: int | None = None
+    """How many leading messages are the prompt's stable prefix — what the next request of
+    the conversation repeats unless memory or a step changes it (a provider's cache
+    breakpoint goes at its end): the instructions, the blocks before the history and the
+    history forwarded whole or the stepped window; None: the rolling window slides, only the
+    leading system messages are stable."""
 
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
@@ -197,6 +204,8 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         return _whole_history(request, request.history[start:], room - forwardable_cost,
                               tokens_original, fixed_cost + forwardable_cost, tokenizer,
                               outside, framing)
+    if policy.assembly == "stepped":
+        return _stepped(request, costs, room, tokens_original, fixed_cost, tokenizer, framing)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
     pinned: Packed[PinnedMessage] = Packed()
     if memory.pinned:
@@ -270,6 +279,91 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     )
 
 
+def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int, tokens_original: int,
+             fixed_cost: int, tokenizer: Tokenizer, framing: Framing) -> Rewrite:
+    """The stepped assembly of a history that does not fit (`policy.assembly`): instructions,
+    the pinned and summary blocks, a verbatim window whose start moves only in steps
+    (gateway/core/context/steps.py), then the profile and recalled blocks and the current
+    turn — everything before the tail repeats the previous request's prompt between steps.
+    Messages in the window are cut to one length fixed by the budget, never fitted to this
+    request (a fitted length would change the prefix); when no step's window fits what is
+    left, the newest turns that fit are forwarded (the rolling window, one request)."""
+    policy = request.policy
+    pinned: Packed[PinnedMessage] = Packed()
+    fixed_texts = shown_texts(request.instructions + request.current)
+    if request.memory.pinned:
+        pinned = pack_pinned(not_shown(request.memory.pinned, frozenset(), fixed_texts),
+                             share(policy.pinned_share, room), tokenizer)
+    left = room - pinned.cost
+    summary = pack_summary(request.memory.summary_chunks,
+                           min(share(policy.summary_share, room), left), tokenizer, framing)
+    left -= summary.cost
+    length = policy.truncate_message_tokens
+    if policy.recent_share > 0:
+        length = min(length, max(1, share(policy.recent_share, policy.prompt_budget)))
+    window = _stepped_window(request, costs, left, length,
+                             _unsummarized(request, summary.block is not None), tokenizer)
+    if pinned.items:
+        kept = not_shown(pinned.items, *_shown_whole(request, window))
+        if len(kept) < len(pinned.items):
+            pinned = pack_pinned(kept, pinned.cost, tokenizer)
+    left = room - pinned.cost - summary.cost - window.cost
+    profile = pack_profile(request.memory.profile, min(share(policy.profile_share, room), left),
+                           tokenizer, framing)
+    left -= profile.cost
+    pinned_ids, pinned_texts = _pins_shown(pinned.items)
+    offered = drop_redundant(recalled_lines(request.memory.recalled, tokenizer),
+                             pinned_ids | _window_ids(request, window), summary.items,
+                             pinned_texts | shown_texts(window.messages))
+    recalled = pack_recalled(offered, min(share(policy.recall_share, room), left), tokenizer,
+                             framing)
+    blocks: tuple[tuple[BlockName, Message | None], ...] = (
+        ("pinned", pinned.block), ("summary", summary.block), ("profile", profile.block),
+        ("recalled", recalled.block))
+    stable = request.instructions + tuple(
+        b for b in (pinned.block, summary.block) if b is not None) + window.messages
+    messages = stable + tuple(b for b in (profile.block, recalled.block) if b is not None) \
+        + request.current
+    memory_cost = pinned.cost + summary.cost + profile.cost + recalled.cost
+    return Rewrite(
+        messages=messages,
+        tokens_original=tokens_original,
+        tokens_forwarded=_total(fixed_cost + memory_cost + window.cost, bool(messages)),
+        recent_turns=sum(1 for m in window.messages if m.role == "user"),
+        history_kept=len(window.messages),
+        truncated=window.truncated,
+        over_budget=False,
+        memory_blocks=tuple(name for name, block in blocks if block is not None),
+        summary_chunks=len(summary.items),
+        recalled=len(recalled.items),
+        recalled_ids=tuple(r.id for r in recalled.items),
+        summary_tokens=summary.cost,
+        profile_tokens=profile.cost,
+        recalled_tokens=recalled.cost,
+        **_pinned_fields(pinned),
+        stable_messages=len(stable),
+    )
+
+
+def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int, length: int,
+                    begin: int, tokenizer: Tokenizer) -> _Window:
+    """The history from the first step whose window (messages cut to `length`) fits `room`
+    and the policy's allowance; else the newest turns that fit the allowance."""
+    policy = request.policy
+    history = request.history
+    allowance = min(room, share(policy.window_share, policy.prompt_budget))
+    estimates = estimated_costs(costs, length)
+    for point in window_starts(history, estimates, allowance, allowance // 2, begin):
+        messages = shorten(history[point:], length, tokenizer)
+        cost = cost_as_shortened(messages, history[point:], costs[point:], tokenizer)
+        if cost <= room:
+            return _Window(messages=messages, cost=cost,
+                           truncated=sum(1 for m, o in zip(messages, history[point:])
+                                         if m is not o))
+    rolling = replace(policy, truncate_message_tokens=length, max_recent_turns=len(history))
+    return _recent_window(history[begin:], costs[begin:], allowance, rolling, tokenizer)
+
+
 def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
                    tokens_original: int, fixed_cost: int, tokenizer: Tokenizer,
                    pinned: Packed[PinnedMessage], framing: Framing) -> Rewrite:
@@ -290,10 +384,15 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
     recalled = pack_recalled(offered, left - profile.cost, tokenizer, framing)
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
         ("pinned", pinned.block), ("profile", profile.block), ("recalled", recalled.block))
-    messages = (request.instructions
-                + tuple(b for b in (pinned.block, profile.block) if b is not None)
-                + history + tuple(b for b in (recalled.block,) if b is not None)
-                + request.current)
+    if request.policy.assembly == "stepped":  # the profile changes: after the history
+        stable = request.instructions + tuple(b for b in (pinned.block,) if b is not None) \
+            + history
+        tail: tuple[Message | None, ...] = (profile.block, recalled.block)
+    else:
+        stable = request.instructions + tuple(
+            b for b in (pinned.block, profile.block) if b is not None) + history
+        tail = (recalled.block,)
+    messages = stable + tuple(b for b in tail if b is not None) + request.current
     return Rewrite(
         messages=messages,
         tokens_original=tokens_original,
@@ -309,6 +408,7 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
         **_pinned_fields(pinned),
+        stable_messages=len(stable),
     )
 
 
