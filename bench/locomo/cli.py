@@ -34,7 +34,7 @@ import gateway
 from bench.locomo import report
 from bench.dialects import DIALECTS
 from bench.machine import machine
-from bench.locomo.data import Conversation, file_sha256, load
+from bench.locomo.data import Conversation, chain, file_sha256, load
 from bench.locomo.replay import MODES, Outcome, PromptDump, Replayer, gateway_config
 from bench.locomo.results import rows
 from bench.locomo.retrieval import RRF_K
@@ -87,6 +87,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="the door every request goes through, in its wire form: chat "
                              "completions (default), Anthropic Messages or Responses — the "
                              "same conversations, so the scores should not move")
+    parser.add_argument("--chain", type=int, default=0, metavar="K",
+                        help="replay the (selected) conversations chained into one user's long "
+                             "history, K times over (LoCoMo dev once: ~90k tokens), with the "
+                             "last pass's questions: the cost benchmark's long rows "
+                             "(data.chain); the learned ranking is then the shipped one")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
@@ -164,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         conversations = [c for c in conversations if c.sample_id in args.conversations]
     _progress(f"{len(conversations)} conversations from {args.data}")
+    if args.chain > 0:
+        conversations = [chain(conversations, args.chain)]
+        _progress(f"chained {args.chain} time(s) into {conversations[0].sample_id}: "
+                  f"{sum(len(s.turns) for s in conversations[0].sessions)} turns")
     folds = None
     if args.ranker == "held-out":
         from bench.locomo.ranker import fold_weights
@@ -194,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine(),
         "versions": versions(),
         "config": {"budgets": args.budgets, "modes": args.modes, "dialect": args.dialect,
+                   "chain": args.chain,
                    "data": str(args.data),
                    "data_sha256": file_sha256(args.data),
                    "conversations": [c.sample_id for c in conversations], "limit": args.limit,

@@ -138,6 +138,43 @@ def _turn(data: dict[str, Any], session: int) -> Turn:
                 text=str(data.get("text", "")), caption=str(caption) if caption else None)
 
 
+def chain(conversations: list[Conversation], times: int = 1) -> Conversation:
+    """The conversations one after another as one user's long history (`times` over), for the
+    cost benchmark's long rows: sessions renumbered in order, each conversation's two speakers
+    renamed to the first's (one user, one assistant), and the questions of the last pass kept
+    with their evidence renumbered to it (an earlier pass holds the same texts)."""
+    first = conversations[0]
+    sessions: list[Session] = []
+    questions: list[Question] = []
+    for n in range(times):
+        for conversation in conversations:
+            names = {conversation.speaker_a: first.speaker_a,
+                     conversation.speaker_b: first.speaker_b}
+            renumbered: dict[int, int] = {}
+            for session in conversation.sessions:
+                number = renumbered[session.number] = len(sessions) + 1
+                sessions.append(Session(number=number, date=session.date, turns=tuple(
+                    Turn(dia_id=_moved(t.dia_id, number), session=number,
+                         speaker=names.get(t.speaker, t.speaker), text=t.text,
+                         caption=t.caption) for t in session.turns)))
+            if n < times - 1:
+                continue
+            for q in conversation.questions:
+                moved = tuple(_moved(e, renumbered[int(e[1:].split(":")[0])])
+                              for e in q.evidence)
+                questions.append(Question(index=len(questions), question=q.question,
+                                          answer=q.answer, category=q.category,
+                                          evidence=moved, unresolved=q.unresolved))
+    return Conversation(sample_id=f"chain{times}-" + "+".join(c.sample_id for c in conversations),
+                        speaker_a=first.speaker_a, speaker_b=first.speaker_b,
+                        sessions=tuple(sessions), questions=tuple(questions))
+
+
+def _moved(dia_id: str, session: int) -> str:
+    """`D<old>:<k>` as turn k of session `session`."""
+    return f"D{session}:{dia_id.split(':', 1)[1]}"
+
+
 def load(path: Path | str) -> list[Conversation]:
     with open(path, encoding="utf-8") as f:
         return [parse_conversation(item) for item in json.load(f)]

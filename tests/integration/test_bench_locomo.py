@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main as bench_main
-from bench.locomo.data import canonical_id, load, parse_conversation, parse_evidence
+from bench.locomo.data import (Turn, canonical_id, chain, load, parse_conversation,
+                               parse_evidence)
 from bench.locomo.meter import PromptMeter
 from bench.locomo.score import Scorer
 from bench.locomo.retrieval import TurnRetriever, pack, rrf, turn_lines
@@ -118,6 +119,26 @@ def _conversation(answer: object = "7 May 2023", category: int = 2):
         "qa": [{"question": "When did Ben move?", "answer": answer, "evidence": ["D1:2"],
                 "category": category},
                {"question": "What did Ada say?", "evidence": ["D1:1"], "category": 5}]})
+
+
+def test_chained_conversations_are_one_user_s_history_with_the_last_pass_s_questions():
+    first = _conversation()
+    second = parse_conversation({
+        "sample_id": "other", "conversation": {
+            "speaker_a": "Cy", "speaker_b": "Dee", "session_1_date_time": "2 June, 2023",
+            "session_1": [{"speaker": "Cy", "dia_id": "D1:1", "text": "I adopted a cat."}]},
+        "qa": [{"question": "What did Cy adopt?", "answer": "a cat", "evidence": ["D1:1"],
+                "category": 4}]})
+    once = chain([first, second])
+    assert [s.number for s in once.sessions] == [1, 2]
+    assert once.sessions[1].turns[0] == Turn("D2:1", 2, "Ada", "I adopted a cat.")
+    assert [(q.index, q.question, q.evidence) for q in once.questions] == [
+        (0, "When did Ben move?", ("D1:2",)), (1, "What did Ada say?", ("D1:1",)),
+        (2, "What did Cy adopt?", ("D2:1",))]
+    twice = chain([first, second], times=2)
+    assert len(twice.sessions) == 4 and len(twice.questions) == 3
+    assert twice.questions[2].evidence == ("D4:1",)
+    assert twice.turns()["D4:1"].text == twice.turns()["D2:1"].text
 
 
 def _ask(content: str) -> list[dict[str, str]]:
