@@ -1,7 +1,10 @@
-"""The fake upstream as a standalone OpenAI-compatible HTTP server (`gateway fake-upstream`).
+"""The fake upstream as a standalone HTTP server (`gateway fake-upstream`): OpenAI's chat
+completions at `/v1/chat/completions`, Anthropic's Messages at `/v1/messages`.
 
-The request body's `model` selects the behaviour (see `gateway.upstream.fake`). Errors are real
-HTTP errors with OpenAI's error body; streams are SSE ending with `data: [DONE]`. Benchmarks
+The request body's `model` selects the behaviour (see `gateway.upstream.fake`, and
+`gateway.upstream.fake_messages` for the Messages form). Errors are real HTTP errors with the
+dialect's error body; chat streams are SSE ending with `data: [DONE]`, Messages streams
+Anthropic's named events (`event: <type>`). Benchmarks
 put a gateway in front of it, so a request does no more work than building its answer.
 """
 
@@ -17,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.upstream import fake_messages
 from gateway.upstream.fake import (BEHAVIOURS, FakeModel, bad_request_body, behaviour_for,
                                    error_body, request_problem, stream_pause)
 
@@ -47,6 +51,31 @@ def create_fake_app() -> Starlette:
             await asyncio.sleep(behaviour.delay)
         return _JSON(model.completion(behaviour, body))
 
+    anthropic = fake_messages.FakeMessages(model)
+
+    async def messages(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict):
+            return _JSON(fake_messages.bad_request_body("The request body is not a JSON object."),
+                         status_code=400)
+        problem = fake_messages.request_problem(body)
+        if problem is not None:
+            return _JSON(fake_messages.bad_request_body(problem[0]), status_code=400)
+        behaviour = behaviour_for(body["model"])
+        if behaviour.kind == "error":
+            return _JSON(fake_messages.error_body(behaviour), status_code=behaviour.status)
+        if body.get("stream"):
+            events = anthropic.events(behaviour, body)
+            return StreamingResponse(_named_sse(events, stream_pause(behaviour, len(events))),
+                                     media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
+        if behaviour.delay:
+            await asyncio.sleep(behaviour.delay)
+        return _JSON(anthropic.message(behaviour, body))
+
     async def models(request: Request) -> Response:
         created = int(time.time())
         return _JSON({"object": "list", "data": [
@@ -59,6 +88,7 @@ def create_fake_app() -> Starlette:
     return Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ])
@@ -77,6 +107,13 @@ async def _sse(chunks: list[dict[str, Any]], pause: float) -> AsyncIterator[byte
             await asyncio.sleep(pause)
         yield b"data: " + _dumps(chunk) + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+async def _named_sse(events: list[dict[str, Any]], pause: float) -> AsyncIterator[bytes]:
+    for event in events:
+        if pause:
+            await asyncio.sleep(pause)
+        yield b"event: " + event["type"].encode() + b"\ndata: " + _dumps(event) + b"\n\n"
 
 
 class _JSON(JSONResponse):
