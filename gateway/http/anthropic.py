@@ -23,6 +23,7 @@ from gateway.errors import GatewayError
 from gateway.http.routes import UnicodeSafeJSON, identity, read_body, request_log
 from gateway.pipeline.anthropic import AnthropicEncoder, error_message, parse_anthropic_request
 from gateway.pipeline.chat_request import parse_body
+from gateway.ports import NativeCompletion
 
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
@@ -35,7 +36,8 @@ async def messages(request: Request) -> Response:
         tenant, key_digest = gateway.tenants.authenticate_key(_authorization(request))
         log.tenant = tenant.name
         raw = await read_body(request, gateway.config.server.max_body_bytes)
-        parsed, chat = parse_anthropic_request(parse_body(raw), tenant.request_limits)
+        parsed, chat = parse_anthropic_request(parse_body(raw), tenant.request_limits,
+                                               request.headers)
         log.model, log.stream = chat.model, chat.stream
         key, persist = identity(request, tenant, chat)
         log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
@@ -52,6 +54,8 @@ async def messages(request: Request) -> Response:
         gateway.pipeline.finish(log)
         return anthropic_error(exc, log.headers())
     gateway.pipeline.finish(log)
+    if isinstance(answer, NativeCompletion):  # an Anthropic upstream's: its own bytes
+        return Response(answer.payload, media_type="application/json", headers=log.headers())
     return UnicodeSafeJSON(anthropic_message(answer, parsed.model), headers=log.headers())
 
 

@@ -312,8 +312,11 @@ async def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_
     import respx
 
     monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-ant-test")
+    # litellm_params keep the route on litellm (the Messages door's requests to an
+    # `anthropic/` route otherwise go direct: tests/integration/test_anthropic_passthrough.py)
     models = {"claude": {"model": "anthropic/claude-sonnet-4-5",
-                         "api_base": "http://anthropic.test", "api_key_env": "ANTHROPIC_TEST_KEY"}}
+                         "api_base": "http://anthropic.test", "api_key_env": "ANTHROPIC_TEST_KEY",
+                         "litellm_params": {"max_retries": 0}}}
     history = [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": [

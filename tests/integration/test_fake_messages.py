@@ -1,6 +1,7 @@
 """The fake upstream's Anthropic Messages form (`/v1/messages` of the fake server), as the real
 `anthropic` SDK and raw HTTP see it; and a gateway route whose provider is Anthropic served by
-it end to end, offline (litellm's Anthropic provider with its api_base at the fake)."""
+it end to end, offline: the Messages door over the direct pass-through, the chat door through
+litellm's Anthropic provider with its api_base at the fake."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def claude_gateway(fake_url: str, redis_url: str, monkeypatch) -> Iterator[str]:
     models = {name: {"model": f"anthropic/{behaviour}", "api_base": fake_url,
                      "api_key_env": "FAKE_ANTHROPIC_KEY"}
               for name, behaviour in (("claude", "echo"), ("claude-sees", "echo-messages"),
-                                      ("claude-tools", "tool-call"))}
+                                      ("claude-tools", "tool-call"), ("claude-busy", "error-429"))}
     with running_gateway(gateway_config(redis_url, models=models)) as url:
         yield url
 
@@ -123,6 +124,12 @@ async def test_an_anthropic_route_answers_every_door_offline(claude_gateway, red
                                 messages=[{"role": "user", "content": "Lima"}]) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[-1].input == {"input": "Lima"}
+    with pytest.raises(anthropic.RateLimitError) as caught:  # the upstream's error, its shape
+        client.messages.create(model="claude-busy", max_tokens=32,
+                               messages=[{"role": "user", "content": "x"}])
+    assert caught.value.body["error"] == {
+        "type": "rate_limit_error",
+        "message": "The fake upstream (error-429) failed with HTTP 429, as asked."}
 
     chat = openai.OpenAI(base_url=claude_gateway + "/v1", api_key=KEYS["acme"], max_retries=0)
     answer = chat.chat.completions.create(
