@@ -66,15 +66,7 @@ class DirectUpstream:
             self._session = None
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
-        response = await self._send(call, stream=False)
-        try:
-            content = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise transport_error(exc) from exc
-        finally:
-            response.release()
-        if not 200 <= response.status < 300:
-            raise answered_error(response.status, content)
+        content = await read_answer(await self._send(call, stream=False))
         completion = json_object(content)
         if completion is None:
             raise UpstreamError("The upstream's answer is not a JSON chat completion.")
@@ -154,6 +146,11 @@ def _body(call: UpstreamCall, endpoint: Endpoint, *, stream: bool) -> bytes:
             del body["stream_options"]  # litellm sends them only when set
     else:
         body.pop("stream", None)
+    return json_bytes(body)
+
+
+def json_bytes(body: dict[str, Any]) -> bytes:
+    """A request body as compact UTF-8 JSON."""
     try:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
     except UnicodeEncodeError:  # a lone surrogate in the client's text: send it escaped
@@ -179,6 +176,20 @@ def _chunk(payload: bytes) -> dict[str, Any]:
         raise UpstreamError(str(error.get("message") or "The upstream failed mid-stream."),
                             upstream_body=chunk)
     return chunk
+
+
+async def read_answer(response: aiohttp.ClientResponse) -> bytes:
+    """A whole answer's body, the connection released; an error status raises the
+    upstream's error (`answered_error`)."""
+    try:
+        content = await response.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise transport_error(exc) from exc
+    finally:
+        response.release()
+    if not 200 <= response.status < 300:
+        raise answered_error(response.status, content)
+    return content
 
 
 def json_object(content: bytes) -> dict[str, Any] | None:

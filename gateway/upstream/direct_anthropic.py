@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,8 +32,8 @@ from gateway.core.dialects.anthropic_outbound import anthropic_request, errored_
 from gateway.core.messages import Message
 from gateway.errors import UpstreamError
 from gateway.ports import NativeChunk, NativeCompletion, UpstreamCall
-from gateway.upstream.direct import DirectUpstream, answered_error, json_object, \
-    transport_error
+from gateway.upstream.direct import (DirectUpstream, answered_error, json_bytes, json_object,
+                                     read_answer, transport_error)
 from gateway.upstream.endpoint import anthropic_endpoint
 from gateway.upstream.sse import data_payloads
 
@@ -51,15 +50,7 @@ class DirectAnthropic:
         self._pool = pool
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
-        response = await self._send(call, stream=False)
-        try:
-            content = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise transport_error(exc) from exc
-        finally:
-            response.release()
-        if not 200 <= response.status < 300:
-            raise answered_error(response.status, content)
+        content = await read_answer(await self._send(call, stream=False))
         message = json_object(content)
         if message is None or message.get("type") != "message":
             raise UpstreamError("The upstream's answer is not a Messages API message.")
@@ -118,10 +109,7 @@ def request_body(call: UpstreamCall, model: str, *, stream: bool) -> bytes:
         body["stream"] = True
     else:
         body.pop("stream", None)
-    try:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:  # a lone surrogate in the client's text: send it escaped
-        return json.dumps(body, separators=(",", ":")).encode()
+    return json_bytes(body)
 
 
 def _stream_error(event: dict[str, Any]) -> UpstreamError:

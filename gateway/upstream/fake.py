@@ -208,7 +208,7 @@ class FakeModel:
         for message in body.get("messages") or []:
             if isinstance(message, dict):
                 prompt += 3 + self.count(str(message.get("role", "")))
-                prompt += self.count(_text_of(message.get("content")))
+                prompt += self.count(text_of(message.get("content")))
         reply = content if tool_call is None else tool_call["function"]["arguments"]
         completion = self.count(reply or "")
         usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
@@ -270,11 +270,11 @@ def _new_id() -> str:
 def _last_user_text(messages: list[Any]) -> str:
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
-            return _text_of(message.get("content"))
+            return text_of(message.get("content"))
     return ""
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):

@@ -30,7 +30,7 @@ import uuid
 from typing import Any, Mapping
 
 from gateway.core.dialects.anthropic_answer import error_body as anthropic_error_body
-from gateway.upstream.fake import Behaviour, FakeModel, cut_at_stop, pieces
+from gateway.upstream.fake import Behaviour, FakeModel, cut_at_stop, pieces, text_of
 
 
 def request_problem(body: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -136,9 +136,9 @@ class FakeMessages:
     def _usage(self, body: Mapping[str, Any], block: Mapping[str, Any],
                cached: int) -> dict[str, int]:
         system = body.get("system")
-        total = self._model.count(_text_of(system)) if system else 0
+        total = self._model.count(text_of(system)) if system else 0
         for message in body.get("messages") or []:
-            total += 3 + self._model.count(_text_of(message.get("content")))
+            total += 3 + self._model.count(text_of(message.get("content")))
         reply = block["text"] if block["type"] == "text" else json.dumps(block["input"])
         usage = {"input_tokens": total, "output_tokens": self._model.count(reply)}
         if cached:
@@ -158,14 +158,5 @@ def _last_user_text(messages: list[Any]) -> str:
             if isinstance(content, str):
                 return content
             if any(b.get("type") == "text" for b in content):
-                return _text_of(content)
-    return ""
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(b["text"] for b in content if isinstance(b, dict)
-                       and b.get("type") == "text" and isinstance(b.get("text"), str))
+                return text_of(content)
     return ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.upstream import fake_messages
-from gateway.upstream.fake import (BEHAVIOURS, FakeModel, bad_request_body, behaviour_for,
-                                   error_body, request_problem, stream_pause)
+from gateway.upstream.fake import (BEHAVIOURS, Behaviour, FakeModel, bad_request_body,
+                                   behaviour_for, error_body, request_problem, stream_pause)
 
 
 def create_fake_app() -> Starlette:
@@ -40,16 +40,7 @@ def create_fake_app() -> Starlette:
         if problem is not None:
             return _JSON(bad_request_body(*problem), status_code=400)
         behaviour = behaviour_for(str(body.get("model") or "echo"))
-        if behaviour.kind == "error":
-            return _JSON(error_body(behaviour), status_code=behaviour.status)
-        if body.get("stream"):
-            chunks = model.chunks(behaviour, body)
-            return StreamingResponse(_sse(chunks, stream_pause(behaviour, len(chunks))),
-                                     media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})
-        if behaviour.delay:
-            await asyncio.sleep(behaviour.delay)
-        return _JSON(model.completion(behaviour, body))
+        return await _answer(behaviour, body, error_body, model.chunks, _sse, model.completion)
 
     anthropic = fake_messages.FakeMessages(model)
 
@@ -64,17 +55,8 @@ def create_fake_app() -> Starlette:
         problem = fake_messages.request_problem(body)
         if problem is not None:
             return _JSON(fake_messages.bad_request_body(problem[0]), status_code=400)
-        behaviour = behaviour_for(body["model"])
-        if behaviour.kind == "error":
-            return _JSON(fake_messages.error_body(behaviour), status_code=behaviour.status)
-        if body.get("stream"):
-            events = anthropic.events(behaviour, body)
-            return StreamingResponse(_named_sse(events, stream_pause(behaviour, len(events))),
-                                     media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})
-        if behaviour.delay:
-            await asyncio.sleep(behaviour.delay)
-        return _JSON(anthropic.message(behaviour, body))
+        return await _answer(behaviour_for(body["model"]), body, fake_messages.error_body,
+                             anthropic.events, _named_sse, anthropic.message)
 
     async def models(request: Request) -> Response:
         created = int(time.time())
@@ -99,6 +81,27 @@ def run_fake_upstream(host: str, port: int) -> None:
     import uvicorn
 
     uvicorn.run(create_fake_app(), host=host, port=port, log_level="warning", access_log=False)
+
+
+Build = Callable[[Behaviour, dict[str, Any]], Any]
+
+
+async def _answer(behaviour: Behaviour, body: dict[str, Any],
+                  error: Callable[[Behaviour], dict[str, Any]], stream: Build,
+                  sse: Callable[[list[dict[str, Any]], float], AsyncIterator[bytes]],
+                  answer: Build) -> Response:
+    """The behaviour's answer in one dialect: its error, its stream (events spread over a
+    slow behaviour's delay) or its whole answer (after the delay)."""
+    if behaviour.kind == "error":
+        return _JSON(error(behaviour), status_code=behaviour.status)
+    if body.get("stream"):
+        events = stream(behaviour, body)
+        return StreamingResponse(sse(events, stream_pause(behaviour, len(events))),
+                                 media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache"})
+    if behaviour.delay:
+        await asyncio.sleep(behaviour.delay)
+    return _JSON(answer(behaviour, body))
 
 
 async def _sse(chunks: list[dict[str, Any]], pause: float) -> AsyncIterator[bytes]:
