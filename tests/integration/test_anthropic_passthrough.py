@@ -45,6 +45,8 @@ EVENTS = [
     {"type": "message_stop"}]
 STREAM = b"".join(b"event: " + e["type"].encode() + b"\ndata: "
                   + json.dumps(e, separators=(", ", ": ")).encode() + b"\n\n" for e in EVENTS)
+OVERLOADED = (b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+              b'"message":"Overloaded"}}\n\n')
 TOOL = {"name": "get_weather", "description": "The weather.",
         "input_schema": {"type": "object", "properties": {"input": {"type": "string"}}}}
 HISTORY = [
@@ -65,6 +67,11 @@ def upstream() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     async def messages(request: Request) -> Response:
         body = json.loads(await request.body())
         seen.append({"body": body, "headers": dict(request.headers), "path": request.url.path})
+        if body["model"] == "claude-broken":  # not an answer at all
+            return Response(b"<html>bad gateway</html>", media_type="text/html")
+        if body["model"] == "claude-overloaded":  # fails after its first event
+            return Response(STREAM.split(b"\n\n")[0] + b"\n\n" + OVERLOADED,
+                            media_type="text/event-stream")
         if body.get("stream"):
             return Response(STREAM, media_type="text/event-stream")
         return Response(ANSWER, media_type="application/json")
@@ -77,8 +84,11 @@ def upstream() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 def gateway_url(upstream, redis_url, monkeypatch) -> Iterator[str]:
     import litellm  # noqa: F401 — the route's other doors need it: imported before the start
     monkeypatch.setenv("UPSTREAM_KEY", "sk-ant-upstream")
-    models = {"claude": {"model": "anthropic/claude-up", "api_base": upstream[0],
-                         "api_key_env": "UPSTREAM_KEY"}}
+    models = {name: {"model": f"anthropic/{name}", "api_base": upstream[0],
+                     "api_key_env": "UPSTREAM_KEY"}
+              for name in ("claude-broken", "claude-overloaded")}
+    models["claude"] = {"model": "anthropic/claude-up", "api_base": upstream[0],
+                        "api_key_env": "UPSTREAM_KEY"}
     with running_gateway(gateway_config(redis_url, models=models)) as url:
         yield url
 
@@ -150,3 +160,17 @@ def test_the_sdk_reads_the_passed_through_answer(gateway_url):
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "###")
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.usage.cache_read_input_tokens == 100
+
+
+def test_an_upstream_failure_is_anthropics_error_never_a_crash(gateway_url):
+    asked = {"max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
+    response = post(gateway_url, {"model": "claude-broken", **asked})
+    assert response.status_code == 502
+    assert response.json()["type"] == "error" and response.json()["error"]["type"] == "api_error"
+    with httpx.stream("POST", gateway_url + "/v1/messages", timeout=30,
+                      json={"model": "claude-overloaded", "stream": True, **asked},
+                      headers={"x-api-key": KEYS["acme"]}) as streamed:
+        raw = streamed.read()
+    events = [e.split(b"\n")[0] for e in raw.split(b"\n\n") if e]
+    assert events == [b"event: message_start", b"event: error"]
+    assert b'"overloaded_error"' in raw and b"Overloaded" in raw
