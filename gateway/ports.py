@@ -32,6 +32,19 @@ class ConversationStore(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class NativeRequest:
+    """The client's own request in its dialect, for an upstream that speaks that dialect too
+    (same-dialect pass-through: gateway/upstream/direct_anthropic.py). Only the messages are
+    taken from the call's (rewritten) body; every other field goes as the client sent it."""
+
+    dialect: str
+    """"anthropic" (the Messages door)."""
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    """The client's dialect headers to pass on (`anthropic-version`, `anthropic-beta`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamCall:
     """One chat completion call: the litellm model string and the OpenAI request body.
 
@@ -46,6 +59,9 @@ class UpstreamCall:
     timeout: float = 600.0
     extra: dict[str, Any] = field(default_factory=dict)
     """Further per-call litellm arguments from the tenant's model config (api_version, ...)."""
+    native: NativeRequest | None = None
+    """The client's request in its own dialect (a door that can pass it through sets it);
+    an upstream of another dialect ignores it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +72,19 @@ class RawChunk:
 
     data: dict[str, Any]
     payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NativeChunk(RawChunk):
+    """A streamed event of an upstream that speaks the client's dialect: `payload` is the
+    whole event as the client is sent it, `data` the same as a `chat.completion.chunk`."""
+
+
+class NativeCompletion(dict):  # type: ignore[type-arg]
+    """A `chat.completion` (this dict) translated from an answer in the client's own dialect,
+    whose bytes (`payload`) are sent to the client as the upstream sent them."""
+
+    payload: bytes = b""
 
 
 StreamChunk: TypeAlias = dict[str, Any] | RawChunk

@@ -34,7 +34,7 @@ from gateway.store.encryption.keyring import load_encryption
 from gateway.store.recording.recorder import Recorder
 from gateway.store.recording.sharded import ShardedRecorder
 from gateway.upstream import FAKE_PREFIX, RoutingUpstream
-from gateway.upstream.endpoint import openai_endpoint
+from gateway.upstream.endpoint import anthropic_endpoint, openai_endpoint
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -72,7 +72,9 @@ def routing_upstream(config: Config) -> RoutingUpstream:
     direct_models = [openai_endpoint(m.model, m.api_base, m.litellm_params) is not None
                      for m in models]
     direct = litellm = None
-    if any(direct_models):
+    # The pool serves the Anthropic door's pass-through to `anthropic/` routes too.
+    if any(direct_models) or any(anthropic_endpoint(m.model, m.api_base, m.litellm_params)
+                                 for m in models):
         from gateway.upstream.direct import DirectUpstream
 
         direct = DirectUpstream()

@@ -10,49 +10,56 @@ Anthropic SDK and Claude Code send) or `Authorization: Bearer`; `anthropic-versi
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.config.tenants import Tenant
+from gateway.core.dialects.anthropic import MessagesRequest
 from gateway.core.dialects.anthropic_answer import anthropic_message, error_body
 from gateway.core.text.tokens import count_messages
 from gateway.errors import GatewayError
-from gateway.http.routes import UnicodeSafeJSON, identity, read_body, request_log
+from gateway.http.door import Door, UnicodeSafeJSON, read_body, serve
+from gateway.ops.observability import RequestLog
 from gateway.pipeline.anthropic import AnthropicEncoder, error_message, parse_anthropic_request
-from gateway.pipeline.chat_request import parse_body
+from gateway.pipeline.chat_request import ChatRequest, parse_body
+from gateway.pipeline.streams import StreamEncoder
+from gateway.ports import NativeCompletion
 
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
 
 
+class MessagesDoor(Door):
+    """The Messages door: the key from `x-api-key` too, Anthropic's body, stream, answer and
+    error shape; an Anthropic upstream's answer sent as it came (same-dialect pass-through)."""
+
+    parsed: MessagesRequest
+
+    def authorization(self, request: Request) -> str | None:
+        return _authorization(request)
+
+    def parse(self, body: dict[str, Any], tenant: Tenant, request: Request) -> ChatRequest:
+        self.parsed, chat = parse_anthropic_request(body, tenant.request_limits,
+                                                    request.headers)
+        return chat
+
+    def encoder(self, log: RequestLog) -> StreamEncoder:
+        return AnthropicEncoder(self.parsed.model, log.tokens_forwarded or 0)
+
+    def respond(self, answer: Any, headers: dict[str, str]) -> Response:
+        if isinstance(answer, NativeCompletion):  # an Anthropic upstream's: its own bytes
+            return Response(answer.payload, media_type="application/json", headers=headers)
+        return UnicodeSafeJSON(anthropic_message(answer, self.parsed.model), headers=headers)
+
+    def error(self, exc: GatewayError, headers: dict[str, str] | None = None) -> Response:
+        return anthropic_error(exc, headers)
+
+
 async def messages(request: Request) -> Response:
-    gateway: Gateway = request.app.state.gateway
-    log = request_log(request, gateway)
-    try:
-        tenant, key_digest = gateway.tenants.authenticate_key(_authorization(request))
-        log.tenant = tenant.name
-        raw = await read_body(request, gateway.config.server.max_body_bytes)
-        parsed, chat = parse_anthropic_request(parse_body(raw), tenant.request_limits)
-        log.model, log.stream = chat.model, chat.stream
-        key, persist = identity(request, tenant, chat)
-        log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
-        prepared = await gateway.pipeline.prepare(
-            chat, tenant, key, persist, log, gateway.limiter.limits_for(tenant.name, key_digest))
-        if chat.stream:
-            encoder = AnthropicEncoder(parsed.model, log.tokens_forwarded or 0)
-            events = await gateway.pipeline.open_stream(prepared, log, encoder)
-            return StreamingResponse(events, media_type="text/event-stream",
-                                     headers={**log.headers(), "cache-control": "no-cache"})
-        answer = await gateway.pipeline.complete(prepared, log)
-    except GatewayError as exc:
-        log.status, log.error = exc.status, exc.message
-        gateway.pipeline.finish(log)
-        return anthropic_error(exc, log.headers())
-    gateway.pipeline.finish(log)
-    return UnicodeSafeJSON(anthropic_message(answer, parsed.model), headers=log.headers())
+    return await serve(request, MessagesDoor())
 
 
 async def count_tokens(request: Request) -> Response:

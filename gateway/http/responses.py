@@ -8,59 +8,71 @@ reconcile, recall, rewrite and record as chat completions), the chain to its con
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.config.tenants import Tenant
+from gateway.core.dialects.responses import ResponsesRequest
 from gateway.core.dialects.responses_answer import response_object
-from gateway.core.ids import ANONYMOUS_USER
-from gateway.errors import GatewayError, NotFound
-from gateway.http.routes import UnicodeSafeJSON, error_response, identity, read_body, request_log
-from gateway.pipeline.chat_request import parse_body
-from gateway.pipeline.responses import ResponsesEncoder, new_response, parse_responses
+from gateway.core.ids import ANONYMOUS_USER, ConversationKey
+from gateway.errors import NotFound
+from gateway.http.door import Door, UnicodeSafeJSON, identity, serve
+from gateway.ops.observability import RequestLog
+from gateway.pipeline.chat_request import ChatRequest
+from gateway.pipeline.responses import (ResponseChains, ResponsesEncoder, new_response,
+                                        parse_responses)
+from gateway.pipeline.streams import StreamEncoder
 
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
 
 
-async def create_response(request: Request) -> Response:
-    gateway: Gateway = request.app.state.gateway
-    chains = gateway.responses
-    assert chains is not None  # built with the app
-    log = request_log(request, gateway)
-    try:
-        tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
-        log.tenant = tenant.name
-        raw = await read_body(request, gateway.config.server.max_body_bytes)
-        parsed, chat = parse_responses(parse_body(raw), tenant.request_limits)
-        log.model, log.stream = chat.model, chat.stream
+class ResponsesDoor(Door):
+    """The Responses door: the chain names the conversation (`previous_response_id`), the
+    answer is a `response`, kept (unless `store: false`) so the chain can go on."""
+
+    parsed: ResponsesRequest
+
+    def __init__(self, chains: ResponseChains) -> None:
+        self.chains = chains
+        self.response_id, self.created_at = new_response()
+
+    def parse(self, body: dict[str, Any], tenant: Tenant, request: Request) -> ChatRequest:
+        self.parsed, chat = parse_responses(body, tenant.request_limits)
+        return chat
+
+    async def identify(self, request: Request, tenant: Tenant,
+                       chat: ChatRequest) -> tuple[ConversationKey | None, bool]:
         named, persist = identity(request, tenant, chat)  # validates the id headers
         user = request.headers.get(tenant.headers.user_id) or chat.user
-        response_id, created_at = new_response()
-        key = await chains.key_for(tenant, parsed, response_id,
-                                   named.conversation if named else None, user)
-        persist = persist and parsed.store
-        log.user, log.conversation = key.user, key.conversation
-        prepared = await gateway.pipeline.prepare(
-            chat, tenant, key, persist, log, gateway.limiter.limits_for(tenant.name, key_digest))
-        if chat.stream:
-            encoder = ResponsesEncoder(parsed, response_id, created_at)
-            events = await gateway.pipeline.open_stream(prepared, log, encoder)
-            body = chains.saved_before_the_end(events, encoder.stream, key if persist else None)
-            return StreamingResponse(body, media_type="text/event-stream",
-                                     headers={**log.headers(), "cache-control": "no-cache"})
-        answer = await gateway.pipeline.complete(prepared, log)
-        response = response_object(parsed, response_id, created_at, answer)
-        if persist:
-            await chains.save(key, response)
-    except GatewayError as exc:
-        log.status, log.error = exc.status, exc.message
-        gateway.pipeline.finish(log)
-        return error_response(exc, log.headers())
-    gateway.pipeline.finish(log)
-    return UnicodeSafeJSON(response, headers=log.headers())
+        key = await self.chains.key_for(tenant, self.parsed, self.response_id,
+                                        named.conversation if named else None, user)
+        return key, persist and self.parsed.store
+
+    def encoder(self, log: RequestLog) -> StreamEncoder:
+        self._encoder = ResponsesEncoder(self.parsed, self.response_id, self.created_at)
+        return self._encoder
+
+    def stream(self, events: AsyncIterator[bytes], key: ConversationKey | None,
+               persist: bool) -> AsyncIterator[bytes]:
+        return self.chains.saved_before_the_end(events, self._encoder.stream,
+                                                key if persist else None)
+
+    async def answer(self, completion: dict[str, Any], key: ConversationKey | None,
+                     persist: bool) -> Any:
+        response = response_object(self.parsed, self.response_id, self.created_at, completion)
+        if persist and key is not None:
+            await self.chains.save(key, response)
+        return response
+
+
+async def create_response(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    assert gateway.responses is not None  # built with the app
+    return await serve(request, ResponsesDoor(gateway.responses))
 
 
 async def get_response(request: Request) -> Response:

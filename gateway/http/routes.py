@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from gateway.config.tenants import Tenant
-from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
-from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
+from gateway.errors import GatewayError
+from gateway.http.door import Door, error_response, serve
 from gateway.http.memory_api import memory_routes
 from gateway.http.openapi import openapi
-from gateway.ops.observability import RequestLog, request_id
-from gateway.pipeline.chat_request import ChatRequest, parse_body, parse_chat_request
+from gateway.pipeline.chat_request import ChatRequest, parse_chat_request
 
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
@@ -34,38 +32,15 @@ def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
-def request_log(request: Request, gateway: Gateway) -> RequestLog:
-    """The log of one request at any door: its id, and (tracing on) the client's trace."""
-    log = RequestLog(request_id=request_id(request.headers))
-    if gateway.pipeline.tracing is not None:
-        log.traceparent = request.headers.get("traceparent")
-    return log
+class ChatDoor(Door):
+    """The chat completions door: the defaults of `Door`."""
+
+    def parse(self, body: dict[str, Any], tenant: Tenant, request: Request) -> ChatRequest:
+        return parse_chat_request(body, tenant.request_limits)
 
 
 async def chat_completions(request: Request) -> Response:
-    gateway = _gateway(request)
-    log = request_log(request, gateway)
-    try:
-        tenant, key_digest = gateway.tenants.authenticate_key(request.headers.get("authorization"))
-        log.tenant = tenant.name
-        raw = await read_body(request, gateway.config.server.max_body_bytes)
-        chat = parse_chat_request(parse_body(raw), tenant.request_limits)
-        log.model, log.stream = chat.model, chat.stream
-        key, persist = identity(request, tenant, chat)
-        log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
-        prepared = await gateway.pipeline.prepare(
-            chat, tenant, key, persist, log, gateway.limiter.limits_for(tenant.name, key_digest))
-        if chat.stream:
-            events = await gateway.pipeline.open_stream(prepared, log)
-            return StreamingResponse(events, media_type="text/event-stream",
-                                     headers={**log.headers(), "cache-control": "no-cache"})
-        answer = await gateway.pipeline.complete(prepared, log)
-    except GatewayError as exc:
-        log.status, log.error = exc.status, exc.message
-        gateway.pipeline.finish(log)
-        return error_response(exc, log.headers())
-    gateway.pipeline.finish(log)
-    return UnicodeSafeJSON(answer, headers=log.headers())
+    return await serve(request, ChatDoor())
 
 
 async def list_models(request: Request) -> Response:
@@ -104,60 +79,8 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def identity(request: Request, tenant: Tenant,
-              chat: ChatRequest) -> tuple[ConversationKey | None, bool]:
-    names = tenant.headers
-    conversation = request.headers.get(names.conversation_id) or chat.conversation_id
-    user = request.headers.get(names.user_id) or chat.user
-    for value, param in ((conversation, names.conversation_id), (user, names.user_id)):
-        if value is not None and not valid_id(value):
-            raise BadRequest(f"`{param}` must be 1-128 characters of letters, digits and "
-                             "._@:+=- (starting with a letter or digit).", param=param,
-                             code="invalid_id")
-    persist = _flag(request.headers.get(names.persist), names.persist)
-    if conversation is None:
-        return None, persist
-    return ConversationKey(tenant.name, user or ANONYMOUS_USER, conversation), persist
-
-
-def _flag(value: str | None, name: str) -> bool:
-    if value is None or value.strip().lower() in ("true", "1", "yes", "on"):
-        return True
-    if value.strip().lower() in ("false", "0", "no", "off"):
-        return False
-    raise BadRequest(f"`{name}` must be true or false.", param=name)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
-    return bytes(body)
-
-
-class UnicodeSafeJSON(JSONResponse):
-    """Starlette's JSON response, but a lone surrogate in the content (an upstream may send
-    one back as a \\u escape) is written as that escape instead of failing the response."""
-
-    def render(self, content: Any) -> bytes:
-        try:
-            return super().render(content)
-        except UnicodeEncodeError:
-            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
-
-
 async def openapi_json(request: Request) -> Response:
     return JSONResponse(openapi())
-
-
-def error_response(exc: GatewayError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return UnicodeSafeJSON(exc.body(), status_code=exc.status,
-                           headers={**(headers or {}), **exc.headers()})
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:

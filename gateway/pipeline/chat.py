@@ -185,7 +185,8 @@ class Pipeline:
                 body = with_cache_hint(body, hint, key, stable)
         call = UpstreamCall(model=route.model, body=body,
                             api_base=route.api_base, api_key=route.api_key,
-                            timeout=route.timeout, extra=dict(route.litellm_params))
+                            timeout=route.timeout, extra=dict(route.litellm_params),
+                            native=chat.native)
         return Prepared(call, key, reconciliation, persist, kept, limits, pins, chat.reply_form,
                         self.prices.get((tenant.name, route.alias)), strip_usage)
 

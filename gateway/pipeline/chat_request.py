@@ -20,6 +20,7 @@ from gateway.core.messages import ROLES, Message
 from gateway.core.one_shot import MARKER
 from gateway.core.context.pinned import MARKER as PIN_MARKER
 from gateway.errors import BadRequest
+from gateway.ports import NativeRequest
 from gateway.pipeline.chat_fields import check_body_fields, check_message_fields, check_part
 
 # Fields the gateway consumes; they are not forwarded upstream.
@@ -44,6 +45,9 @@ class ChatRequest:
     reply_form: Callable[[Message], Message] | None = field(default=None, compare=False)
     """How the client's dialect sends a reply back (None: as the chat API returned it); the
     reply is recorded in that form (gateway/core/dialects/)."""
+    native: NativeRequest | None = field(default=None, compare=False)
+    """The client's request in its own dialect, for an upstream that speaks it (the Messages
+    door sets it; gateway/upstream/direct_anthropic.py)."""
 
     instructions: tuple[Message, ...] = field(init=False, repr=False, compare=False)
     """The client's system/developer messages, in order."""

@@ -1,5 +1,6 @@
 """Upstream adapters: the built-in fake for `fake/<behaviour>`, a direct HTTP client for
-OpenAI-compatible endpoints (the rule: gateway/upstream/endpoint.py), litellm for the rest.
+OpenAI-compatible endpoints and for Anthropic-dialect requests to `anthropic/` routes
+(same-dialect pass-through; the rules: gateway/upstream/endpoint.py), litellm for the rest.
 They implement `gateway.ports.Upstream`; the wiring builds them (gateway/wiring.py) and the
 pipeline and memory jobs call them through the port. They import only ports and errors."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from gateway.ports import StreamChunk, Upstream, UpstreamCall
-from gateway.upstream.endpoint import openai_endpoint
+from gateway.upstream.endpoint import anthropic_endpoint, openai_endpoint
 from gateway.upstream.fake import FakeUpstream
 
 FAKE_PREFIX = "fake/"
@@ -16,7 +17,8 @@ FAKE_PREFIX = "fake/"
 
 class RoutingUpstream:
     """ports.Upstream: `fake/...` models to the in-process fake, OpenAI-compatible endpoints
-    to `direct` (a DirectUpstream), all others to litellm.
+    to `direct` (a DirectUpstream), a call carrying the client's Anthropic request to an
+    `anthropic/` route to the Anthropic direct path over the same pool, all others to litellm.
 
     Without `direct`, OpenAI-compatible calls go to litellm too, which sends them the same
     body. Pass `litellm` (a LitellmUpstream, whose construction imports litellm, ~2–4 s) when
@@ -28,6 +30,13 @@ class RoutingUpstream:
         self._fake = fake or FakeUpstream()
         self._direct = direct
         self._litellm = litellm
+        self._anthropic: Upstream | None = None
+        if direct is not None:
+            from gateway.upstream.direct import DirectUpstream
+            from gateway.upstream.direct_anthropic import DirectAnthropic
+
+            if isinstance(direct, DirectUpstream):
+                self._anthropic = DirectAnthropic(direct)
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
         return await self._route(call).complete(call)
@@ -47,6 +56,10 @@ class RoutingUpstream:
         if self._direct is not None and openai_endpoint(call.model, call.api_base,
                                                         call.extra) is not None:
             return self._direct
+        if self._anthropic is not None and call.native is not None \
+                and call.native.dialect == "anthropic" \
+                and anthropic_endpoint(call.model, call.api_base, call.extra) is not None:
+            return self._anthropic
         if self._litellm is None:
             from gateway.upstream.litellm_upstream import LitellmUpstream
 

@@ -66,16 +66,8 @@ class DirectUpstream:
             self._session = None
 
     async def complete(self, call: UpstreamCall) -> dict[str, Any]:
-        response = await self._send(call, stream=False)
-        try:
-            content = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _transport_error(exc) from exc
-        finally:
-            response.release()
-        if not 200 <= response.status < 300:
-            raise _answered_error(response.status, content)
-        completion = _json_object(content)
+        content = await read_answer(await self._send(call, stream=False))
+        completion = json_object(content)
         if completion is None:
             raise UpstreamError("The upstream's answer is not a JSON chat completion.")
         return completion
@@ -86,7 +78,7 @@ class DirectUpstream:
         response = await self._send(call, stream=True)
         try:
             if not 200 <= response.status < 300:
-                raise _answered_error(response.status, await response.read())
+                raise answered_error(response.status, await response.read())
             done = False
             async for payload in data_payloads(response.content.iter_any()):
                 # After [DONE], read on to the end of the body (there is normally nothing
@@ -95,7 +87,7 @@ class DirectUpstream:
                 if not done:
                     yield RawChunk(_chunk(payload), payload)
         except (aiohttp.ClientError, TimeoutError) as exc:  # reading, or mid-stream
-            raise _transport_error(exc) from exc
+            raise transport_error(exc) from exc
         finally:
             # Read to its end, the connection goes back to the pool; a stream left early (the
             # client hung up) is closed, which ends the upstream's generation.
@@ -106,21 +98,27 @@ class DirectUpstream:
         endpoint = openai_endpoint(call.model, call.api_base, call.extra)
         if endpoint is None:
             raise ValueError(f"{call.model!r} is not a direct-path model")
-        body, headers = _body(call, endpoint, stream=stream), _headers(call)
+        return await self.post(endpoint.url, _body(call, endpoint, stream=stream),
+                               _headers(call), call.timeout)
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str],
+                   timeout_seconds: float) -> aiohttp.ClientResponse:
+        """POST over the pool (retried once if the upstream was not reached); returns once the
+        answer's headers are in, its body unread. Shared with the Anthropic direct path."""
         # Per connect and per read, never a total: a long stream is not cut while it flows.
-        timeout = aiohttp.ClientTimeout(total=None, connect=call.timeout,
-                                        sock_connect=call.timeout, sock_read=call.timeout)
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeout_seconds,
+                                        sock_connect=timeout_seconds, sock_read=timeout_seconds)
         session = self._client()
         for attempt in (1, 2):
             try:
-                return await session.post(endpoint.url, data=body, headers=headers,
+                return await session.post(url, data=body, headers=headers,
                                           timeout=timeout, allow_redirects=False)
             except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError) as exc:
                 # a bad api_base in the config: no second try
                 raise UpstreamError(f"Could not reach the upstream model: {exc}", status=502,
                                     code="upstream_unreachable") from exc
             except (aiohttp.ClientError, TimeoutError) as exc:
-                error = _transport_error(exc)
+                error = transport_error(exc)
                 if attempt == 1 and error.code == "upstream_unreachable":
                     log.warning("upstream unreachable, retrying once: %s", error.message)
                     continue
@@ -148,6 +146,11 @@ def _body(call: UpstreamCall, endpoint: Endpoint, *, stream: bool) -> bytes:
             del body["stream_options"]  # litellm sends them only when set
     else:
         body.pop("stream", None)
+    return json_bytes(body)
+
+
+def json_bytes(body: dict[str, Any]) -> bytes:
+    """A request body as compact UTF-8 JSON."""
     try:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
     except UnicodeEncodeError:  # a lone surrogate in the client's text: send it escaped
@@ -163,7 +166,7 @@ def _headers(call: UpstreamCall) -> dict[str, str]:
 
 
 def _chunk(payload: bytes) -> dict[str, Any]:
-    chunk = _json_object(payload)
+    chunk = json_object(payload)
     if chunk is None:
         raise UpstreamError("The upstream sent a stream event that is not a JSON chunk.")
     if isinstance(chunk.get("error"), dict):
@@ -175,7 +178,21 @@ def _chunk(payload: bytes) -> dict[str, Any]:
     return chunk
 
 
-def _json_object(content: bytes) -> dict[str, Any] | None:
+async def read_answer(response: aiohttp.ClientResponse) -> bytes:
+    """A whole answer's body, the connection released; an error status raises the
+    upstream's error (`answered_error`)."""
+    try:
+        content = await response.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise transport_error(exc) from exc
+    finally:
+        response.release()
+    if not 200 <= response.status < 300:
+        raise answered_error(response.status, content)
+    return content
+
+
+def json_object(content: bytes) -> dict[str, Any] | None:
     try:
         data = json.loads(content)
     except (ValueError, RecursionError):
@@ -183,9 +200,9 @@ def _json_object(content: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _answered_error(status: int, content: bytes) -> UpstreamError:
+def answered_error(status: int, content: bytes) -> UpstreamError:
     """The upstream's error answer: its status, and its body when in OpenAI's error shape."""
-    data = _json_object(content)
+    data = json_object(content)
     body = data if data is not None and isinstance(data.get("error"), dict) else None
     message = body["error"].get("message") if body else None
     return UpstreamError(str(message or f"The upstream answered HTTP {status}."),
@@ -193,7 +210,7 @@ def _answered_error(status: int, content: bytes) -> UpstreamError:
                          status=status if 400 <= status <= 599 else 502, upstream_body=body)
 
 
-def _transport_error(exc: BaseException) -> UpstreamError:
+def transport_error(exc: BaseException) -> UpstreamError:
     """aiohttp's failures as httpx's were mapped: a timeout (connect or read) is a 504; a
     connection refused, reset or dropped (before or during the answer) is an upstream not
     reached; anything else is an answer that could not be read."""

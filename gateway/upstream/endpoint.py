@@ -55,7 +55,7 @@ class Endpoint:
     """Where a direct call goes, and the model name the upstream knows."""
 
     url: str
-    """`{api_base}/chat/completions`."""
+    """`{api_base}/chat/completions` (`{api_base}/v1/messages` for `anthropic_endpoint`)."""
     model: str
 
 
@@ -74,6 +74,26 @@ def openai_endpoint(model: str, api_base: str | None,
     if not name or _NOT_CHAT_COMPLETIONS.search(name):
         return None
     return Endpoint((api_base or OPENAI_API_BASE).rstrip("/") + "/chat/completions", name)
+
+
+ANTHROPIC_API_BASE = "https://api.anthropic.com"
+"""litellm's default for the `anthropic` provider."""
+_ANTHROPIC_PREFIX = "anthropic/"
+
+
+def anthropic_endpoint(model: str, api_base: str | None,
+                       litellm_params: Mapping[str, Any] | None = None) -> Endpoint | None:
+    """The Messages API endpoint an `anthropic/<model>` route names, where an Anthropic-dialect
+    request goes direct (gateway/upstream/direct_anthropic.py), or None. As litellm builds it:
+    `{api_base}/v1/messages` (an api_base already ending so is taken as it is). A route with
+    `litellm_params` stays on litellm, as on the OpenAI direct path."""
+    if litellm_params or not model.startswith(_ANTHROPIC_PREFIX):
+        return None
+    name = model[len(_ANTHROPIC_PREFIX):]
+    if not name:
+        return None
+    base = (api_base or ANTHROPIC_API_BASE).rstrip("/")
+    return Endpoint(base if base.endswith("/v1/messages") else base + "/v1/messages", name)
 
 
 def cache_hint(model: str, api_base: str | None, litellm_params: Mapping[str, Any] | None,

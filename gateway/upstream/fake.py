@@ -14,6 +14,13 @@ standalone server (`fake_server.py`, model `<behaviour>`). Behaviours:
 - `cached-<n>` (e.g. `cached-1024`) — `echo`, its usage saying the first n prompt tokens (at
   most all) were read from a prompt cache (`prompt_tokens_details.cached_tokens`).
 
+`stop`: an echoed text that holds a stop sequence is cut before the first that occurs;
+finish_reason is `stop` and the choice says which sequence in `stop_reason`, as vLLM's
+OpenAI-compatible server does (OpenAI's own API does not say).
+
+The same behaviours answer in Anthropic's Messages form at the fake server's `/v1/messages`
+(gateway/upstream/fake_messages.py).
+
 Usage is counted with cl100k as OpenAI counts a chat prompt. A stream asked for its usage
 (`stream_options.include_usage`) ends with the usage chunk and carries `"usage": null` in
 every other chunk, as OpenAI's does.
@@ -99,6 +106,10 @@ def request_problem(body: dict[str, Any]) -> tuple[str, str] | None:
         if not isinstance(options.get("include_usage", False), bool):
             return ("Invalid type for 'stream_options.include_usage': expected a boolean.",
                     "stream_options.include_usage")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        return "Invalid type for 'stop': expected a string or an array of strings.", "stop"
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list) or not all(
@@ -127,7 +138,7 @@ class FakeModel:
 
     def completion(self, behaviour: Behaviour, body: dict[str, Any]) -> dict[str, Any]:
         """A `chat.completion`; the caller handles `error` behaviours (see `error_body`)."""
-        content, tool_call = self._reply(behaviour, body)
+        content, tool_call, stop = self._reply(behaviour, body)
         message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
         if tool_call is not None:
             message["tool_calls"] = [tool_call]
@@ -135,7 +146,8 @@ class FakeModel:
             "id": _new_id(), "object": "chat.completion", "created": int(time.time()),
             "model": f"fake/{behaviour.name}", "system_fingerprint": FINGERPRINT,
             "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "stop" if tool_call is None else "tool_calls"}],
+                         "finish_reason": "stop" if tool_call is None else "tool_calls",
+                         **({"stop_reason": stop} if stop is not None else {})}],
             "usage": self._usage(body, content, tool_call, behaviour.cached),
         }
 
@@ -143,7 +155,7 @@ class FakeModel:
         """The `chat.completion.chunk`s of a streamed answer: a role chunk, the content (or
         tool-call arguments) in a few pieces, a final chunk with finish_reason, and a usage
         chunk (`choices: []`) when `stream_options.include_usage` is true."""
-        content, tool_call = self._reply(behaviour, body)
+        content, tool_call, stop = self._reply(behaviour, body)
         head = {"id": _new_id(), "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": f"fake/{behaviour.name}", "system_fingerprint": FINGERPRINT}
 
@@ -153,15 +165,17 @@ class FakeModel:
 
         if tool_call is None:
             out = [chunk({"role": "assistant", "content": "", "refusal": None})]
-            out += [chunk({"content": piece}) for piece in _pieces(content or "")]
+            out += [chunk({"content": piece}) for piece in pieces(content or "")]
             out.append(chunk({}, "stop"))
+            if stop is not None:
+                out[-1]["choices"][0]["stop_reason"] = stop
         else:
             function = tool_call["function"]
             first = {"index": 0, "id": tool_call["id"], "type": "function",
                      "function": {"name": function["name"], "arguments": ""}}
             out = [chunk({"role": "assistant", "content": None, "tool_calls": [first]})]
             out += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
-                    for piece in _pieces(function["arguments"])]
+                    for piece in pieces(function["arguments"])]
             out.append(chunk({}, "tool_calls"))
         if (body.get("stream_options") or {}).get("include_usage"):
             out = [{**c, "usage": None} for c in out]
@@ -170,10 +184,11 @@ class FakeModel:
         return out
 
     def _reply(self, behaviour: Behaviour, body: dict[str, Any]
-               ) -> tuple[str | None, dict[str, Any] | None]:
+               ) -> tuple[str | None, dict[str, Any] | None, str | None]:
+        """The text or the tool call, and the stop sequence the text was cut at."""
         messages = body.get("messages") or []
         if behaviour.kind == "echo-messages":
-            return json.dumps(messages, ensure_ascii=False), None
+            return json.dumps(messages, ensure_ascii=False), None, None
         text = _last_user_text(messages)
         if behaviour.kind == "tool-call":
             tools = body.get("tools") or []
@@ -182,8 +197,10 @@ class FakeModel:
                 name = (tools[0].get("function") or {}).get("name") or name
             arguments = json.dumps({"input": text}, ensure_ascii=False)
             return None, {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-                          "function": {"name": name, "arguments": arguments}}
-        return text, None
+                          "function": {"name": name, "arguments": arguments}}, None
+        stop = body.get("stop")
+        text, matched = cut_at_stop(text, [stop] if isinstance(stop, str) else stop or [])
+        return text, None, matched
 
     def _usage(self, body: dict[str, Any], content: str | None,
                tool_call: dict[str, Any] | None, cached: int = 0) -> dict[str, Any]:
@@ -191,7 +208,7 @@ class FakeModel:
         for message in body.get("messages") or []:
             if isinstance(message, dict):
                 prompt += 3 + self.count(str(message.get("role", "")))
-                prompt += self.count(_text_of(message.get("content")))
+                prompt += self.count(text_of(message.get("content")))
         reply = content if tool_call is None else tool_call["function"]["arguments"]
         completion = self.count(reply or "")
         usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
@@ -253,11 +270,11 @@ def _new_id() -> str:
 def _last_user_text(messages: list[Any]) -> str:
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
-            return _text_of(message.get("content"))
+            return text_of(message.get("content"))
     return ""
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -266,7 +283,17 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _pieces(text: str) -> list[str]:
+def cut_at_stop(text: str, stops: list[Any]) -> tuple[str, str | None]:
+    """`text` up to the first of `stops` that occurs in it, and that stop (None: none does)."""
+    found = [(text.find(s), i, s) for i, s in enumerate(stops)
+             if isinstance(s, str) and s and s in text]
+    if not found:
+        return text, None
+    at, _, stop = min(found)
+    return text[:at], stop
+
+
+def pieces(text: str) -> list[str]:
     """`text` cut into at most a few pieces (none if empty) that join back to it exactly."""
     if not text:
         return []

@@ -1,7 +1,10 @@
-"""The fake upstream as a standalone OpenAI-compatible HTTP server (`gateway fake-upstream`).
+"""The fake upstream as a standalone HTTP server (`gateway fake-upstream`): OpenAI's chat
+completions at `/v1/chat/completions`, Anthropic's Messages at `/v1/messages`.
 
-The request body's `model` selects the behaviour (see `gateway.upstream.fake`). Errors are real
-HTTP errors with OpenAI's error body; streams are SSE ending with `data: [DONE]`. Benchmarks
+The request body's `model` selects the behaviour (see `gateway.upstream.fake`, and
+`gateway.upstream.fake_messages` for the Messages form). Errors are real HTTP errors with the
+dialect's error body; chat streams are SSE ending with `data: [DONE]`, Messages streams
+Anthropic's named events (`event: <type>`). Benchmarks
 put a gateway in front of it, so a request does no more work than building its answer.
 """
 
@@ -10,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.upstream.fake import (BEHAVIOURS, FakeModel, bad_request_body, behaviour_for,
-                                   error_body, request_problem, stream_pause)
+from gateway.upstream import fake_messages
+from gateway.upstream.fake import (BEHAVIOURS, Behaviour, FakeModel, bad_request_body,
+                                   behaviour_for, error_body, request_problem, stream_pause)
 
 
 def create_fake_app() -> Starlette:
@@ -36,16 +40,23 @@ def create_fake_app() -> Starlette:
         if problem is not None:
             return _JSON(bad_request_body(*problem), status_code=400)
         behaviour = behaviour_for(str(body.get("model") or "echo"))
-        if behaviour.kind == "error":
-            return _JSON(error_body(behaviour), status_code=behaviour.status)
-        if body.get("stream"):
-            chunks = model.chunks(behaviour, body)
-            return StreamingResponse(_sse(chunks, stream_pause(behaviour, len(chunks))),
-                                     media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})
-        if behaviour.delay:
-            await asyncio.sleep(behaviour.delay)
-        return _JSON(model.completion(behaviour, body))
+        return await _answer(behaviour, body, error_body, model.chunks, _sse, model.completion)
+
+    anthropic = fake_messages.FakeMessages(model)
+
+    async def messages(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict):
+            return _JSON(fake_messages.bad_request_body("The request body is not a JSON object."),
+                         status_code=400)
+        problem = fake_messages.request_problem(body)
+        if problem is not None:
+            return _JSON(fake_messages.bad_request_body(problem[0]), status_code=400)
+        return await _answer(behaviour_for(body["model"]), body, fake_messages.error_body,
+                             anthropic.events, _named_sse, anthropic.message)
 
     async def models(request: Request) -> Response:
         created = int(time.time())
@@ -59,6 +70,7 @@ def create_fake_app() -> Starlette:
     return Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ])
@@ -71,12 +83,40 @@ def run_fake_upstream(host: str, port: int) -> None:
     uvicorn.run(create_fake_app(), host=host, port=port, log_level="warning", access_log=False)
 
 
+Build = Callable[[Behaviour, dict[str, Any]], Any]
+
+
+async def _answer(behaviour: Behaviour, body: dict[str, Any],
+                  error: Callable[[Behaviour], dict[str, Any]], stream: Build,
+                  sse: Callable[[list[dict[str, Any]], float], AsyncIterator[bytes]],
+                  answer: Build) -> Response:
+    """The behaviour's answer in one dialect: its error, its stream (events spread over a
+    slow behaviour's delay) or its whole answer (after the delay)."""
+    if behaviour.kind == "error":
+        return _JSON(error(behaviour), status_code=behaviour.status)
+    if body.get("stream"):
+        events = stream(behaviour, body)
+        return StreamingResponse(sse(events, stream_pause(behaviour, len(events))),
+                                 media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache"})
+    if behaviour.delay:
+        await asyncio.sleep(behaviour.delay)
+    return _JSON(answer(behaviour, body))
+
+
 async def _sse(chunks: list[dict[str, Any]], pause: float) -> AsyncIterator[bytes]:
     for chunk in chunks:
         if pause:
             await asyncio.sleep(pause)
         yield b"data: " + _dumps(chunk) + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+async def _named_sse(events: list[dict[str, Any]], pause: float) -> AsyncIterator[bytes]:
+    for event in events:
+        if pause:
+            await asyncio.sleep(pause)
+        yield b"event: " + event["type"].encode() + b"\ndata: " + _dumps(event) + b"\n\n"
 
 
 class _JSON(JSONResponse):

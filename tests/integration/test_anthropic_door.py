@@ -312,8 +312,11 @@ async def test_an_anthropic_route_goes_through_litellm_with_blocks_intact(redis_
     import respx
 
     monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-ant-test")
+    # litellm_params keep the route on litellm (the Messages door's requests to an
+    # `anthropic/` route otherwise go direct: tests/integration/test_anthropic_passthrough.py)
     models = {"claude": {"model": "anthropic/claude-sonnet-4-5",
-                         "api_base": "http://anthropic.test", "api_key_env": "ANTHROPIC_TEST_KEY"}}
+                         "api_base": "http://anthropic.test", "api_key_env": "ANTHROPIC_TEST_KEY",
+                         "litellm_params": {"max_retries": 0}}}
     history = [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": [
@@ -410,3 +413,18 @@ def test_an_upstream_refusing_a_stream_is_an_http_error_in_anthropics_shape(clie
     assert response.status_code == 500
     assert response.json() == {"type": "error", "error": {
         "type": "api_error", "message": response.json()["error"]["message"]}}
+
+
+def test_the_stop_sequence_that_ended_a_reply_is_named(client):
+    """The fake names the sequence it stopped at (`stop_reason` in the choice, as vLLM does):
+    the client gets `stop_sequence` and that sequence, streamed or not."""
+    asked = {"model": "echo", "max_tokens": 32, "stop_sequences": ["never", " END"],
+             "messages": [{"role": "user", "content": "say this END and not that"}]}
+    message = client.messages.create(**asked)
+    assert message.content[0].text == "say this"
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", " END")
+    with client.messages.stream(**asked) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " END")
+    plain = client.messages.create(**{**asked, "stop_sequences": ["never"]})
+    assert (plain.stop_reason, plain.stop_sequence) == ("end_turn", None)

@@ -258,3 +258,15 @@ async def test_openai_sdk_talks_to_the_fake_server(fake_url):
         await client.chat.completions.create(model="error-429", messages=MESSAGES)
     assert caught.value.status_code == 429
     await client.close()
+
+
+async def test_a_stop_sequence_cuts_the_echo_and_is_named_as_vllm_does():
+    result = await FakeUpstream().complete(call("fake/echo", stop=["zzz", "left", " then"]))
+    choice = result["choices"][0]
+    assert choice["message"]["content"] == "And"
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", " then")
+    chunks = [c async for c in FakeUpstream().stream(call("fake/echo", stop="left"))]
+    assert content_of(chunks) == "And then "
+    assert chunks[-1]["choices"][0]["stop_reason"] == "left"
+    plain = await FakeUpstream().complete(call("fake/echo", stop="nowhere"))
+    assert "stop_reason" not in plain["choices"][0]

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ports import UpstreamCall
+from gateway.ports import NativeRequest, UpstreamCall
+from gateway.upstream.direct import DirectUpstream
+from gateway.upstream.direct_anthropic import DirectAnthropic
 from gateway.upstream import RoutingUpstream
-from gateway.upstream.endpoint import Endpoint, openai_endpoint
+from gateway.upstream.endpoint import Endpoint, anthropic_endpoint, openai_endpoint
 from gateway.upstream.fake_server import create_fake_app
 from tests.support.servers import serve
 
@@ -148,3 +150,25 @@ def test_the_provider_list_read_without_importing_litellm_is_litellms():
     from gateway.upstream.providers import litellm_providers
 
     assert litellm_providers() == set(litellm.provider_list)
+
+
+@pytest.mark.parametrize("api_base, url", [
+    (None, "https://api.anthropic.com/v1/messages"),
+    ("http://127.0.0.1:9000/", "http://127.0.0.1:9000/v1/messages"),
+    ("https://proxy.test/v1/messages", "https://proxy.test/v1/messages")])
+def test_anthropic_direct_path_rule(api_base, url):
+    assert anthropic_endpoint("anthropic/claude-x", api_base) == Endpoint(url, "claude-x")
+    assert anthropic_endpoint("anthropic/claude-x", api_base, {"max_retries": 0}) is None
+    assert anthropic_endpoint("bedrock/claude-x", api_base) is None
+
+
+def test_only_an_anthropic_request_to_an_anthropic_route_goes_direct():
+    litellm = Recording()
+    upstream = RoutingUpstream(direct=DirectUpstream(), litellm=litellm)
+    native = NativeRequest("anthropic", {"model": "c", "max_tokens": 5, "messages": []})
+    assert isinstance(upstream._route(UpstreamCall("anthropic/c", {}, native=native)),
+                      DirectAnthropic)
+    for call in (UpstreamCall("anthropic/c", {}),  # another door: litellm translates
+                 UpstreamCall("anthropic/c", {}, native=native, extra={"max_retries": 0}),
+                 UpstreamCall("bedrock/c", {}, native=native)):
+        assert upstream._route(call) is litellm

@@ -176,6 +176,25 @@ def test_a_stream_follows_anthropics_event_sequence():
                           "usage": {"input_tokens": 15, "output_tokens": 4}}
 
 
+@pytest.mark.parametrize("finish, matched, expected", [
+    ("stop", "END", ("stop_sequence", "END")),  # vLLM, the fake: the sequence named
+    ("stop", None, ("end_turn", None)),  # OpenAI's own API: not said
+    ("stop", 128009, ("end_turn", None)),  # vLLM's stop token id: no sequence
+    ("length", "END", ("max_tokens", None)),
+])
+def test_a_stop_sequence_the_upstream_names_is_carried(finish, matched, expected):
+    choice = {"index": 0, "message": {"role": "assistant", "content": "cut"},
+              "finish_reason": finish, "stop_reason": matched}
+    message = anthropic_message({"id": "c", "choices": [choice]}, "m")
+    assert (message["stop_reason"], message["stop_sequence"]) == expected
+    stream = MessagesStream("m", input_tokens=1)
+    events = stream.start(None) + stream.chunk(chunk({"content": "cut"}))
+    events += stream.chunk({"id": "c", "choices": [
+        {"index": 0, "delta": {}, "finish_reason": finish, "stop_reason": matched}]})
+    final = (stream.end())[-2]
+    assert (final["delta"]["stop_reason"], final["delta"]["stop_sequence"]) == expected
+
+
 def test_reasoning_deltas_open_a_thinking_block_before_the_text():
     stream = MessagesStream("m", input_tokens=1)
     events = stream.start(None)

@@ -34,9 +34,10 @@ def anthropic_message(completion: Mapping[str, Any], model: str) -> dict[str, An
     choices = completion.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], Mapping) else {}
     message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+    reason, sequence = stop_fields(choice.get("finish_reason"), choice.get("stop_reason"))
     return {"id": message_id(completion.get("id")), "type": "message", "role": "assistant",
             "model": model, "content": reply_blocks(message),
-            "stop_reason": stop_reason(choice.get("finish_reason")), "stop_sequence": None,
+            "stop_reason": reason, "stop_sequence": sequence,
             "usage": usage(completion.get("usage")), **extensions(completion)}
 
 
@@ -69,6 +70,16 @@ def tool_input(arguments: Any) -> dict[str, Any]:
 
 def stop_reason(finish_reason: Any) -> str:
     return STOP_REASONS.get(finish_reason, "end_turn")
+
+
+def stop_fields(finish_reason: Any, matched: Any) -> tuple[str, str | None]:
+    """Anthropic's `stop_reason` and `stop_sequence` for a choice's `finish_reason` and its
+    `stop_reason` — the stop sequence the text ended at, where the upstream names it (vLLM's
+    OpenAI-compatible server and the fake upstream do; OpenAI's own API does not, and a stop
+    there reads `end_turn`). vLLM names a stop token by its id (an int): not a sequence."""
+    if finish_reason == "stop" and isinstance(matched, str) and matched:
+        return "stop_sequence", matched
+    return stop_reason(finish_reason), None
 
 
 def usage(data: Any) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gateway.core.dialects.anthropic_answer import error_body, message_id, stop_reason, usage
+from gateway.core.dialects.anthropic_answer import error_body, message_id, stop_fields, usage
 from gateway.core.dialects.events import ChunkTranslator, Event
 
 
@@ -43,9 +43,9 @@ class MessagesStream(ChunkTranslator):
         events = self._close()
         final = usage(self._usage) if self._usage is not None else \
             {"input_tokens": self.input_tokens, "output_tokens": 0}
+        reason, sequence = stop_fields(self._finish, self._matched)
         events.append({"type": "message_delta",
-                       "delta": {"stop_reason": stop_reason(self._finish),
-                                 "stop_sequence": None},
+                       "delta": {"stop_reason": reason, "stop_sequence": sequence},
                        "usage": final})
         events.append({"type": "message_stop"})
         return events

@@ -17,10 +17,12 @@ def sse(event: dict[str, Any]) -> bytes:
 
 class ChunkTranslator:
     """The walk both stream translations share: each upstream chunk's usage and the first
-    choice's finish reason are kept (`_usage`, `_finish`), and its delta is handed to
-    `_delta`, which says what events it makes in the client's dialect."""
+    choice's finish reason are kept (`_usage`, `_finish`, with the stop sequence the choice
+    names in `_matched`), and its delta is handed to `_delta`, which says what events it makes
+    in the client's dialect."""
 
     _finish: Any = None
+    _matched: Any = None
     _usage: Any = None
 
     def chunk(self, chunk: Mapping[str, Any]) -> list[Event]:
@@ -32,6 +34,7 @@ class ChunkTranslator:
                 continue
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
+                self._matched = choice.get("stop_reason")
             delta = choice.get("delta")
             if isinstance(delta, Mapping):
                 events += self._delta(delta)
