@@ -93,6 +93,20 @@ def gateway_url(upstream, redis_url, monkeypatch) -> Iterator[str]:
         yield url
 
 
+def unmarked(value: Any) -> Any:
+    """`value` without the gateway's cache breakpoints (`cache_control`), a content list of
+    one text part read as its text (a marked string becomes such a list)."""
+    if isinstance(value, dict):
+        return {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        parts = [unmarked(v) for v in value]
+        if len(parts) == 1 and isinstance(parts[0], dict) and set(parts[0]) == {"type", "text"} \
+                and parts[0]["type"] == "text":
+            return parts[0]["text"]
+        return parts
+    return value
+
+
 def post(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
     return httpx.post(url + "/v1/messages", json=body, timeout=30, headers={
         "x-api-key": KEYS["acme"], "anthropic-version": "2023-06-01", **headers})
@@ -118,14 +132,18 @@ async def test_the_client_body_goes_upstream_and_the_answer_bytes_come_back(gate
         k: v for k, v in body.items() if k not in ("model", "messages", "system")}
     assert sent["model"] == "claude-up"
     assert "Be brief." in [b["text"] for b in sent["system"]]
-    assert sent["messages"] == HISTORY  # thinking, tool_use, tool_result with is_error
+    # thinking, tool_use, tool_result with is_error — and the gateway's cache breakpoint at
+    # the end of the stable prefix (the history before the current text: the tool result).
+    assert unmarked(sent["messages"]) == unmarked(HISTORY)
+    assert sent["messages"][2]["content"][0]["content"] == [
+        {"type": "text", "text": "service down", "cache_control": {"type": "ephemeral"}}]
 
     # The reply is recorded in the form the client resends: the history continues unbranched.
     resent = [*HISTORY, {"role": "assistant", "content": response.json()["content"]},
               {"role": "user", "content": "Thanks!"}]
     assert post(gateway_url, {**body, "messages": resent},
                 **{"X-Conversation-Id": "pass-1"}).status_code == 200
-    assert upstream[1][-1]["body"]["messages"] == resent
+    assert unmarked(upstream[1][-1]["body"]["messages"]) == unmarked(resent)
     redis = connect(redis_url)
     try:
         store = RedisStore(redis)
