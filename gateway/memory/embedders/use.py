@@ -37,7 +37,7 @@ DIM = 512
 # A sentence encoder averages over tokens; past a few thousand characters more text only
 # costs time (a pasted document would block the embedding thread for a long while).
 MAX_CHARS = 4000
-RELEVANCE_FLOOR = 0.16
+RELEVANCE_FLOOR = 0.1
 """Recalled items less similar than this to the question (and whose neighbours are) are not
 forwarded..."""
 RELEVANCE_GATE = 0.25
