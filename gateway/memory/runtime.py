@@ -195,9 +195,19 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                    summaries=t.context.summary_share > 0,
                                    pins=t.context.pinned_share > 0,
                                    topics=t.memory.topics.enabled,
-                                   topic_boost=t.memory.topics.boost)
+                                   topic_boost=t.memory.topics.boost,
+                                   relevance_floor=_own(t.memory.recall_relevance_floor,
+                                                        embedder.relevance_floor),
+                                   relevance_gate=_own(t.memory.recall_relevance_gate,
+                                                       embedder.relevance_gate))
               for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
+
+
+def _own(tenant: float | None, embedder: float | None) -> float | None:
+    """A tenant's recall threshold: its own if set (-1: none), else the embedder's."""
+    value = tenant if tenant is not None else embedder
+    return None if value is None or value <= -1 else value
 
 
 async def _compact(compactor: Compactor, update: MemoryUpdate, redis: aioredis.Redis,

@@ -22,6 +22,7 @@ from gateway.core.messages import Message, StoredMessage, chain
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import FEATURES, Ranker
 from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.relevance import above_floor
 from gateway.memory.embedders import build_embedder
 from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.search.embedding import EmbeddingService
@@ -349,6 +350,32 @@ async def test_a_recalled_turn_brings_the_turn_after_it(memory):
     recalled = await memory.recaller.recall(KEY, "Where do you walk on Sundays?", k=1)
     assert [r.id for r in recalled] == [transcript[20].id, transcript[21].id]
     assert recalled[1].text == "Along the lake, with Rex."
+
+
+async def test_recalled_turns_carry_their_dense_similarity_and_the_floor_drops_the_rest(
+        memory):
+    transcript = conversation(filler(20) + ["Where do you walk on Sundays?",
+                                            "Along the lake, with Rex."] + filler(10))
+    await memory.indexer.sync(KEY, transcript)
+    query = "Where do you walk on Sundays?"
+    vector = await memory.embedding.embed_query_one(query)
+    similarity = dict(await memory.vectors.search(Namespace.of_conversation(KEY), vector, 64))
+    recalled = await memory.recaller.recall(KEY, query, k=5)
+    question, answer = recalled[0], recalled[1]
+    assert (question.id, answer.id) == (transcript[20].id, transcript[21].id)
+    lowest = min(similarity.values())
+
+    def neighbourhood(n: int) -> float:  # a turn and the turns before and after it
+        return max(similarity.get(transcript[i].id, lowest) for i in (n - 1, n, n + 1))
+
+    # The answer came back because of the question before it: at least as relevant.
+    assert question.relevance == pytest.approx(neighbourhood(20))
+    assert answer.relevance == pytest.approx(neighbourhood(21))
+    assert answer.relevance >= similarity[question.id]
+    assert all(r.relevance is not None and r.relevance >= min(similarity.values()) - 1e-6
+               for r in recalled)
+    floor = (question.relevance + max(r.relevance for r in recalled[2:])) / 2
+    assert [r.id for r in above_floor(recalled, floor)] == [question.id, answer.id]
 
 
 async def test_a_recalled_statement_brings_no_turn_after_it_unless_all_are_asked_for(memory):

@@ -26,4 +26,8 @@ class Recollection:
     items of the user's other conversations are recalled too, a place in one order across
     them: theirs first (older conversations first), then the current conversation's."""
     score: float
-    """Fused relevance to the current question; higher is better."""
+    """Fused relevance to the current question; higher is better. Relative: only its order
+    within one recall means something."""
+    relevance: float | None = None
+    """Absolute relevance to the current question (gateway/core/recall/relevance.py: a dense
+    similarity, on the embedder's scale); None: unknown (never dropped by the floor)."""

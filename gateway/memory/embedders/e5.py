@@ -40,6 +40,9 @@ class E5Embedder:
     dim = DIM
     related_threshold = 0.93
     topic_shift_threshold = 0.82
+    relevance_floor: float | None = None
+    """Not calibrated for this model: no floor."""
+    relevance_gate: float | None = None
 
     def __init__(self, threads: int = 1):
         self.threads = threads

@@ -30,6 +30,9 @@ def _features(text: str) -> list[str]:
 class HashEmbedder:
     related_threshold = 0.8
     topic_shift_threshold = 0.3
+    relevance_floor: float | None = None
+    """A test stand-in: no floor."""
+    relevance_gate: float | None = None
 
     def __init__(self, dim: int = 256, variant: str = ""):
         """`variant`: another hashing of the same dimension — another vector space (tests of

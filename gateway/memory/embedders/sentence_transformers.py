@@ -44,6 +44,8 @@ class SentenceTransformerEmbedder:
         self.threads = threads
         self.related_threshold = related_threshold
         self.topic_shift_threshold = topic_shift_threshold
+        self.relevance_floor: float | None = None  # not calibrated for these models
+        self.relevance_gate: float | None = None
         self.dim = _dimension(self.directory)
         self._model: Any = None
         self._lock = threading.Lock()

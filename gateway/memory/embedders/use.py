@@ -37,6 +37,12 @@ DIM = 512
 # A sentence encoder averages over tokens; past a few thousand characters more text only
 # costs time (a pasted document would block the embedding thread for a long while).
 MAX_CHARS = 4000
+RELEVANCE_FLOOR = 0.1
+"""Recalled items less similar than this to the question (and whose neighbours are) are not
+forwarded..."""
+RELEVANCE_GATE = 0.25
+"""...and none is when not one reaches this. Both chosen by leave-one-conversation-out on the
+dev sets (bench/README.md, "Recall only when relevant"; `python -m bench locomo-floor`)."""
 
 
 class UseEmbedder:
@@ -48,6 +54,8 @@ class UseEmbedder:
     related_threshold = 0.6
     topic_shift_threshold = 0.3
     """Unrelated sentences score up to ~0.43 (above), paraphrases ~0.85."""
+    relevance_floor: float | None = RELEVANCE_FLOOR
+    relevance_gate: float | None = RELEVANCE_GATE
 
     def __init__(self, threads: int = 1, denoise_numbers: bool = False):
         # denoise_numbers: replace number tokens by a placeholder before embedding, off by

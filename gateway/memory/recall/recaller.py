@@ -12,7 +12,9 @@ on one scale; their ranks are). Then, with a learned ranking (`gateway.core.reca
 tenants' default), the fused candidates' turns are re-ordered by it: each search then
 contributes at least `ranking.DEPTH` hits, the candidates not read yet (turns before dense
 hits) are read, and at most `ranking.CANDIDATES` are weighed; a topic boost applies to the
-order it gives. Then drop what the request already shows and return the best k. Summary
+order it gives. Then drop what the request already shows and return the best k, each with
+its absolute relevance (`gateway.core.recall.relevance`: its dense similarity or its
+neighbours'). Summary
 chunks are candidates unless `chunks` is false (the tenants' default: bench/README.md, "Learned
 ranking"); then every search is of turns only, so each still contributes its depth of turns.
 
@@ -39,7 +41,7 @@ propagates (the pipeline fails open around recall).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -50,8 +52,9 @@ from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_
 from gateway.core.ids import ConversationKey
 from gateway.core.recall.ranking import CANDIDATES as RANKED
 from gateway.core.recall.ranking import DEPTH as RANKER_DEPTH
-from gateway.core.recall.ranking import Ranker, gather
+from gateway.core.recall.ranking import Neighbours, Ranker, gather
 from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.relevance import with_relevance
 from gateway.core.memory.topics import boost_same_topic, same_topic
 from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.records.keys import MemoryKeySpace
@@ -216,8 +219,9 @@ class Recaller:
                              version=namespaces.user_version))
         items = _usable(_placed(own_items.items | own_more.items,
                                 user_items.placed + user_more.placed), exclude_ids)
-        return [_scored(items[i], score) for i, score in with_successors(fused, following)
-                if i in items]
+        return list(with_relevance(
+            [_scored(items[i], score) for i, score in with_successors(fused, following)
+             if i in items], dict(dense_hits), _adjacent(links)))
 
     async def _unread(self, key: ConversationKey, namespaces: Namespaces,
                       fused: list[tuple[str, float]], found: set[str],
@@ -240,6 +244,12 @@ def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollectio
         return fused
     same = same_topic({i: r.position for i, r in own.items()}, topic_start)
     return boost_same_topic(fused, same, boost)
+
+
+def _adjacent(links: dict[str, Neighbours]) -> list[tuple[str, str]]:
+    """Consecutive turns (earlier, later) the entries read link."""
+    pairs = [(p, i) for i, link in links.items() if (p := link.previous) is not None]
+    return pairs + [(i, f) for i, link in links.items() if (f := link.following) is not None]
 
 
 def _qualified(item_id: str) -> bool:
@@ -269,7 +279,7 @@ def _placed(own: dict[str, Recollection],
 
 
 def _at(item: Recollection, position: int) -> Recollection:
-    return Recollection(item.kind, item.id, item.text, item.source_ids, position, item.score)
+    return replace(item, position=position)
 
 
 def _usable(items: dict[str, Recollection],
@@ -286,4 +296,4 @@ def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:
 
 
 def _scored(item: Recollection, score: float) -> Recollection:
-    return Recollection(item.kind, item.id, item.text, item.source_ids, item.position, score)
+    return replace(item, score=score)

@@ -25,6 +25,7 @@ from gateway.core.memory.profile import Profile, render_profile
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import Ranker
 from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.relevance import above_floor
 from gateway.core.memory.topics import TopicSegment
 from gateway.memory.records.chunk_store import ChunkStore
 from gateway.memory.search.embedding import EmbeddingService
@@ -74,6 +75,11 @@ class RecallSettings:
     """Read the conversation's current topic (the tenant tracks topics)."""
     topic_boost: float = 0.0
     """Recall scores of the current topic's items are multiplied by 1 + this."""
+    relevance_floor: float | None = None
+    """Recalled turns and chunks less relevant than this are not offered
+    (gateway/core/recall/relevance.py; None: all are)."""
+    relevance_gate: float | None = None
+    """When no recalled turn or chunk is this relevant, none is offered (None: no gate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +212,8 @@ class MemoryService:
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
-        return tuple(f for f in known if f.score > recall.fact_min_score) + tuple(turns)
+        return tuple(f for f in known if f.score > recall.fact_min_score) \
+            + above_floor(turns, recall.relevance_floor, recall.relevance_gate)
 
 
 async def _nothing() -> list[Recollection]:

@@ -1,0 +1,61 @@
+"""An absolute relevance for each recalled item, and the floor below which an item is not
+forwarded.
+
+Why: recall's order (fusion, the learned ranking) is relative — the best of irrelevant items is
+still first — so without a floor the recalled block fills its share of the budget even for
+"Thanks, that's all!". The dense similarity of the question's embedding to an item's is on one
+scale per embedder: unrelated text scores low whatever else is stored.
+
+An item's relevance is the largest dense similarity of itself and of its neighbours in its
+conversation (the turn before and the turn after): a turn comes back as the answer after a
+recalled question, or as the context before a dense hit, because of its neighbour, and a
+turn's vector embeds the turn before it too. An item that was no dense hit (found lexically
+only, or a neighbour beyond the search's depth) is given the lowest dense hit's similarity —
+at most what it would score, since the search returns the best. With no dense hit at all
+(nothing searched densely) relevance is unknown (None) and the item is kept.
+
+Two thresholds: the floor, below which an item is not forwarded, and the gate: when not one
+item reaches it, nothing stored is about the question and none is forwarded. Both are per
+embedder (each scores unrelated text in its own band: gateway/memory/embedders/), calibrated by
+leave-one-conversation-out on the dev sets (bench/README.md, "Recall only when relevant").
+
+Invariants: pure; the order and every other field of the items are kept; an item with unknown
+relevance is never dropped; no floor and no gate (None) drop nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable, Mapping, Sequence
+
+from gateway.core.recall.recollection import Recollection
+
+
+def with_relevance(items: Iterable[Recollection], similarity: Mapping[str, float],
+                   adjacent: Iterable[tuple[str, str]]) -> tuple[Recollection, ...]:
+    """`items` with `relevance` set. `similarity`: the dense hits' similarities by id;
+    `adjacent`: pairs of ids of consecutive turns (earlier, later), where known."""
+    if not similarity:
+        return tuple(items)
+    lowest = min(similarity.values())
+    best: dict[str, float] = {}
+    for earlier, later in adjacent:  # a neighbour's similarity counts for both
+        shared = max(similarity.get(earlier, lowest), similarity.get(later, lowest))
+        for i in (earlier, later):
+            best[i] = max(best.get(i, shared), shared)
+    return tuple(replace(item, relevance=max(similarity.get(item.id, lowest),
+                                             best.get(item.id, lowest)))
+                 for item in items)
+
+
+def above_floor(items: Sequence[Recollection], floor: float | None,
+                gate: float | None = None) -> tuple[Recollection, ...]:
+    """The items worth forwarding: those whose relevance is at or above `floor` — none of
+    them when not one reaches `gate` (nothing stored is about the question) — and those whose
+    relevance is unknown."""
+    known = [r.relevance for r in items if r.relevance is not None]
+    if gate is not None and known and max(known) < gate:
+        return tuple(r for r in items if r.relevance is None)
+    if floor is None:
+        return tuple(items)
+    return tuple(r for r in items if r.relevance is None or r.relevance >= floor)

@@ -1,0 +1,77 @@
+"""Recall's absolute relevance and its floor (gateway/core/recall/relevance.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.relevance import above_floor, with_relevance
+
+
+def item(i: str, kind: str = "turn") -> Recollection:
+    return Recollection(kind, i, f"text {i}", (i,), int(i[1:]) if i[1:].isdigit() else 0,
+                        1.0)  # type: ignore[arg-type]
+
+
+def relevance(items: tuple[Recollection, ...]) -> dict[str, float | None]:
+    return {r.id: r.relevance for r in items}
+
+
+def test_an_item_is_as_relevant_as_its_own_dense_similarity_or_its_neighbours():
+    items = [item("t1"), item("t2"), item("t3"), item("t9")]
+    marked = with_relevance(items, {"t1": 0.7, "t3": 0.2, "t9": 0.1, "t5": 0.05},
+                            [("t1", "t2"), ("t2", "t3")])
+    # t2 was no dense hit: it is the answer after t1 (and the context before t3).
+    assert relevance(marked) == {"t1": 0.7, "t2": 0.7, "t3": 0.2, "t9": 0.1}
+
+
+def test_an_item_found_lexically_only_gets_the_lowest_dense_hits_similarity():
+    marked = with_relevance([item("t4")], {"t1": 0.6, "t2": 0.3}, [])
+    assert relevance(marked) == {"t4": 0.3}
+
+
+def test_without_dense_hits_relevance_is_unknown_and_the_floor_keeps_the_item():
+    marked = with_relevance([item("t1")], {}, [("t1", "t2")])
+    assert relevance(marked) == {"t1": None}
+    assert above_floor(marked, 0.9) == marked
+
+
+def test_the_floor_drops_only_what_is_below_it_and_keeps_order_and_fields():
+    items = with_relevance([item("t3"), item("t1"), item("t2")],
+                           {"t1": 0.5, "t2": 0.15, "t3": 0.16}, [])
+    kept = above_floor(items, 0.16)
+    assert [r.id for r in kept] == ["t3", "t1"]
+    assert kept[0] == items[0] and kept[1] == items[1]
+
+
+@pytest.mark.parametrize("floor", [None, -1.0])
+def test_no_floor_forwards_everything(floor):
+    items = with_relevance([item("t1"), item("t2")], {"t1": -0.2, "t2": 0.0}, [])
+    assert above_floor(items, floor) == items
+
+
+def test_facts_and_unmarked_items_pass_any_floor():
+    fact = Recollection("fact", "fact:home", "user lives in Lisbon", (), -1, 0.4)
+    assert above_floor([fact], 0.99) == (fact,)
+
+
+def test_when_no_item_reaches_the_gate_none_is_forwarded_but_unknown_ones():
+    fact = Recollection("fact", "fact:home", "user lives in Lisbon", (), -1, 0.4)
+    items = (fact,) + with_relevance([item("t1"), item("t2")], {"t1": 0.24, "t2": 0.2}, [])
+    assert above_floor(items, 0.16, gate=0.25) == (fact,)
+    assert [r.id for r in above_floor(items, 0.21, gate=0.24)] == ["fact:home", "t1"]
+    assert above_floor(items, None, gate=None) == items
+
+
+def test_the_thresholds_are_strict_config_naming_the_key():
+    from pydantic import ValidationError
+
+    from gateway.config.memory import TenantMemoryConfig
+
+    assert TenantMemoryConfig().recall_relevance_floor is None  # the embedder's own
+    assert TenantMemoryConfig(recall_relevance_gate=-1).recall_relevance_gate == -1
+    for key in ("recall_relevance_floor", "recall_relevance_gate"):
+        with pytest.raises(ValidationError, match=key):
+            TenantMemoryConfig(**{key: 1.5})
+        with pytest.raises(ValidationError, match=key):
+            TenantMemoryConfig(**{key: "high"})
