@@ -167,7 +167,10 @@ class _Work:
 
 
 class PromptDump:
-    """`--dump-prompts`: one JSON line per probe, written from any thread."""
+    """`--dump-prompts`: one JSON line per probe (`qa`: its index) and per replayed request of
+    the gateway (`qa` null, `turn`: the request's place in its conversation), written from any
+    thread; `bench locomo-rescore` scores the probes and re-computes the replay's prefix
+    reuse from it."""
 
     def __init__(self, file: IO[str]) -> None:
         self._file = file
@@ -176,6 +179,17 @@ class PromptDump:
     def write(self, sample_id: str, question: Question, key: Key, messages: Chat) -> None:
         strategy, mode, budget = key
         line = json.dumps({"conversation": sample_id, "qa": question.index,
+                           "strategy": strategy, "mode": mode, "budget": budget,
+                           "messages": messages}, ensure_ascii=False)
+        with self._lock:
+            self._file.write(line + "\n")
+
+    def write_turn(self, sample_id: str, thread: str, turn: int, key: Key,
+                   messages: Chat) -> None:
+        """`thread`: the gateway conversation the request went to (a session of its own in
+        the `sessions` mode)."""
+        strategy, mode, budget = key
+        line = json.dumps({"conversation": sample_id, "qa": None, "thread": thread, "turn": turn,
                            "strategy": strategy, "mode": mode, "budget": budget,
                            "messages": messages}, ensure_ascii=False)
         with self._lock:
@@ -353,6 +367,9 @@ class Replayer:
                                                                 script.reply(i))
             w.outcome.requests += 1
             w.replay_ids.append(request_id)
+            if self.dump is not None:
+                self.dump.write_turn(w.conversation.sample_id, headers["X-Conversation-Id"], i,
+                                     ("gateway", mode, budget), forwarded)
             if previous is not None:
                 w.outcome.prefix_reuse[("gateway", mode, budget)].append(
                     self.meter.prefix_reuse(previous, forwarded))

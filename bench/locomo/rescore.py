@@ -11,7 +11,10 @@ prompt dump:
   between two CJK characters) is a substring of the normalised context; only questions whose
   answer is a substring of the normalised whole conversation (`[<session date>] <line>` per
   turn) count.
-Prints one line per (strategy, mode, budget) with both figures and their question counts.
+- prefix reuse of the replayed requests (the dump's lines without a question): the share of
+  each request's tokens (cl100k, each message rendered `<|im_start|>role\ncontent<|im_end|>\n`)
+  equal to a prefix of the previous request's in the same conversation, averaged.
+Prints one line per (strategy, mode, budget) with the figures and their counts.
 """
 
 from __future__ import annotations
@@ -76,9 +79,16 @@ class Sample:
 def rescore(data: Iterable[dict[str, Any]], dump: Iterable[str]) -> dict[tuple, dict[str, Any]]:
     samples = {str(item["sample_id"]): Sample(item) for item in data}
     sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
+    replayed: dict[tuple, list[tuple[int, list[dict[str, Any]]]]] = defaultdict(list)
     for raw in dump:
         probe = json.loads(raw)
-        sample = samples[str(probe["conversation"])]
+        if probe["qa"] is None:  # a replayed request
+            replayed[(probe["strategy"], probe["mode"], probe["budget"], probe["conversation"],
+                      probe["thread"])].append((probe["turn"], probe["messages"]))
+            continue
+        sample = samples.get(str(probe["conversation"]))
+        if sample is None:  # a chained conversation (--chain): its probes are not rescored
+            continue
         qa = sample.qa[probe["qa"]]
         context = collapse("\n".join(m["content"] for m in probe["messages"][:-1]
                                      if isinstance(m.get("content"), str)))
@@ -90,9 +100,53 @@ def rescore(data: Iterable[dict[str, Any]], dump: Iterable[str]) -> dict[tuple, 
         if int(qa["category"]) in (1, 2, 3, 4) and answer and answer in sample.history:
             acc[2] += answer in normalise(context)
             acc[3] += 1
-    return {key: {"evidence_recall": e / n if n else None, "n_evidence": n,
-                  "answer_containment": c / m if m else None, "n_eligible": m}
-            for key, (e, n, c, m) in sums.items()}
+    scores: dict[tuple, dict[str, Any]] = {
+        key: {"evidence_recall": e / n if n else None, "n_evidence": n,
+              "answer_containment": c / m if m else None, "n_eligible": m}
+        for key, (e, n, c, m) in sums.items()}
+    reuse: dict[tuple, list[float]] = defaultdict(list)
+    rendered: dict[tuple[str, str], list[int]] = {}
+    for (strategy, mode, budget, _, _), requests in replayed.items():
+        requests.sort(key=lambda r: r[0])
+        for (_, before), (_, after) in zip(requests, requests[1:]):
+            reuse[(strategy, mode, budget)].append(prefix_reuse(before, after, rendered))
+    for key, values in reuse.items():
+        scores.setdefault(key, {"evidence_recall": None, "n_evidence": 0,
+                                "answer_containment": None, "n_eligible": 0})
+        scores[key].update(prefix_reuse=sum(values) / len(values), n_pairs=len(values))
+    return scores
+
+
+def prefix_reuse(before: list[dict[str, Any]], after: list[dict[str, Any]],
+                 rendered: dict[tuple[str, str], list[int]] | None = None) -> float:
+    """The share of `after`'s tokens equal to a prefix of `before`'s (`rendered`: a cache of
+    each message's tokens)."""
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("cl100k_base")
+    cache = {} if rendered is None else rendered
+
+    def tokens(messages: list[dict[str, Any]]) -> list[int]:
+        out: list[int] = []
+        for m in messages:
+            key = (m["role"], _text(m.get("content")))
+            if key not in cache:
+                cache[key] = encoding.encode_ordinary(
+                    f"<|im_start|>{key[0]}\n{key[1]}<|im_end|>\n")
+            out.extend(cache[key])
+        return out
+
+    a, b = tokens(before), tokens(after)
+    shared = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        shared += 1
+    return shared / len(b) if b else 0.0
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else repr(content)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         scores = rescore(data, f)
     for (strategy, mode, budget), s in sorted(scores.items(), key=str):
         er, ac = s["evidence_recall"], s["answer_containment"]
+        reuse = f"  prefix reuse {s['prefix_reuse']:.4f} (pairs={s['n_pairs']})" \
+            if "prefix_reuse" in s else ""
         print(f"{strategy:9} {mode or '-':9} {budget or '-':>6}  evidence recall "
               f"{'-' if er is None else f'{er:.4f}'} (n={s['n_evidence']})  answer containment "
-              f"{'-' if ac is None else f'{ac:.4f}'} (n={s['n_eligible']})")
+              f"{'-' if ac is None else f'{ac:.4f}'} (n={s['n_eligible']}){reuse}")
     return 0

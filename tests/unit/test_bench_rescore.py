@@ -1,0 +1,40 @@
+"""The independent rescoring's prefix reuse (bench/locomo/rescore.py) against the harness's meter
+(bench/locomo/meter.py): two implementations of one rule, and the grouping of a dump's replayed
+requests by conversation, in request order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.locomo.meter import PromptMeter
+from bench.locomo.rescore import prefix_reuse, rescore
+
+STORY = [{"role": "user" if i % 2 == 0 else "assistant",
+          "content": f"Turn {i}: the keeper of the harbour light told a story " * 3}
+         for i in range(12)]
+
+
+@pytest.mark.parametrize("before, after", [
+    (STORY[:8], STORY[:10]),  # append-only
+    (STORY[:8], [{"role": "system", "content": "Recalled: x"}, *STORY[:10]]),  # new head
+    (STORY[:8], [*STORY[:5], {"role": "user", "content": STORY[5]["content"] + " edited"}]),
+    (STORY[2:8], STORY[4:10]),  # a sliding window
+])
+def test_prefix_reuse_agrees_with_the_harness_meter(before, after):
+    assert prefix_reuse(before, after) == pytest.approx(PromptMeter().prefix_reuse(before, after))
+
+
+def test_replayed_requests_are_paired_in_order_within_their_conversation():
+    def line(thread: str, turn: int, messages, budget: int = 100) -> str:
+        return json.dumps({"conversation": "c1", "qa": None, "thread": thread, "turn": turn,
+                           "strategy": "gateway", "mode": "stateless", "budget": budget,
+                           "messages": messages})
+    dump = [line("a", 2, STORY[:6]), line("a", 0, STORY[:2]), line("a", 1, STORY[:4]),
+            line("b", 0, STORY[6:8]), line("a", 3, STORY[6:8], budget=200)]
+    scores = rescore([], dump)
+    expected = (prefix_reuse(STORY[:2], STORY[:4]) + prefix_reuse(STORY[:4], STORY[:6])) / 2
+    assert scores[("gateway", "stateless", 100)]["prefix_reuse"] == pytest.approx(expected)
+    assert scores[("gateway", "stateless", 100)]["n_pairs"] == 2  # thread b is alone
+    assert ("gateway", "stateless", 200) not in scores  # one request: no pair
