@@ -5,6 +5,16 @@ Output order, cache friendly:
     [instructions] [pinned block] [summary block] [profile block] [recent history]
     [recalled block] [current]
 
+and with `policy.assembly == "stepped"`, over the budget (`_stepped`; the invariants below that
+name the recent window's turn cap and fitted length are the rolling window's):
+
+    [instructions] [pinned block] [summary block] [window, moving in steps]
+    [profile block] [recalled block] [current]
+
+where everything before the profile repeats the previous request's prompt between steps
+(gateway/core/context/steps.py; tests/unit/test_steps.py). `Rewrite.stable_messages` says how
+many leading messages are that stable prefix (a provider's cache breakpoint goes at its end).
+
 Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrite_properties.py):
 - instructions and the current turn are forwarded verbatim and never dropped, even when they
   alone exceed the budget (then `over_budget` is set and nothing else is added);
@@ -72,6 +82,7 @@ from gateway.core.context.packing import (
 from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.context.steps import estimated_costs, window_starts
 from gateway.core.policy import ContextPolicy
+from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
 from gateway.core.context.truncation import cost_as_shortened, shorten
 
@@ -248,9 +259,6 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     offered = drop_redundant(offered, window_ids, (), window_texts)
     recalled = pack_recalled(offered, left - window.cost, tokenizer, framing)
 
-    blocks: tuple[tuple[BlockName, Message | None], ...] = (
-        ("pinned", pinned.block), ("summary", summary.block), ("profile", profile.block),
-        ("recalled", recalled.block))
     messages = (
         request.instructions
         + tuple(b for b in (pinned.block, summary.block, profile.block) if b is not None)
@@ -258,25 +266,8 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         + tuple(b for b in (recalled.block,) if b is not None)
         + request.current
     )
-    memory_cost = pinned.cost + summary.cost + profile.cost + recalled.cost
-    return Rewrite(
-        messages=messages,
-        tokens_original=tokens_original,
-        tokens_forwarded=_total(fixed_cost + memory_cost + window.cost, bool(messages)),
-        recent_turns=sum(1 for m in window.messages if m.role == "user"),
-        history_kept=len(window.messages),
-        truncated=window.truncated,
-        over_budget=False,
-        memory_blocks=tuple(name for name, block in blocks if block is not None),
-        summary_chunks=len(summary.items),
-        recalled=len(recalled.items),
-        recalled_ids=tuple(r.id for r in recalled.items),
-        summary_tokens=summary.cost,
-        profile_tokens=profile.cost,
-        recalled_tokens=recalled.cost,
-        **_pinned_fields(pinned),
-        message_limit=limit if fitted else None,
-    )
+    return _assembled(messages, tokens_original, fixed_cost, window, pinned, summary, profile,
+                      recalled, message_limit=limit if fitted else None)
 
 
 def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int, tokens_original: int,
@@ -317,13 +308,23 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int, tokens_
                              pinned_texts | shown_texts(window.messages))
     recalled = pack_recalled(offered, min(share(policy.recall_share, room), left), tokenizer,
                              framing)
-    blocks: tuple[tuple[BlockName, Message | None], ...] = (
-        ("pinned", pinned.block), ("summary", summary.block), ("profile", profile.block),
-        ("recalled", recalled.block))
     stable = request.instructions + tuple(
         b for b in (pinned.block, summary.block) if b is not None) + window.messages
     messages = stable + tuple(b for b in (profile.block, recalled.block) if b is not None) \
         + request.current
+    return _assembled(messages, tokens_original, fixed_cost, window, pinned, summary, profile,
+                      recalled, stable_messages=len(stable))
+
+
+def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: int,
+               window: _Window, pinned: Packed[PinnedMessage], summary: Packed[str],
+               profile: Packed[str], recalled: Packed[Recollection],
+               **extra: Any) -> Rewrite:
+    """The Rewrite of a history that does not fit, from its window and blocks (`extra`: the
+    assembly's own fields)."""
+    blocks: tuple[tuple[BlockName, Message | None], ...] = (
+        ("pinned", pinned.block), ("summary", summary.block), ("profile", profile.block),
+        ("recalled", recalled.block))
     memory_cost = pinned.cost + summary.cost + profile.cost + recalled.cost
     return Rewrite(
         messages=messages,
@@ -341,7 +342,7 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int, tokens_
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
         **_pinned_fields(pinned),
-        stable_messages=len(stable),
+        **extra,
     )
 
 
