@@ -123,6 +123,8 @@ def prefix_reuse(before: list[dict[str, Any]], after: list[dict[str, Any]],
     each message's tokens)."""
     import tiktoken
 
+    import gateway  # noqa: F401 — only its offline tiktoken cache (gateway/_offline.py)
+
     encoding = tiktoken.get_encoding("cl100k_base")
     cache = {} if rendered is None else rendered
 
