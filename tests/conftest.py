@@ -11,6 +11,10 @@ import gateway  # noqa: E402,F401  (sets the offline environment before litellm 
 
 pytest_plugins = ["tests.support.redis", "tests.support.cluster"]
 
+from tests.support.tls import share_default_ssl_context  # noqa: E402
+
+share_default_ssl_context()
+
 from hypothesis import settings  # noqa: E402
 
 # Every property test: the same cases on every run and machine (derandomized, no example
