@@ -2,12 +2,18 @@
 
 import os
 
+import pytest
+
 # litellm's async path uses aiohttp unless told otherwise; respx intercepts httpx only.
 os.environ.setdefault("DISABLE_AIOHTTP_TRANSPORT", "True")
 
 import gateway  # noqa: E402,F401  (sets the offline environment before litellm is imported)
 
 pytest_plugins = ["tests.support.redis", "tests.support.cluster"]
+
+from tests.support.tls import share_default_ssl_context  # noqa: E402
+
+share_default_ssl_context()
 
 from hypothesis import settings  # noqa: E402
 
@@ -18,12 +24,36 @@ settings.register_profile("gateway", derandomize=True, database=None, deadline=N
 settings.load_profile("gateway")
 
 
+COUNTS = "count line"
+"""The key under which a test's count lines travel on its report (`user_properties`): with
+pytest-xdist (./scripts/test runs the suite on every core) the tests run in worker processes,
+and only what a report carries reaches the process that prints the summary."""
+
+_counted = 0
+_summary: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The count lines this test added (tests/support/processes.report), on its report."""
+    global _counted
+    outcome = yield
+    from tests.support.processes import REPORTS
+
+    if len(REPORTS) > _counted:
+        outcome.get_result().user_properties.extend(
+            (COUNTS, line) for line in REPORTS[_counted:])
+        _counted = len(REPORTS)
+
+
+def pytest_runtest_logreport(report):
+    _summary.extend(value for key, value in report.user_properties if key == COUNTS)
+
+
 def pytest_terminal_summary(terminalreporter):
     """Counts the scale-out and failure tests report (turns sent, stored, lost, ...), shown in
     CI's log whether they pass or fail."""
-    from tests.support.processes import REPORTS
-
-    if REPORTS:
+    if _summary:
         terminalreporter.section("scale-out and failure test counts")
-        for line in REPORTS:
+        for line in _summary:
             terminalreporter.write_line(line)

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import redis
 
 from bench.__main__ import main as bench_main
 from bench.locomo.data import (Turn, canonical_id, chain, load, parse_conversation,
@@ -29,6 +30,33 @@ ZH, EN = FIXTURES / "conversations_zh.json", FIXTURES / "conversations_tiny_en.j
 RESULT_KEYS = {"strategy", "mode", "budget", "category", "n", "evidence_recall",
                "answer_containment", "date_recall", "forwarded_tokens_mean", "prefix_reuse",
                "cost_per_turn", "cost_vs_whole", "null_probe_recalled_tokens"}
+BUDGETS = (60, 80, 400, 100000)
+"""One replay per fixture, shared by the replay and rescoring tests below: 60 (tighter than
+one turn's worth of history) and 100000 (the whole history fits) for the replay's checks, 80
+and 400 between them for the rescoring's (which checks every budget of the run); a run's fixed cost (a gateway child process,
+the baselines' embeddings) is most of its time, so four budgets in one run take about as long
+as two."""
+
+
+@pytest.fixture(scope="module")
+def locomo_run(valkey_server_url, tmp_path_factory):
+    """`run(fixture)`: (report, prompt dump) of `bench locomo` over `fixture` at BUDGETS, run
+    once per fixture in this module, on the session's store flushed first."""
+    runs: dict[Path, tuple[Path, Path]] = {}
+
+    def run(fixture: Path) -> tuple[Path, Path]:
+        if fixture not in runs:
+            with redis.Redis.from_url(valkey_server_url) as client:
+                client.flushdb()
+            folder = tmp_path_factory.mktemp("locomo")
+            out, dump = folder / "r.json", folder / "prompts.jsonl"
+            assert bench_main(["locomo", "--data", str(fixture), "--store", valkey_server_url,
+                               "--budgets", ",".join(map(str, BUDGETS)), "--out", str(out),
+                               "--dump-prompts", str(dump)]) == 0
+            runs[fixture] = out, dump
+        return runs[fixture]
+
+    return run
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -285,14 +313,11 @@ def test_bm25_and_dense_rank_the_evidence_turn_first_in_english_and_chinese():
 
 
 @pytest.mark.parametrize("fixture", [ZH, EN])
-def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
-    out, dump = tmp_path / "r.json", tmp_path / "prompts.jsonl"
-    assert bench_main(["locomo", "--data", str(fixture), "--store", redis_url,
-                       "--budgets", "60,100000", "--out", str(out),
-                       "--dump-prompts", str(dump)]) == 0
+def test_replay_through_the_real_gateway(fixture, locomo_run):
+    out, dump = locomo_run(fixture)
     data = json.loads(out.read_text(encoding="utf-8"))
     assert {"machine", "versions", "config", "started", "duration_s"} <= set(data["meta"])
-    assert data["meta"]["counts"]["mode_mismatches_by_budget"] == {"60": 0, "100000": 0}
+    assert data["meta"]["counts"]["mode_mismatches_by_budget"] == {str(b): 0 for b in BUDGETS}
     assert data["meta"]["counts"]["token_header_mismatches"] == 0
     rows = {(r["strategy"], r["mode"], r["budget"], r["category"]): r for r in data["results"]}
     assert all(RESULT_KEYS <= set(r) for r in rows.values())
@@ -334,9 +359,9 @@ def test_replay_through_the_real_gateway(fixture, redis_url, tmp_path):
                for line in lines)
     probes = {(d["strategy"], d["mode"], d["budget"], d["qa"]) for d in lines}
     expected = {("gateway", m, b) for m in ("stateless", "stateful", "sessions")
-                for b in (60, 100000)}
+                for b in BUDGETS}
     expected |= {(s, None, b) for s in ("truncate", "bm25", "dense", "hybrid")
-                 for b in (60, 100000)} | {("full", None, None), ("last-n", None, None)}
+                 for b in BUDGETS} | {("full", None, None), ("last-n", None, None)}
     assert probes == {(*k, i) for k in expected for i in range(questions)}
     assert len(lines) == len(probes)
     assert {d["conversation"] for d in lines} == {conversation.sample_id}
@@ -436,13 +461,10 @@ def test_ablation_table_reads_each_steps_gateway_and_hybrid_rows(tmp_path):
 
 @pytest.mark.parametrize("fixture", [ZH, EN])
 def test_an_independent_rescoring_of_the_prompt_dump_gives_the_reported_figures(
-        fixture, redis_url, tmp_path):
+        fixture, locomo_run):
     from bench.locomo.rescore import rescore
 
-    out, dump = tmp_path / "r.json", tmp_path / "prompts.jsonl"
-    assert bench_main(["locomo", "--data", str(fixture), "--store", redis_url,
-                       "--budgets", "80,400", "--out", str(out),
-                       "--dump-prompts", str(dump)]) == 0
+    out, dump = locomo_run(fixture)
     reported = {(r["strategy"], r["mode"], r["budget"]): r
                 for r in json.loads(out.read_text(encoding="utf-8"))["results"]
                 if r["category"] == "all"}

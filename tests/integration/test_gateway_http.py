@@ -6,6 +6,7 @@ the standalone fake server over loopback HTTP reached by the direct path and by 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -112,7 +113,11 @@ async def test_turns_are_recorded_with_the_reply(client, store):
 async def test_streamed_reply_is_recorded(client, store):
     list(client.chat.completions.create(model="echo", stream=True, messages=[user("s1")],
                                         extra_headers={"X-Conversation-Id": "st"}))
-    stored = await store.load(conversation_key("st"))
+    # A stream's turn is recorded after its last chunk is sent: wait for it, not the clock.
+    deadline = time.monotonic() + 10
+    while len(stored := await store.load(conversation_key("st"))) < 2 \
+            and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     assert [s.message.text for s in stored] == ["s1", "s1"]
     assert not stored[-1].incomplete
 

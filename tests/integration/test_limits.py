@@ -72,7 +72,11 @@ def test_a_request_of_100000_messages_is_a_400_naming_messages_and_nothing_is_st
         default_url, redis_url):
     client = openai.OpenAI(base_url=default_url + "/v1", api_key=KEYS["acme"], max_retries=0)
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model="echo", messages=_turns(100_000),
+        # The messages go in `extra_body`, which replaces the `messages` key of the body as
+        # sent: the same JSON on the wire, without the SDK's client-side type walk over
+        # 100,000 dicts (15-55 s on 2 cores; the gateway answers in under a second).
+        client.chat.completions.create(model="echo", messages=[],
+                                       extra_body={"messages": _turns(100_000)},
                                        extra_headers={"X-Conversation-Id": "huge"})
     assert info.value.status_code == 400
     assert info.value.code == "array_above_max_length" and info.value.param == "messages"

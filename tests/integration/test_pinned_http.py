@@ -5,6 +5,7 @@ exact messages the gateway forwarded."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator
 
 import httpx
@@ -251,5 +252,9 @@ def test_a_streamed_request_pins_its_marked_message_too(url):
     stream = client.chat.completions.create(model="echo", stream=True, messages=[
         {"role": "user", "content": RULE, "x_gateway_pin": True}])
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    pins = memory_api(url, "GET", "/conversations/streamed/pins").json()["data"]
+    # A stream's turn is recorded after its last chunk is sent: wait for it, not the clock.
+    deadline = time.monotonic() + 10
+    while not (pins := memory_api(url, "GET", "/conversations/streamed/pins").json()["data"]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert [(p["source"], p["message"]["content"]) for p in pins] == [("client", RULE)]

@@ -25,7 +25,8 @@ KEYS = {"acme": "acme-key", "globex": "globex-key", "acme-batch": "acme-batch-ke
 
 
 def limited_config(store: str, *, acme: dict[str, Any] | None = None,
-                   batch_key: dict[str, Any] | None = None, shards: int = 0):
+                   batch_key: dict[str, Any] | None = None, shards: int = 0,
+                   recorder: dict[str, Any] | None = None):
     """acme (two keys: `acme-key`, and `acme-batch-key` with `batch_key` limits) with the
     tenant limits `acme`; globex without limits. `shards`: `store` is a cluster's node."""
     tenant = {"models": MODELS,
@@ -34,7 +35,7 @@ def limited_config(store: str, *, acme: dict[str, Any] | None = None,
         # A temporary data dir: a turn the store cannot take goes to a record journal there,
         # never into the working directory's ./data (which the next `gateway serve` replays).
         "server": {"data_dir": tempfile.mkdtemp(prefix="gateway-test-")},
-        "store": store, "recorder": {"mode": "inline"},
+        "store": store, "recorder": {"mode": "inline", **(recorder or {})},
         **({"store_cluster": {"enabled": True, "shards": shards}} if shards else {}),
         "memory": {"embedder": {"kind": "hash"}},
         "tenants": {
@@ -173,8 +174,11 @@ def test_a_tenant_without_limits_costs_no_store_call(redis_url):
 
 
 def test_limits_fail_open_when_the_store_cannot_be_reached(caplog):
+    # A short drain: at shutdown the record buffer waits that long for a store that never
+    # comes (the default 10 s), then journals the turns; the limits are what is tested here.
     config = limited_config(f"redis://127.0.0.1:{closed_port()}/0",
-                            acme={"requests_per_minute": 1, "tokens_per_minute": 5})
+                            acme={"requests_per_minute": 1, "tokens_per_minute": 5},
+                            recorder={"drain_timeout_seconds": 0.5})
     with running_gateway(config) as url:
         acme = client(url)
         assert [ask(acme, f"q{n}") for n in range(3)] == ["q0", "q1", "q2"]

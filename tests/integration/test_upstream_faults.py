@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -117,7 +118,11 @@ def test_upstream_faults_give_clean_errors_and_record_nothing_complete(redis_url
                            json={"model": "cut", "stream": True,
                                  "messages": [{"role": "user", "content": "hi"}]}) as r:
             text = b"".join(r.iter_bytes()).decode()
-        stored = asyncio.run(_stored(redis_url, "fault-cut"))
+        # A stream's turn is recorded after its last chunk is sent: wait for it, not the clock.
+        deadline = time.monotonic() + 10
+        while not (stored := asyncio.run(_stored(redis_url, "fault-cut"))) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
     results["fault-cut"] = r.status_code
     report(f"upstream faults ({path})", **results,
            cut_reply_stored_incomplete=bool(stored) and stored[-1].incomplete)

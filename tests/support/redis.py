@@ -12,7 +12,9 @@ Fixtures:
   why). The store and recorder tests use these, proving compatibility with real Redis.
 
 With the environment variable GATEWAY_TEST_REDIS_URL set (e.g. `redis://127.0.0.1:6399/0`),
-every fixture uses that external server instead.
+every fixture uses that external server instead; under pytest-xdist each worker takes a
+database of its own there (worker gwN: the URL's database + N), as FLUSHDB empties only one.
+Without it every worker process starts servers of its own (temporary dirs, free ports).
 """
 
 from __future__ import annotations
@@ -34,9 +36,21 @@ from gateway.store import EmbeddedRedis, connect
 ENV_URL = "GATEWAY_TEST_REDIS_URL"
 
 
+def _external_url() -> str | None:
+    """GATEWAY_TEST_REDIS_URL, with this xdist worker's own database number."""
+    url = os.environ.get(ENV_URL)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not url or not worker.startswith("gw"):
+        return url
+    base, _, db = url.rpartition("/")
+    if not db.isdigit():
+        return f"{url.rstrip('/')}/{int(worker[2:])}"
+    return f"{base}/{int(db) + int(worker[2:])}"
+
+
 @pytest.fixture(scope="session")
 def valkey_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    external = os.environ.get(ENV_URL)
+    external = _external_url()
     if external:
         yield external
         return
@@ -52,7 +66,7 @@ def valkey_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
 @pytest.fixture(scope="session")
 def debian_redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    external = os.environ.get(ENV_URL)
+    external = _external_url()
     if external:
         yield external
         return
