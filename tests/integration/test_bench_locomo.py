@@ -354,9 +354,22 @@ def test_replay_through_the_real_gateway(fixture, locomo_run):
         rows[("full", None, None, "all")]["n"]
     (conversation,) = load(fixture)
     questions = len(conversation.questions)
-    lines = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
+    everything = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
+    lines = [line for line in everything if line["qa"] is not None]
+    replayed = [line for line in everything if line["qa"] is None]
     assert all(list(line) == ["conversation", "qa", "strategy", "mode", "budget", "messages"]
                for line in lines)
+    # Every replayed request of the gateway too, in its conversation ("thread") and order.
+    assert all(list(line) == ["conversation", "qa", "thread", "turn", "strategy", "mode",
+                              "budget", "messages"] and line["strategy"] == "gateway"
+               for line in replayed)
+    (conversation,) = load(fixture)
+    replays = len(build_script(conversation).requests)
+    per_budget = 2 * replays + sum(len(s.requests) for s in session_scripts(conversation))
+    assert len(replayed) == len(BUDGETS) * per_budget
+    stateless = [d for d in replayed if d["mode"] == "stateless" and d["budget"] == BUDGETS[0]]
+    assert len({d["thread"] for d in stateless}) == 1
+    assert sorted(d["turn"] for d in stateless) == list(build_script(conversation).requests)
     probes = {(d["strategy"], d["mode"], d["budget"], d["qa"]) for d in lines}
     expected = {("gateway", m, b) for m in ("stateless", "stateful", "sessions")
                 for b in BUDGETS}
@@ -478,6 +491,10 @@ def test_an_independent_rescoring_of_the_prompt_dump_gives_the_reported_figures(
             else:
                 assert figures[metric] == pytest.approx(reported[key][metric], abs=6e-5), \
                     (key, metric)
+        if key[0] == "gateway":  # the replayed requests' prefix reuse, from the dump alone
+            assert figures["n_pairs"] > 0
+            assert figures["prefix_reuse"] == pytest.approx(reported[key]["prefix_reuse"],
+                                                            abs=6e-5), key  # 4 decimals
 
 
 def test_every_door_forwards_the_same_prompts_and_scores_the_same(redis_url, tmp_path,
