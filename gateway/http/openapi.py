@@ -87,7 +87,7 @@ _MESSAGES_REQUEST: Json = {
         "max_tokens": {"type": "integer", "minimum": 1},
         "messages": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["role", "content"],
-            "properties": {"role": {"enum": ["user", "assistant"]},
+            "properties": {"role": {"enum": ["user", "assistant", "system"]},
                            "content": {"oneOf": [
                                {"type": "string"},
                                {"type": "array", "items": {

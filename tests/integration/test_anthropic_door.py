@@ -189,8 +189,11 @@ def sse_events(response: httpx.Response) -> list[dict]:
     ({"model": "echo", "max_tokens": 10, "messages": []}, "messages"),
     ({"model": "echo", "max_tokens": "ten", "messages": [{"role": "user", "content": "x"}]},
      "max_tokens"),
-    ({"model": "echo", "max_tokens": 10, "messages": [{"role": "system", "content": "x"}]},
+    ({"model": "echo", "max_tokens": 10, "messages": [{"role": "robot", "content": "x"}]},
      "role"),
+    ({"model": "echo", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "system", "content": [{"type": "image", "source": {}}]}]}, "messages.1.0"),
     ({"model": "echo", "max_tokens": 10, "tool_choice": {"type": "sometimes"},
       "messages": [{"role": "user", "content": "x"}]}, "tool_choice"),
 ])

@@ -31,6 +31,26 @@ def test_system_string_and_blocks_become_one_system_message():
         {"type": "text", "text": "B"}]}
 
 
+def test_a_system_message_among_the_turns_is_an_instruction_where_it_was_sent():
+    """Claude Code sends some of its instructions as `{"role": "system"}` messages among the
+    turns; they are the client's instructions, text only."""
+    parsed = parse(system="Be brief.", messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "Agents: Explore, Plan."},
+        {"role": "system", "content": [{"type": "text", "text": "More."}]},
+        {"role": "user", "content": "go"}])
+    assert parsed.messages == (
+        Message.plain("system", "Be brief."), Message.plain("user", "hi"),
+        Message.plain("system", "Agents: Explore, Plan."),
+        Message.plain("system", "More."),
+        Message.plain("user", "go"))
+    with pytest.raises(BadRequest, match=r"messages\.1\.0: only text blocks"):
+        parse(messages=[{"role": "user", "content": "x"},
+                        {"role": "system", "content": [{"type": "tool_result"}]}])
+    with pytest.raises(BadRequest, match=r"messages\.0\.role"):
+        parse(messages=[{"role": "robot", "content": "x"}])
+
+
 def test_tool_use_and_result_become_a_paired_call_and_tool_message():
     parsed = parse(messages=[
         {"role": "user", "content": "weather?"},

@@ -182,19 +182,24 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 def _system(system: Any) -> tuple[Message, ...]:
     if system is None or system == "" or system == []:
         return ()
-    if isinstance(system, str):
-        return (Message.plain("system", system),)
-    if not isinstance(system, list):
-        raise BadRequest("system: Input should be a string or an array of text blocks.",
-                         param="system")
+    return (_system_message(system, "system"),)
+
+
+def _system_message(content: Any, where: str) -> Message:
+    """`system`, or a system message's content: a string or text blocks."""
+    if isinstance(content, str):
+        return Message.plain("system", content)
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}: Input should be a string or an array of text blocks.",
+                         param=where)
     parts = []
-    for i, block in enumerate(system):
+    for i, block in enumerate(content):
         if not isinstance(block, Mapping) or block.get("type") != "text" \
                 or not isinstance(block.get("text"), str):
-            raise BadRequest(f"system.{i}: only text blocks are allowed in `system`.",
-                             param=f"system.{i}")
+            raise BadRequest(f"{where}.{i}: only text blocks are allowed in a system prompt.",
+                             param=f"{where}.{i}")
         parts.append(_text_part(block))
-    return (Message.of("system", _collapse(parts)),)
+    return Message.of("system", _collapse(parts))
 
 
 def _message(data: Any, index: int, previous: Mapping[str, Any] | None) -> list[Message]:
@@ -202,8 +207,12 @@ def _message(data: Any, index: int, previous: Mapping[str, Any] | None) -> list[
     if not isinstance(data, Mapping):
         raise BadRequest(f"{where}: Input should be an object.", param=where)
     role = data.get("role")
+    if role == "system":
+        # Claude Code sends instructions this way (a system message among the turns); they
+        # are the client's instructions like `system`, and forwarded with them.
+        return [_system_message(data.get("content"), where)]
     if role not in ("user", "assistant"):
-        raise BadRequest(f"{where}.role: Input should be 'user' or 'assistant'.",
+        raise BadRequest(f"{where}.role: Input should be 'user', 'assistant' or 'system'.",
                          param=f"{where}.role")
     content = data.get("content")
     if isinstance(content, str):
