@@ -23,7 +23,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.one_shot import restore, withhold
-from gateway.core.context.cache_hints import CacheHint, with_cache_hint
+from gateway.core.context.cache_hints import CacheHint, with_cache_hint, without_cache_marks
 from gateway.core.context.pinned import marked_pins
 from gateway.core.spend import Price, TurnUsage, money, read_usage, turn_usage
 from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
@@ -141,6 +141,7 @@ class Pipeline:
         if withheld.count:
             log.one_shot_messages = withheld.count
             kept = tuple(m for m in withheld.kept if not m.is_instruction)
+        kept = without_cache_marks(kept)
         if key is None:
             log.passthrough = "no_conversation_id"
         else:

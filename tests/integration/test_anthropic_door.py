@@ -125,6 +125,39 @@ async def test_tool_use_round_trip_keeps_call_and_result_paired(client, store):
     assert [s.message.role for s in stored] == ["user", "assistant", "tool", "assistant"]
 
 
+async def test_a_breakpoint_moved_to_the_newest_message_is_no_fork(client, store):
+    """Claude Code marks its newest message with `cache_control` and resends the history with
+    the mark moved: the same conversation, one branch, stored without marks; the model gets the
+    marks of this request only — a stateful client's history comes from the stored copies,
+    which carry none."""
+    mark = {"type": "ephemeral"}
+
+    def said(text: str, marked: bool) -> dict:
+        return {"role": "user", "content": [{"type": "text", "text": "<reminder>"},
+                                            {"type": "text", "text": text,
+                                             **({"cache_control": mark} if marked else {})}]}
+    first = client.messages.create(model="messages", max_tokens=64, messages=[
+        said("one", True)], extra_headers=conversation("cc1"))
+    reply = {"role": "assistant", "content": first.content[0].text}
+    second = client.messages.create(model="messages", max_tokens=64, messages=[
+        said("one", False), reply, said("two", True)], extra_headers=conversation("cc1"))
+    assert await store.branches(conversation_key("cc1")) == ()
+    stored = await store.load(conversation_key("cc1"))
+    assert [s.message.role for s in stored] == ["user", "assistant", "user", "assistant"]
+    assert "cache_control" not in json.dumps([s.message.to_openai() for s in stored
+                                              if s.message.role == "user"])
+    sent = [m for m in forwarded(second.content[0].text) if m["role"] != "system"]
+    assert "cache_control" not in json.dumps(sent[0]) and "cache_control" in json.dumps(sent[2])
+    # Stateful: only the new message is sent; the history forwarded carries no old marks.
+    third = client.messages.create(model="messages", max_tokens=64, messages=[
+        said("three", True)], extra_headers=conversation("cc1"))
+    sent = [m for m in forwarded(third.content[0].text) if m["role"] != "system"]
+    users = [m for m in sent if m["role"] == "user"]  # the echoed replies quote old bodies
+    assert [m["content"][-1]["text"] for m in users] == ["one", "two", "three"]
+    assert json.dumps(users).count("cache_control") == 1 and "cache_control" in json.dumps(
+        users[-1])
+
+
 def test_streamed_tool_use_arrives_as_json_deltas(client):
     with client.messages.stream(model="tools", max_tokens=64, tools=[WEATHER_TOOL],
                                 messages=[{"role": "user", "content": "Oslo"}]) as stream:

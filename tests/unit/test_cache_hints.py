@@ -150,3 +150,28 @@ def test_a_client_that_asked_gets_the_usage_as_it_came():
 
 def _event(data: dict) -> bytes:
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+def test_the_kept_form_has_no_breakpoints_and_one_text_part_as_its_text():
+    """What the transcript compares and stores: a client's moving breakpoints are not content
+    (Claude Code marks its newest message each turn), and a one-part text list reads as the
+    text the Messages door gives an unmarked one."""
+    from gateway.core.context.cache_hints import without_cache_marks
+    from gateway.core.messages import Message
+
+    plain = (Message.plain("user", "hi"), Message.of("tool", "r", tool_call_id="c"),
+             Message.of("user", [{"type": "text", "text": "A"}, {"type": "image_url",
+                                                                 "image_url": {"url": "u"}}]))
+    assert without_cache_marks(plain) is plain  # nothing to change: the same tuple
+    marked = (Message.of("user", [{"type": "text", "text": "A", "cache_control": EPHEMERAL}]),
+              Message.of("user", [{"type": "text", "text": "A"},
+                                  {"type": "text", "text": "B", "cache_control": EPHEMERAL}]),
+              Message.of("system", "s", cache_control=EPHEMERAL),
+              Message.of("user", [{"type": "text", "text": "A"}]))
+    assert [m.to_openai() for m in without_cache_marks(marked)] == [
+        {"role": "user", "content": "A"},
+        {"role": "user", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]},
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "A"}]
+    # The same message marked on one turn and not on the next compares equal.
+    assert without_cache_marks(marked[:1])[0].canonical() == Message.plain("user", "A").canonical()

@@ -23,10 +23,55 @@ import hashlib
 from typing import Any, Literal, Mapping
 
 from gateway.core.ids import ConversationKey
+from gateway.core.messages import Message, thaw
 
 CacheHint = Literal["prompt_cache_key", "cache_control"]
 EPHEMERAL = {"type": "ephemeral"}
 _SYSTEM_ROLES = frozenset(("system", "developer"))
+
+
+def without_cache_marks(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """The client's messages as the transcript compares and stores them: without their
+    `cache_control` breakpoints (on a message or its content parts), and a content list of one
+    plain text part as its text (the form the Messages door gives an unmarked one). A
+    breakpoint is a per-request directive, not content: Claude Code moves its marks to the
+    newest message each turn, so with them every turn would fork the conversation, and the
+    stored copies a stateful client's history comes from would pile marks up past Anthropic's
+    four. The model still gets this request's messages as sent (`one_shot.restore`). The same
+    tuple when nothing changes."""
+    out = tuple(_unmarked(m) for m in messages)
+    return messages if all(a is b for a, b in zip(out, messages)) else out
+
+
+def _unmarked(message: Message) -> Message:
+    content = message.content
+    if type(content) is str and not message.extra:  # the common message
+        return message
+    if not _may_change(message):  # looked at frozen, without thawing it
+        return message
+    extra = {k: v for k, v in message.to_openai().items() if k not in ("role", "content")}
+    marked = extra.pop("cache_control", None) is not None
+    if isinstance(content, tuple):
+        parts = [{k: v for k, v in p.items() if k != "cache_control"}
+                 if isinstance(p, dict) else p for p in thaw(content)]
+        if len(parts) == 1 and isinstance(parts[0], dict) and parts[0].get("type") == "text" \
+                and set(parts[0]) == {"type", "text"} and isinstance(parts[0]["text"], str):
+            return Message.of(message.role, parts[0]["text"], **extra)
+        if parts != thaw(content):
+            return Message.of(message.role, parts, **extra)
+    return Message.of(message.role, thaw(content), **extra) if marked else message
+
+
+def _may_change(message: Message) -> bool:
+    if any(k == "cache_control" for k, _ in message.extra):
+        return True
+    content = message.content
+    if not isinstance(content, tuple):
+        return False
+    return len(content) == 1 or any(
+        isinstance(part, tuple) and any(pair[0] == "cache_control" for pair in part
+                                        if isinstance(pair, tuple) and len(pair) == 2)
+        for part in content)
 
 
 def prompt_cache_key(key: ConversationKey) -> str:
