@@ -132,6 +132,15 @@ class Message:
         return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+def collapsed(parts: list[Any]) -> Any:
+    """Content parts as a message holds them: one plain text part is the string itself (the
+    form a chat client sends), so the same words compare equal whichever door or form they came
+    in; any other list as it is."""
+    if len(parts) == 1 and isinstance(parts[0], dict) and parts[0].keys() == {"type", "text"}:
+        return parts[0]["text"]
+    return parts
+
+
 def chain_id(parent_id: str | None, message: Message) -> str:
     """Id of `message` stored after `parent_id`: equal content at an equal place, equal id."""
     digest = hashlib.sha256()

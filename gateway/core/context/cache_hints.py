@@ -23,7 +23,7 @@ import hashlib
 from typing import Any, Literal, Mapping
 
 from gateway.core.ids import ConversationKey
-from gateway.core.messages import Message, thaw
+from gateway.core.messages import Message, collapsed, thaw
 
 CacheHint = Literal["prompt_cache_key", "cache_control"]
 EPHEMERAL = {"type": "ephemeral"}
@@ -54,11 +54,9 @@ def _unmarked(message: Message) -> Message:
     if isinstance(content, tuple):
         parts = [{k: v for k, v in p.items() if k != "cache_control"}
                  if isinstance(p, dict) else p for p in thaw(content)]
-        if len(parts) == 1 and isinstance(parts[0], dict) and parts[0].get("type") == "text" \
-                and set(parts[0]) == {"type", "text"} and isinstance(parts[0]["text"], str):
-            return Message.of(message.role, parts[0]["text"], **extra)
-        if parts != thaw(content):
-            return Message.of(message.role, parts, **extra)
+        unmarked = collapsed(parts)
+        if unmarked != thaw(content):
+            return Message.of(message.role, unmarked, **extra)
     return Message.of(message.role, thaw(content), **extra) if marked else message
 
 

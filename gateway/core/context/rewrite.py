@@ -215,18 +215,13 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         return _whole_history(request, request.history[start:], room - forwardable_cost,
                               tokens_original, fixed_cost + forwardable_cost, tokenizer,
                               outside, framing)
-    if policy.assembly == "stepped":
-        return _stepped(request, costs, room, tokens_original, fixed_cost, tokenizer, framing)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
-    pinned: Packed[PinnedMessage] = Packed()
-    if memory.pinned:
-        pinned = pack_pinned(not_shown(memory.pinned, frozenset(), fixed_texts), pin_limit,
-                             tokenizer)
+    pinned, summary = _head_blocks(request, room, fixed_texts, tokenizer, framing)
+    if policy.assembly == "stepped":
+        return _stepped(request, costs, room, pinned, summary, tokens_original, fixed_cost,
+                        tokenizer, framing)
     pinned_ids, pinned_texts = _pins_shown(pinned.items)
-    left = room - pinned.cost
-    summary = pack_summary(memory.summary_chunks, min(share(policy.summary_share, room), left),
-                           tokenizer, framing)
-    left -= summary.cost
+    left = room - pinned.cost - summary.cost
     profile = pack_profile(memory.profile, min(share(policy.profile_share, room), left),
                            tokenizer, framing)
     left -= profile.cost
@@ -248,14 +243,9 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
                                                left - first.cost), tokenizer, framing)
     window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
     window_ids, window_texts = _window_ids(request, window), shown_texts(window.messages)
-    if pinned.items:
-        # What the window shows whole is not repeated (a shortened copy does not count: a pin
-        # is never shown shortened); the tokens it frees go to recall.
-        kept = not_shown(pinned.items, *_shown_whole(request, window))
-        if len(kept) < len(pinned.items):
-            freed = pinned.cost
-            pinned = pack_pinned(kept, pinned.cost, tokenizer)
-            left += freed - pinned.cost
+    freed = pinned.cost
+    pinned = _without_shown_pins(request, window, pinned, tokenizer)
+    left += freed - pinned.cost  # the tokens it frees go to recall
     offered = drop_redundant(offered, window_ids, (), window_texts)
     recalled = pack_recalled(offered, left - window.cost, tokenizer, framing)
 
@@ -270,7 +260,36 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
                       recalled, message_limit=limit if fitted else None)
 
 
-def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int, tokens_original: int,
+def _head_blocks(request: RewriteRequest, room: int, fixed_texts: frozenset[str],
+                 tokenizer: Tokenizer, framing: Framing) -> tuple[Packed[PinnedMessage],
+                                                                  Packed[str]]:
+    """The pinned block (first, within its share; a pin the instructions or the current turn
+    show is not repeated) and the summary block (within its share of what the pins leave) of a
+    history that does not fit."""
+    policy, memory = request.policy, request.memory
+    pinned: Packed[PinnedMessage] = Packed()
+    if memory.pinned:
+        pinned = pack_pinned(not_shown(memory.pinned, frozenset(), fixed_texts),
+                             share(policy.pinned_share, room), tokenizer)
+    summary = pack_summary(memory.summary_chunks,
+                           min(share(policy.summary_share, room), room - pinned.cost),
+                           tokenizer, framing)
+    return pinned, summary
+
+
+def _without_shown_pins(request: RewriteRequest, window: _Window,
+                        pinned: Packed[PinnedMessage], tokenizer: Tokenizer
+                        ) -> Packed[PinnedMessage]:
+    """The pinned block less the pins the window shows whole (a shortened copy does not count:
+    a pin is never shown shortened)."""
+    if not pinned.items:
+        return pinned
+    kept = not_shown(pinned.items, *_shown_whole(request, window))
+    return pack_pinned(kept, pinned.cost, tokenizer) if len(kept) < len(pinned.items) else pinned
+
+
+def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
+             pinned: Packed[PinnedMessage], summary: Packed[str], tokens_original: int,
              fixed_cost: int, tokenizer: Tokenizer, framing: Framing) -> Rewrite:
     """The stepped assembly of a history that does not fit (`policy.assembly`): instructions,
     the pinned and summary blocks, a verbatim window whose start moves only in steps
@@ -280,24 +299,13 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int, tokens_
     request (a fitted length would change the prefix); when no step's window fits what is
     left, the newest turns that fit are forwarded (the rolling window, one request)."""
     policy = request.policy
-    pinned: Packed[PinnedMessage] = Packed()
-    fixed_texts = shown_texts(request.instructions + request.current)
-    if request.memory.pinned:
-        pinned = pack_pinned(not_shown(request.memory.pinned, frozenset(), fixed_texts),
-                             share(policy.pinned_share, room), tokenizer)
-    left = room - pinned.cost
-    summary = pack_summary(request.memory.summary_chunks,
-                           min(share(policy.summary_share, room), left), tokenizer, framing)
-    left -= summary.cost
+    left = room - pinned.cost - summary.cost
     length = policy.truncate_message_tokens
     if policy.recent_share > 0:
         length = min(length, max(1, share(policy.recent_share, policy.prompt_budget)))
     window = _stepped_window(request, costs, left, length,
                              _unsummarized(request, summary.block is not None), tokenizer)
-    if pinned.items:
-        kept = not_shown(pinned.items, *_shown_whole(request, window))
-        if len(kept) < len(pinned.items):
-            pinned = pack_pinned(kept, pinned.cost, tokenizer)
+    pinned = _without_shown_pins(request, window, pinned, tokenizer)
     left = room - pinned.cost - summary.cost - window.cost
     profile = pack_profile(request.memory.profile, min(share(policy.profile_share, room), left),
                            tokenizer, framing)

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from gateway.core.dialects.marks import extensions, marks
 from gateway.core.ids import valid_id
-from gateway.core.messages import Message
+from gateway.core.messages import Message, collapsed
 from gateway.errors import BadRequest
 
 BLOCK_TYPES = frozenset({"text", "image", "tool_use", "tool_result", "thinking",
@@ -199,7 +199,7 @@ def _system_message(content: Any, where: str) -> Message:
             raise BadRequest(f"{where}.{i}: only text blocks are allowed in a system prompt.",
                              param=f"{where}.{i}")
         parts.append(_text_part(block))
-    return Message.of("system", _collapse(parts))
+    return Message.of("system", collapsed(parts))
 
 
 def _message(data: Any, index: int, previous: Mapping[str, Any] | None) -> list[Message]:
@@ -273,7 +273,7 @@ def assistant_message(blocks: list[Any]) -> Message:
         extra["tool_calls"] = calls
     if thinking:
         extra["thinking_blocks"] = thinking
-    return Message.of("assistant", _collapse(texts) if texts else None, **extra)
+    return Message.of("assistant", collapsed(texts) if texts else None, **extra)
 
 
 def _user_messages(blocks: list[Any], where: str,
@@ -296,7 +296,7 @@ def _user_messages(blocks: list[Any], where: str,
         else:
             parts.append(_text_part(block))
     if parts:
-        results.append(Message.of("user", _collapse(parts)))
+        results.append(Message.of("user", collapsed(parts)))
     return results
 
 
@@ -326,7 +326,7 @@ def _result_content(block: Mapping[str, Any], where: str) -> Any:
             raise BadRequest(f"{where}.content.{k}: only text blocks are supported in a "
                              "tool_result by this gateway.", param=f"{where}.content.{k}")
         parts.append(_text_part(part))
-    return _collapse(parts)
+    return collapsed(parts)
 
 
 def _text_part(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -348,11 +348,3 @@ def _image_part(block: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise BadRequest(f"{where}.source: a base64 source (`media_type`, `data`) or a url "
                          "source.", param=f"{where}.source")
     return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _collapse(parts: list[dict[str, Any]]) -> Any:
-    """One plain text part is the string itself (the form a chat client sends), so the same
-    words reconcile whichever door they came through."""
-    if len(parts) == 1 and parts[0].keys() == {"type", "text"}:
-        return parts[0]["text"]
-    return parts

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gateway.core.dialects.marks import EXTENSION_PREFIX, extensions, marks
-from gateway.core.messages import Message
+from gateway.core.messages import Message, collapsed
 from gateway.errors import BadRequest
 
 ACCEPTED = frozenset({"model", "input", "instructions", "previous_response_id", "store",
@@ -233,7 +233,7 @@ def input_messages(items: list[Any]) -> _Input:
     def flush() -> None:
         # One assistant turn: its text and its calls (the chat form of one reply).
         if texts or calls:
-            content = _collapse(texts) if texts else None
+            content = collapsed(texts) if texts else None
             if calls:
                 messages.append(Message.of("assistant", content, tool_calls=list(calls)))
             elif type(content) is str:
@@ -288,7 +288,7 @@ def _other(item: Mapping[str, Any], kind: Any, where: str, answered: list[str]) 
         if not isinstance(call_id, str) or not call_id:
             raise BadRequest(f"`{where}.call_id` is required.", param=f"{where}.call_id")
         if isinstance(output, list):
-            output = _collapse(_parts(output, f"{where}.output", assistant=False))
+            output = collapsed(_parts(output, f"{where}.output", assistant=False))
         elif not isinstance(output, str):
             raise BadRequest(f"`{where}.output` must be a string.", param=f"{where}.output")
         answered.append(call_id)
@@ -301,7 +301,7 @@ def _other(item: Mapping[str, Any], kind: Any, where: str, answered: list[str]) 
     if role not in ("user", "system", "developer"):
         raise BadRequest(f"`{where}.role` must be user, assistant, system or developer.",
                          param=f"{where}.role")
-    return Message.of(role, _collapse(_parts(item.get("content"), where, assistant=False)))
+    return Message.of(role, collapsed(_parts(item.get("content"), where, assistant=False)))
 
 
 def _parts(content: Any, where: str, *, assistant: bool) -> list[dict[str, Any]]:
@@ -326,11 +326,4 @@ def _parts(content: Any, where: str, *, assistant: bool) -> list[dict[str, Any]]
         else:
             raise BadRequest(f"`{at}`: expected input_text, output_text or input_image (with an "
                              f"`image_url`); got {kind!r}.", param=at)
-    return parts
-
-
-def _collapse(parts: list[dict[str, Any]]) -> Any:
-    """One text part is the string itself, as in the chat and Anthropic doors."""
-    if len(parts) == 1 and parts[0].keys() == {"type", "text"}:
-        return parts[0]["text"]
     return parts
