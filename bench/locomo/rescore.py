@@ -76,6 +76,40 @@ class Sample:
         return ids
 
 
+def chained(data: list[dict[str, Any]], times: int) -> dict[str, Any]:
+    """The file's items as the one long history `bench locomo --chain K` replays, built here
+    from the raw file: every `session_<n>` key of each item in order, renumbered one after
+    another, each item's two speakers named as the first item's, `times` over; the last pass's
+    questions, their evidence ids moved to that pass's sessions."""
+    first = data[0]["conversation"]
+    conversation: dict[str, Any] = {"speaker_a": first["speaker_a"],
+                                    "speaker_b": first["speaker_b"]}
+    qa: list[dict[str, Any]] = []
+    number = 0
+    for n in range(times):
+        for item in data:
+            raw = item["conversation"]
+            names = {raw["speaker_a"]: first["speaker_a"], raw["speaker_b"]: first["speaker_b"]}
+            moved: dict[int, int] = {}
+            for old in sorted(int(k[8:]) for k in raw if _SESSION.fullmatch(k)):
+                number += 1
+                moved[old] = number
+                date = raw.get(f"session_{old}_date_time", "")
+                conversation[f"session_{number}_date_time"] = date
+                conversation[f"session_{number}"] = [
+                    {**t, "speaker": names.get(t["speaker"], t["speaker"]),
+                     "dia_id": f"D{number}:{str(t['dia_id']).split(':', 1)[1]}"}
+                    for t in raw[f"session_{old}"] or []]
+            if n < times - 1:
+                continue
+            for q in item.get("qa") or []:
+                refs = [m for ref in q.get("evidence") or []
+                        for m in _ID.finditer(str(ref)) if int(m[1]) in moved]
+                qa.append({**q, "evidence": [f"D{moved[int(m[1])]}:{int(m[2])}" for m in refs]})
+    ids = "+".join(str(item["sample_id"]) for item in data)
+    return {"sample_id": f"chain{times}-{ids}", "conversation": conversation, "qa": qa}
+
+
 def rescore(data: Iterable[dict[str, Any]], dump: Iterable[str]) -> dict[tuple, dict[str, Any]]:
     samples = {str(item["sample_id"]): Sample(item) for item in data}
     sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
@@ -86,9 +120,7 @@ def rescore(data: Iterable[dict[str, Any]], dump: Iterable[str]) -> dict[tuple, 
             replayed[(probe["strategy"], probe["mode"], probe["budget"], probe["conversation"],
                       probe["thread"])].append((probe["turn"], probe["messages"]))
             continue
-        sample = samples.get(str(probe["conversation"]))
-        if sample is None:  # a chained conversation (--chain): its probes are not rescored
-            continue
+        sample = samples[str(probe["conversation"])]
         qa = sample.qa[probe["qa"]]
         context = collapse("\n".join(m["content"] for m in probe["messages"][:-1]
                                      if isinstance(m.get("content"), str)))
@@ -156,9 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dump", type=Path, help="a file written by `bench locomo --dump-prompts`")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--chain", type=int, default=0, metavar="K",
+                        help="the dump is of a `bench locomo --chain K` run: its one long "
+                             "history is built from --data here")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with open(args.data, encoding="utf-8") as f:
         data = json.load(f)
+    if args.chain > 0:
+        data = [chained(data, args.chain)]
     with open(args.dump, encoding="utf-8") as f:
         scores = rescore(data, f)
     for (strategy, mode, budget), s in sorted(scores.items(), key=str):

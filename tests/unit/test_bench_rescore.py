@@ -38,3 +38,32 @@ def test_replayed_requests_are_paired_in_order_within_their_conversation():
     assert scores[("gateway", "stateless", 100)]["prefix_reuse"] == pytest.approx(expected)
     assert scores[("gateway", "stateless", 100)]["n_pairs"] == 2  # thread b is alone
     assert ("gateway", "stateless", 200) not in scores  # one request: no pair
+
+
+def test_the_rescoring_chains_a_file_as_the_harness_does():
+    """`locomo-rescore --chain K` builds the long history from the raw file itself; its evidence
+    lines are the turns the harness's `data.chain` replays."""
+    from bench.locomo.data import chain, parse_conversation
+    from bench.locomo.rescore import Sample, chained
+
+    def item(sid, a, b, turns, qa):
+        sessions = {f"session_{n}": [{"speaker": a if k % 2 else b, "dia_id": f"D{n}:{k}",
+                                      "text": f"{sid} s{n} t{k}"} for k in range(1, 3)]
+                    for n in turns}
+        dates = {f"session_{n}_date_time": f"day {n}" for n in turns}
+        return {"sample_id": sid, "conversation": {"speaker_a": a, "speaker_b": b,
+                                                   **sessions, **dates}, "qa": qa}
+    data = [item("x", "Ada", "Ben", [1, 2], [{"question": "q1", "answer": "a", "category": 4,
+                                               "evidence": ["D2:1; D1:02"]}]),
+            item("y", "Cy", "Dee", [1, 3], [{"question": "q2", "answer": "b", "category": 4,
+                                              "evidence": ["D3:2", "D9:1"]}])]
+    for times in (1, 2):
+        harness = chain([parse_conversation(i) for i in data], times)
+        ours = chained(data, times)
+        assert ours["sample_id"] == harness.sample_id
+        sample, turns = Sample(ours), harness.turns()
+        assert [sample.evidence(q) for q in ours["qa"]] == [list(q.evidence)
+                                                            for q in harness.questions]
+        for q in harness.questions:
+            for e in q.evidence:
+                assert sample.lines[e] == f"{turns[e].speaker}: {turns[e].text}"
