@@ -159,6 +159,14 @@ class ContextConfig(Strict):
     """At most this share for pinned messages, granted before the others (so it is not part
     of their sum): what is pinned is never shortened, and what does not fit waits. 0: pins
     are neither read nor shown (they stay listed in the memory API)."""
+    whole_history_tokens: int = Field(0, ge=0)
+    """Prompt plus completion up to which a history is forwarded whole and append-only even
+    past `max_context_tokens` (a provider's prompt cache serves all of it but the new turn);
+    beyond it the prompt is compacted to `max_context_tokens`. 0: no extension."""
+    continuity_turns: int = Field(3, ge=0)
+    """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
+    always forwarded (shortened to fit `recent_share` if need be)."""
+    continuity_budget: int = Field(4000, ge=0)
     one_shot_tool_chars: int | None = Field(8000, ge=1)
     """A `tool` message longer than this (characters of its text; ~2,000 tokens of English)
     is one-shot: forwarded in its request, stored only as a placeholder. null: only messages

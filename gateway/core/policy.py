@@ -48,7 +48,33 @@ class ContextPolicy:
     pinned_share: float = 0.25
     """At most this much for the pinned block, granted first (before every other share):
     pinned messages are what the user or the application asked never to be dropped."""
+    whole_history_tokens: int = 0
+    """Prompt plus completion, like `max_context_tokens`, up to which a history is forwarded
+    whole and append-only even when it is over `max_context_tokens`: resent, all of it but
+    the newest turn is a provider's cached prefix (0.1-0.5x the price), which costs less than
+    a compacted prompt of a few thousand tokens that changes every turn. Past it the prompt is
+    compacted to `max_context_tokens`. 0 (or at most `max_context_tokens`): no extension."""
+    continuity_turns: int = 3
+    """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
+    always forwarded (fitted to `recent_share` of the room, never dropped), whatever recall
+    would take: a conversation reads on from its last exchanges."""
+    continuity_budget: int = 4000
 
     @property
     def prompt_budget(self) -> int:
         return max(0, self.max_context_tokens - self.reserve_completion_tokens)
+
+    @property
+    def whole_prompt_budget(self) -> int:
+        """What a history forwarded whole may cost with everything else in the prompt: the
+        prompt budget, or more with `whole_history_tokens`."""
+        return max(self.prompt_budget, self.whole_history_tokens - self.reserve_completion_tokens)
+
+    @property
+    def served_turns(self) -> int:
+        """The newest user turns served before recall takes its share: `min_recent_turns`, and
+        at budgets of `continuity_budget` and more at least `continuity_turns` (but no more
+        than `max_recent_turns` for that)."""
+        if self.prompt_budget >= self.continuity_budget:
+            return max(self.min_recent_turns, min(self.continuity_turns, self.max_recent_turns))
+        return self.min_recent_turns

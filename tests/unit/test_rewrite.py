@@ -699,7 +699,7 @@ def test_a_history_that_fits_gets_only_memory_from_outside_it():
                            recalled=(own, own_chunk, LOCATION, learned_here, elsewhere))
     out = run(HISTORY, memory=memory, history_ids=HISTORY_IDS)
     profile, recalled = render_profile("Answers: short."), render_recalled((LOCATION, elsewhere))
-    assert out.messages == INSTR + (profile,) + HISTORY + (recalled,) + NOW
+    assert out.messages == INSTR + HISTORY + (profile, recalled) + NOW  # history: the prefix
     assert out.memory_blocks == ("profile", "recalled") and out.summary_chunks == 0
     assert out.tokens_forwarded == out.tokens_original + cost(profile) + cost(recalled)
 
@@ -712,3 +712,24 @@ def test_a_recalled_item_saying_what_the_window_says_is_not_sent_again():
               memory=MemoryContext(recalled=(echo, first, again)), budget=budget_with_room(900))
     assert out.messages[1:5] == T3 + T4
     assert out.recalled_ids == ("other/t2",)
+
+
+# --- continuity: the last exchanges at budgets that can afford them -------------------------
+
+def _crowded(budget: int, turns: int = 100) -> Rewrite:
+    """Twenty exchanges of ~200 tokens and recall that would fill the whole budget."""
+    history = tuple(m for n in range(20) for m in (user(words(100, f"q{n}x")),
+                                                    assistant(words(100, f"a{n}x"))))
+    recalled = tuple(fact(f"f{n}", words(150, f"f{n}x")) for n in range(40))
+    return run(history, memory=MemoryContext(recalled=recalled), budget=budget,
+               recall_share=0.95, turns=turns)
+
+
+def test_at_budgets_from_4000_the_last_three_exchanges_are_always_forwarded():
+    out = _crowded(4000)
+    assert out.recent_turns >= 3 and out.recalled > 0
+    assert out.messages[-2 * out.recent_turns - 2].role == "user"  # whole turns, then recall
+    # below the continuity budget only `min_recent_turns` (1) is served before recall
+    assert _crowded(3999).recent_turns == 1
+    # the operator's turn cap still holds
+    assert _crowded(4000, turns=2).recent_turns == 2

@@ -214,8 +214,11 @@ def check_whole_history(request: RewriteRequest, out: Rewrite,
     messages, instructions, current = out.messages, request.instructions, request.current
     middle = messages[len(instructions):len(messages) - len(current)]
     assert "summary" not in out.memory_blocks and out.summary_chunks == 0
-    n_head, n_tail = int("profile" in out.memory_blocks), int("recalled" in out.memory_blocks)
+    # pins first, the profile and recalled items after the history (it is the stable prefix)
+    n_head = int("pinned" in out.memory_blocks)
+    n_tail = sum(1 for b in out.memory_blocks if b in ("profile", "recalled"))
     window = middle[n_head:len(middle) - n_tail]
+    assert out.stable_messages == len(instructions) + n_head + len(window)
     assert window == forwardable and all(a is b for a, b in zip(window, forwardable))
     assert (out.history_kept, out.truncated) == (len(forwardable), 0)
     assert out.tokens_forwarded <= out.tokens_original + out.profile_tokens + out.recalled_tokens

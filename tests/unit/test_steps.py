@@ -179,3 +179,22 @@ def test_profile_and_recall_follow_the_window() -> None:
     tail = out.messages[out.stable_messages:]
     assert len(tail) == 3 and "likes tea" in tail[0].text and "fact about 39" in tail[1].text
     assert out.recent_turns >= 3
+
+
+def test_the_last_three_exchanges_stay_in_the_window_at_budgets_from_4000() -> None:
+    """~600-token exchanges: a window of half the budget may hold fewer than three, so it
+    starts at an earlier step point (or the third-newest turn) instead."""
+    policy = ContextPolicy(max_context_tokens=5000, reserve_completion_tokens=0,
+                           assembly="stepped", window_share=0.5)
+    outs = list(grown(40, policy, words=300))
+    over = [o for n, o in enumerate(outs) if o.history_kept < 2 * n]
+    assert len(over) > 20
+    assert all(o.recent_turns >= 3 and o.tokens_forwarded <= policy.prompt_budget
+               for o in over)
+    shared = sum(after.messages[:before.stable_messages]
+                 == before.messages[:before.stable_messages]
+                 for before, after in zip(over, over[1:]))
+    assert shared >= len(over) // 2  # a cached prefix on most requests all the same
+    # without the rule the same window holds fewer: what the rule is for
+    fewer = list(grown(40, replace(policy, continuity_turns=0), words=300))
+    assert min(o.recent_turns for o in fewer[-20:]) < 3

@@ -1,6 +1,11 @@
 """The rewrite: which messages the model sees for one request, under the tenant's budget.
 
-Output order, cache friendly:
+Output order, cache friendly. A history that fits (the prompt budget, or
+`policy.whole_history_tokens`) goes whole and append-only, what memory adds after it:
+
+    [instructions] [pinned block] [whole history] [profile block] [recalled block] [current]
+
+over the budget:
 
     [instructions] [pinned block] [summary block] [profile block] [recent history]
     [recalled block] [current]
@@ -18,7 +23,8 @@ many leading messages are that stable prefix (a provider's cache breakpoint goes
 Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrite_properties.py):
 - instructions and the current turn are forwarded verbatim and never dropped, even when they
   alone exceed the budget (then `over_budget` is set and nothing else is added);
-- otherwise the forwarded prompt, counted with `count_messages`, fits `policy.prompt_budget`;
+- otherwise the forwarded prompt, counted with `count_messages`, fits `policy.prompt_budget`
+  — or `policy.whole_prompt_budget` (`whole_history_tokens`) when the history goes whole;
 - when all of the history that can be forwarded (tool results without their call cannot) fits
   whole, it is forwarded whole and verbatim — no turn cap, no shortening, no summary block —
   plus only what memory knows from outside it: the profile and recalled items not all of
@@ -28,7 +34,8 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
   `policy.max_recent_turns` user turns, starting at a user message — except when not even the
   newest turn fits whole: then the newest messages of that turn that fit are forwarded alone
   (the model's last reply matters most to a follow-up such as "yes, do that");
-- the newest `policy.min_recent_turns` turns take at most `policy.recent_share` of the room:
+- the newest `policy.served_turns` turns (`min_recent_turns`, and at least
+  `continuity_turns` at budgets of `continuity_budget` and more) take at most `policy.recent_share` of the room:
   when they cost more, every history message is shortened to the longest length (below
   `truncate_message_tokens`) with which they fit, marked as shortened — never dropped for
   being long (`Rewrite.message_limit` reports that length);
@@ -80,7 +87,7 @@ from gateway.core.context.packing import (
     shown_texts,
 )
 from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
-from gateway.core.context.steps import estimated_costs, window_starts
+from gateway.core.context.steps import estimated_costs, step_points, window_starts
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
@@ -211,10 +218,16 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         outside = pack_pinned(
             not_shown(memory.pinned, history_ids, fixed_texts | shown_texts(request.history)),
             pin_limit, tokenizer)
-    if forwardable_cost + outside.cost <= room:
-        return _whole_history(request, request.history[start:], room - forwardable_cost,
-                              tokens_original, fixed_cost + forwardable_cost, tokenizer,
-                              outside, framing)
+    whole_room = max(room, policy.whole_prompt_budget - REPLY_PRIMING - fixed_cost)
+    if forwardable_cost + outside.cost <= whole_room:
+        # With `whole_history_tokens`, memory from outside the history gets at least what the
+        # tail of an assembly over the budget would (the room less the window's share): it
+        # does not vanish as the history grows past the room.
+        left = min(whole_room, max(room, forwardable_cost
+                                   + room - share(policy.window_share, room))) \
+            - forwardable_cost
+        return _whole_history(request, request.history[start:], left, tokens_original,
+                              fixed_cost + forwardable_cost, tokenizer, outside, framing)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
     pinned, summary = _head_blocks(request, room, fixed_texts, tokenizer, framing)
     if policy.assembly == "stepped":
@@ -236,7 +249,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         if policy.recent_share > 0 else policy.truncate_message_tokens
     fitted = limit < policy.truncate_message_tokens
     policy = replace(policy, truncate_message_tokens=limit)
-    newest = replace(policy, max_recent_turns=min(policy.min_recent_turns,
+    newest = replace(policy, max_recent_turns=min(policy.served_turns,
                                                   policy.max_recent_turns))
     first = _recent_window(candidates, candidate_costs, left, newest, tokenizer)
     reserved = recall_reservation(offered, min(share(policy.recall_share, room),
@@ -362,15 +375,46 @@ def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int, 
     history = request.history
     allowance = min(room, share(policy.window_share, policy.prompt_budget))
     estimates = estimated_costs(costs, length)
-    for point in window_starts(history, estimates, allowance, allowance // 2, begin):
-        messages = shorten(history[point:], length, tokenizer)
-        cost = cost_as_shortened(messages, history[point:], costs[point:], tokenizer)
-        if cost <= room:
-            return _Window(messages=messages, cost=cost,
-                           truncated=sum(1 for m, o in zip(messages, history[point:])
-                                         if m is not o))
+    step = max(1, allowance // 2)
+    served = _served_start(history, begin, policy.served_turns)
+    for point in window_starts(history, estimates, allowance, step, begin):
+        if point > served:
+            # Too few turns since the step for the continuity rule: start at the last step
+            # point before the served turns (the newest served turn, if that does not fit).
+            earlier = [p for p in step_points(history, estimates, step) if begin <= p <= served]
+            starts = ([earlier[-1]] if earlier else []) + [served]
+        else:
+            starts = [point]
+        for start in starts:
+            window = _window_from(history, costs, start, length, tokenizer)
+            if window.cost <= room:
+                return window
+        if point > served:
+            break
     rolling = replace(policy, truncate_message_tokens=length, max_recent_turns=len(history))
     return _recent_window(history[begin:], costs[begin:], allowance, rolling, tokenizer)
+
+
+def _window_from(history: tuple[Message, ...], costs: tuple[int, ...], start: int,
+                 length: int, tokenizer: Tokenizer) -> _Window:
+    """The history from `start` on, each message cut to `length`, with its true cost."""
+    messages = shorten(history[start:], length, tokenizer)
+    cost = cost_as_shortened(messages, history[start:], costs[start:], tokenizer)
+    return _Window(messages=messages, cost=cost,
+                   truncated=sum(1 for m, o in zip(messages, history[start:]) if m is not o))
+
+
+def _served_start(history: tuple[Message, ...], begin: int, turns: int) -> int:
+    """Where the newest `turns` user turns of `history[begin:]` start (`begin` if it has
+    fewer; the end of the history for none)."""
+    if turns <= 0:
+        return len(history)
+    seen = 0
+    for i in range(len(history) - 1, begin - 1, -1):  # newest first: only those turns
+        seen += history[i].role == "user"
+        if seen == turns:
+            return i
+    return begin
 
 
 def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
@@ -380,7 +424,8 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
     only what memory knows from outside it — the pins it does not show (`pinned`, packed by
     the caller), the profile and recalled items not all of whose sources it holds (facts
     learned elsewhere, other conversations) — in the room `left`. Never a summary of turns it
-    shows, so the prompt costs at most the conversation plus that outside memory."""
+    shows, so the prompt costs at most the conversation plus that outside memory. The history
+    is the stable prefix: the next request repeats it (append-only)."""
     left -= pinned.cost
     profile = pack_profile(request.memory.profile, left, tokenizer, framing)
     ids = frozenset(i for i in request.history_ids if i is not None)
@@ -393,15 +438,11 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
     recalled = pack_recalled(offered, left - profile.cost, tokenizer, framing)
     blocks: tuple[tuple[BlockName, Message | None], ...] = (
         ("pinned", pinned.block), ("profile", profile.block), ("recalled", recalled.block))
-    if request.policy.assembly == "stepped":  # the profile changes: after the history
-        stable = request.instructions + tuple(b for b in (pinned.block,) if b is not None) \
-            + history
-        tail: tuple[Message | None, ...] = (profile.block, recalled.block)
-    else:
-        stable = request.instructions + tuple(
-            b for b in (pinned.block, profile.block) if b is not None) + history
-        tail = (recalled.block,)
-    messages = stable + tuple(b for b in tail if b is not None) + request.current
+    # The profile changes as memory learns: after the history, so it never breaks the cached
+    # prefix that the whole history is.
+    stable = request.instructions + tuple(b for b in (pinned.block,) if b is not None) + history
+    messages = stable + tuple(b for b in (profile.block, recalled.block) if b is not None) \
+        + request.current
     return Rewrite(
         messages=messages,
         tokens_original=tokens_original,
@@ -504,12 +545,12 @@ def _recent_window(history: tuple[Message, ...], message_costs: tuple[int, ...],
 def _fitted_length(history: tuple[Message, ...], message_costs: tuple[int, ...], cap: int,
                    policy: ContextPolicy, tokenizer: Tokenizer) -> int:
     """The longest message length (at most `policy.truncate_message_tokens`) with which the
-    newest `policy.min_recent_turns` turns cost at most `cap`, each message shortened to it;
+    newest `policy.served_turns` turns cost at most `cap`, each message shortened to it;
     the policy's when not even 1-token heads fit (then the window keeps what fits of them, as
     it would without this)."""
     limit = policy.truncate_message_tokens
     spans = [span for turn, _ in zip(_turns_newest_first(history),
-                                     range(max(1, policy.min_recent_turns))) for span in turn]
+                                     range(max(1, policy.served_turns))) for span in turn]
 
     def cost(length: int) -> int:
         return sum(cost_as_shortened(shorten(history[a:b], length, tokenizer), history[a:b],
