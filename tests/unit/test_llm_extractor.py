@@ -45,7 +45,10 @@ def litellm_upstream() -> LitellmUpstream:
 
 @pytest.fixture
 def extractor(litellm_upstream) -> LlmFactExtractor:
-    return LlmFactExtractor(litellm_upstream, MODEL, api_base=BASE, api_key="sk-test", timeout=5)
+    # A ceiling, never waited for (respx answers at once): litellm's first call imports and
+    # sets up for several seconds on a busy machine, which a 5 s ceiling made a failure.
+    return LlmFactExtractor(litellm_upstream, MODEL, api_base=BASE, api_key="sk-test",
+                            timeout=120)
 
 
 @pytest.fixture
