@@ -218,7 +218,8 @@ def check_whole_history(request: RewriteRequest, out: Rewrite,
     n_head = int("pinned" in out.memory_blocks)
     n_tail = sum(1 for b in out.memory_blocks if b in ("profile", "recalled"))
     window = middle[n_head:len(middle) - n_tail]
-    assert out.stable_messages == len(instructions) + n_head + len(window)
+    assert out.stable_messages == (len(messages) if n_tail == 0  # the current turn too
+                                   else len(instructions) + n_head + len(window))
     assert window == forwardable and all(a is b for a, b in zip(window, forwardable))
     assert (out.history_kept, out.truncated) == (len(forwardable), 0)
     assert out.tokens_forwarded <= out.tokens_original + out.profile_tokens + out.recalled_tokens

@@ -458,7 +458,9 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
         profile_tokens=profile.cost,
         recalled_tokens=recalled.cost,
         **_pinned_fields(pinned),
-        stable_messages=len(stable),
+        # Nothing after the history: the next request repeats the current turn too.
+        stable_messages=len(messages) if len(messages) == len(stable) + len(request.current)
+        else len(stable),
     )
 
 
