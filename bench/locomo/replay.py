@@ -76,7 +76,9 @@ def gateway_config(store: str, budgets: Sequence[int],
                    data_dir: str | None = None,
                    folds: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The gateway's config (YAML dict form). One tenant per budget: prompt budget B =
-    max_context_tokens - reserve; the rest is the gateway's default, except `overrides`:
+    max_context_tokens - reserve (the window, and what a history over it is compacted to:
+    the shipped defaults are `--set context.max_context_tokens=32000 --set
+    context.compact_to_tokens=8000` with B = 7000); the rest is the gateway's default, except `overrides`:
     (dotted key, value) pairs set in every tenant (`context.summary_share`), or in the whole
     config with a leading `config.` (`config.memory.index.stemming`) — for ablations.
     `data_dir`: the gateway's own (a record journal left in the working directory's ./data by
@@ -87,7 +89,8 @@ def gateway_config(store: str, budgets: Sequence[int],
                       weights: Mapping[str, float] | None) -> dict[str, Any]:
         return {"api_keys": [{"sha256": hash_key(api_key(budget, fold))}],
                 "models": {MODEL: {"model": "fake/echo"}},
-                "context": {"max_context_tokens": budget + RESERVE,
+                # the budget is both the window and what a longer history is compacted to
+                "context": {"max_context_tokens": budget + RESERVE, "compact_to_tokens": None,
                             "reserve_completion_tokens": RESERVE},
                 **({"memory": {"recall_ranker_weights": dict(weights)}}
                    if weights is not None else {})}

@@ -135,7 +135,13 @@ class ModelConfig(Strict):
 
 
 class ContextConfig(Strict):
-    max_context_tokens: int = Field(8000, gt=0)
+    max_context_tokens: int = Field(32000, gt=0)
+    """The model's window as the tenant wants it used, prompt plus completion: a history that
+    fits goes whole and append-only (the provider's prompt cache serves all of it but the new
+    turn). Never more than the model's own window."""
+    compact_to_tokens: int | None = Field(8000, gt=0)
+    """A history over the window is compacted to this, prompt plus completion (at most
+    `max_context_tokens`); null: to `max_context_tokens`."""
     reserve_completion_tokens: int = Field(1000, ge=0)
     max_recent_turns: int = Field(6, gt=0)
     truncate_message_tokens: int = Field(1000, gt=16)
@@ -159,10 +165,6 @@ class ContextConfig(Strict):
     """At most this share for pinned messages, granted before the others (so it is not part
     of their sum): what is pinned is never shortened, and what does not fit waits. 0: pins
     are neither read nor shown (they stay listed in the memory API)."""
-    whole_history_tokens: int = Field(0, ge=0)
-    """Prompt plus completion up to which a history is forwarded whole and append-only even
-    past `max_context_tokens` (a provider's prompt cache serves all of it but the new turn);
-    beyond it the prompt is compacted to `max_context_tokens`. 0: no extension."""
     continuity_turns: int = Field(3, ge=0)
     """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
     always forwarded (shortened to fit `recent_share` if need be)."""
@@ -176,12 +178,17 @@ class ContextConfig(Strict):
     def _reserve_fits(self) -> ContextConfig:
         if self.reserve_completion_tokens >= self.max_context_tokens:
             raise ValueError("reserve_completion_tokens must be smaller than max_context_tokens")
+        if self.compact_to_tokens is not None \
+                and self.reserve_completion_tokens >= self.compact_to_tokens:
+            raise ValueError("reserve_completion_tokens must be smaller than compact_to_tokens")
         if self.summary_share + self.profile_share + self.recall_share > 1:
             raise ValueError("summary_share + profile_share + recall_share must not exceed 1")
         return self
 
     def policy(self) -> ContextPolicy:
-        return ContextPolicy(**self.model_dump(exclude={"one_shot_tool_chars"}))
+        fields = self.model_dump(exclude={"one_shot_tool_chars"})
+        fields["compact_to_tokens"] = self.compact_to_tokens or 0
+        return ContextPolicy(**fields)
 
     def one_shot(self) -> OneShotPolicy:
         return OneShotPolicy(tool_chars=self.one_shot_tool_chars)

@@ -10,8 +10,14 @@ Assembly = Literal["rolling", "stepped"]
 
 @dataclass(frozen=True, slots=True)
 class ContextPolicy:
-    max_context_tokens: int = 8000
-    """The model's whole window as the tenant wants it used: prompt plus completion."""
+    max_context_tokens: int = 32000
+    """The model's whole window as the tenant wants it used: prompt plus completion. A history
+    that fits is forwarded whole and append-only."""
+    compact_to_tokens: int = 8000
+    """A history that does not fit is compacted to this, prompt plus completion: smaller than
+    the window, since a compacted prompt changes every turn or step and is paid in full while
+    a history resent whole is mostly a provider's cached prefix (0.1-0.5x the price).
+    0 (or more than `max_context_tokens`): compacted to `max_context_tokens`."""
     reserve_completion_tokens: int = 1000
     """Kept free for the completion; the forwarded prompt gets the rest."""
     max_recent_turns: int = 6
@@ -48,12 +54,6 @@ class ContextPolicy:
     pinned_share: float = 0.25
     """At most this much for the pinned block, granted first (before every other share):
     pinned messages are what the user or the application asked never to be dropped."""
-    whole_history_tokens: int = 0
-    """Prompt plus completion, like `max_context_tokens`, up to which a history is forwarded
-    whole and append-only even when it is over `max_context_tokens`: resent, all of it but
-    the newest turn is a provider's cached prefix (0.1-0.5x the price), which costs less than
-    a compacted prompt of a few thousand tokens that changes every turn. Past it the prompt is
-    compacted to `max_context_tokens`. 0 (or at most `max_context_tokens`): no extension."""
     continuity_turns: int = 3
     """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
     always forwarded (fitted to `recent_share` of the room, never dropped), whatever recall
@@ -62,13 +62,16 @@ class ContextPolicy:
 
     @property
     def prompt_budget(self) -> int:
-        return max(0, self.max_context_tokens - self.reserve_completion_tokens)
+        """What a compacted prompt may cost (`compact_to_tokens` less the completion's)."""
+        window = self.max_context_tokens
+        if 0 < self.compact_to_tokens < window:
+            window = self.compact_to_tokens
+        return max(0, window - self.reserve_completion_tokens)
 
     @property
     def whole_prompt_budget(self) -> int:
-        """What a history forwarded whole may cost with everything else in the prompt: the
-        prompt budget, or more with `whole_history_tokens`."""
-        return max(self.prompt_budget, self.whole_history_tokens - self.reserve_completion_tokens)
+        """What a prompt with the history whole may cost: the window less the completion's."""
+        return max(0, self.max_context_tokens - self.reserve_completion_tokens)
 
     @property
     def served_turns(self) -> int:

@@ -71,8 +71,10 @@ def words(n: int, word: str = "w") -> str:
 
 def policy(budget: int = 10_000, turns: int = 100, truncate: int = 1_000,
            **shares: float) -> ContextPolicy:
-    return ContextPolicy(max_context_tokens=budget, reserve_completion_tokens=0,
-                         max_recent_turns=turns, truncate_message_tokens=truncate, **shares)
+    # one budget: the window and what a history over it is compacted to
+    return ContextPolicy(max_context_tokens=budget, compact_to_tokens=0,
+                         reserve_completion_tokens=0, max_recent_turns=turns,
+                         truncate_message_tokens=truncate, **shares)
 
 
 INSTR = (sys_("be brief"),)

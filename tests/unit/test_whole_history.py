@@ -1,11 +1,12 @@
-"""`whole_history_tokens` (gateway/core/context/rewrite.py): a history over the prompt budget
-but within this ceiling is forwarded whole and append-only — each prompt of a growing
-conversation starts with the previous one's stable prefix, which is all of its history — and
-past the ceiling the prompt is compacted to the budget again.
+"""A window larger than the compacted prompt (`max_context_tokens` > `compact_to_tokens`,
+gateway/core/context/rewrite.py): a history within the window is forwarded whole and
+append-only — each prompt of a growing conversation starts with the previous one's stable
+prefix, which is all of its history — and past the window the prompt is compacted to
+`compact_to_tokens`.
 
 Checked over conversations grown one exchange at a time (the profile and recall change every
 request), and the rewrite's invariants on the random requests of test_rewrite_properties.py
-with a ceiling above their budget."""
+with a window above their compacted size."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ from tests.unit.test_steps import grown
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def test_a_history_within_the_ceiling_goes_whole_and_append_only_then_is_compacted():
+def test_a_history_within_the_window_goes_whole_and_append_only_then_is_compacted():
     for assembly in ("rolling", "stepped"):
-        policy = ContextPolicy(max_context_tokens=1200, reserve_completion_tokens=200,
-                               whole_history_tokens=3200, assembly=assembly)
+        policy = ContextPolicy(max_context_tokens=3200, compact_to_tokens=1200,
+                               reserve_completion_tokens=200, assembly=assembly)
         outs = list(grown(60, policy))  # ~65 tokens an exchange: past 3,000 at ~45
         whole = [o for n, o in enumerate(outs) if o.history_kept == 2 * n]
         assert len(whole) >= 40, assembly
@@ -47,7 +48,7 @@ def test_a_history_within_the_ceiling_goes_whole_and_append_only_then_is_compact
                                  and o.history_kept < 2 * outs.index(o) for o in compacted)
 
 
-def test_without_a_ceiling_a_history_over_the_budget_is_compacted():
+def test_without_a_compacted_size_a_history_over_the_window_is_compacted_to_it():
     policy = ContextPolicy(max_context_tokens=1200, reserve_completion_tokens=200)
     assert policy.whole_prompt_budget == policy.prompt_budget
     outs = list(grown(30, policy))
@@ -58,24 +59,24 @@ def test_without_a_ceiling_a_history_over_the_budget_is_compacted():
 def test_memory_from_outside_the_history_keeps_its_room_past_the_budget():
     """Past the budget the profile and recall get the room less the window's share, as in a
     compacted prompt — they do not vanish because the history grew."""
-    policy = ContextPolicy(max_context_tokens=1200, reserve_completion_tokens=200,
-                           whole_history_tokens=3200, window_share=0.5)
+    policy = ContextPolicy(max_context_tokens=3200, compact_to_tokens=1200,
+                           reserve_completion_tokens=200, window_share=0.5)
     outs = list(grown(40, policy))
     extended = [o for n, o in enumerate(outs)
                 if o.history_kept == 2 * n and o.tokens_forwarded > policy.prompt_budget]
     assert len(extended) > 10
     for o in extended:
-        # both shown, unless only the ceiling's last few tokens are left (they cost ~30)
+        # both shown, unless only the window's last few tokens are left (they cost ~30)
         assert (o.recalled == 1 and o.profile_tokens > 0) \
             or o.tokens_forwarded > policy.whole_prompt_budget - 60
 
 
 @SOME
 @given(requests(word_texts, TOK), st.integers(0, 400), st.sampled_from(["rolling", "stepped"]))
-def test_the_rewrite_invariants_hold_with_a_ceiling(request, extra, assembly) -> None:
+def test_the_rewrite_invariants_hold_with_a_larger_window(request, extra, assembly) -> None:
     policy = request.policy
-    policy = replace(policy, assembly=assembly,
-                     whole_history_tokens=policy.max_context_tokens + extra)
+    policy = replace(policy, assembly=assembly, compact_to_tokens=policy.max_context_tokens,
+                     max_context_tokens=policy.max_context_tokens + extra)
     request = replace(request, policy=policy)
     out = rewrite(request, TOK)
     instructions, current = request.instructions, request.current
@@ -90,7 +91,7 @@ def test_the_rewrite_invariants_hold_with_a_ceiling(request, extra, assembly) ->
     forwardable = forwardable_history(request.history)
     if count_messages(instructions + forwardable + current, TOK) <= policy.whole_prompt_budget \
             and not request.memory.pinned:
-        # whole and verbatim (the same objects), within the ceiling
+        # whole and verbatim (the same objects), within the window
         assert out.tokens_forwarded <= policy.whole_prompt_budget
         start = len(instructions)
         assert all(a is b for a, b in zip(messages[start:], forwardable))
@@ -99,8 +100,9 @@ def test_the_rewrite_invariants_hold_with_a_ceiling(request, extra, assembly) ->
         assert out.tokens_forwarded <= policy.prompt_budget
 
 
-def test_the_ceiling_is_prompt_plus_completion():
-    policy = ContextPolicy(max_context_tokens=8000, reserve_completion_tokens=1000,
-                           whole_history_tokens=32000)
+def test_window_and_compacted_size_are_prompt_plus_completion():
+    policy = ContextPolicy(max_context_tokens=32000, compact_to_tokens=8000,
+                           reserve_completion_tokens=1000)
     assert (policy.prompt_budget, policy.whole_prompt_budget) == (7000, 31000)
-    assert replace(policy, whole_history_tokens=4000).whole_prompt_budget == 7000
+    for larger in (0, 40000):  # none, or larger than the window: the window
+        assert replace(policy, compact_to_tokens=larger).prompt_budget == 31000

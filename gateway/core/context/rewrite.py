@@ -1,11 +1,11 @@
 """The rewrite: which messages the model sees for one request, under the tenant's budget.
 
-Output order, cache friendly. A history that fits (the prompt budget, or
-`policy.whole_history_tokens`) goes whole and append-only, what memory adds after it:
+Output order, cache friendly. A history that fits the window (`policy.max_context_tokens`) goes
+whole and append-only, what memory adds after it:
 
     [instructions] [pinned block] [whole history] [profile block] [recalled block] [current]
 
-over the budget:
+over it, compacted to the prompt budget (`policy.compact_to_tokens`):
 
     [instructions] [pinned block] [summary block] [profile block] [recent history]
     [recalled block] [current]
@@ -24,7 +24,8 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
 - instructions and the current turn are forwarded verbatim and never dropped, even when they
   alone exceed the budget (then `over_budget` is set and nothing else is added);
 - otherwise the forwarded prompt, counted with `count_messages`, fits `policy.prompt_budget`
-  — or `policy.whole_prompt_budget` (`whole_history_tokens`) when the history goes whole;
+  (`compact_to_tokens`) — or `policy.whole_prompt_budget` (the window) when the history goes
+  whole;
 - when all of the history that can be forwarded (tool results without their call cannot) fits
   whole, it is forwarded whole and verbatim — no turn cap, no shortening, no summary block —
   plus only what memory knows from outside it: the profile and recalled items not all of
@@ -220,7 +221,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
             pin_limit, tokenizer)
     whole_room = max(room, policy.whole_prompt_budget - REPLY_PRIMING - fixed_cost)
     if forwardable_cost + outside.cost <= whole_room:
-        # With `whole_history_tokens`, memory from outside the history gets at least what the
+        # With a window beyond the budget, memory from outside the history gets at least what the
         # tail of an assembly over the budget would (the room less the window's share): it
         # does not vanish as the history grows past the room.
         left = min(whole_room, max(room, forwardable_cost
