@@ -41,7 +41,3 @@ def after_call(context, case, response) -> None:
         with open(path, "a") as out:
             out.write(f"{response.status_code} {response.elapsed:.3f} {case.method} "
                       f"{case.formatted_path}\n")
-        if response.elapsed > 5 and os.environ.get("GATEWAY_SCHEMATHESIS_SLOW"):
-            with open(os.environ["GATEWAY_SCHEMATHESIS_SLOW"], "a") as out:
-                out.write(repr((response.elapsed, case.method, case.formatted_path,
-                                case.headers, response.request.body)) + "\n")
