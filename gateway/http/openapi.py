@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.core.dialects.marks import EXTENSION_PREFIX
+from gateway.core.dialects.responses import ACCEPTED as RESPONSES_ACCEPTED
+from gateway.core.dialects.responses import REFUSED as RESPONSES_REFUSED
 from gateway.pipeline.chat_fields import BODY_FIELDS, ITEM_TYPES
 
 Json = dict[str, Any]
@@ -52,6 +55,16 @@ _MESSAGE: Json = {
             "description": "Pin this message: forwarded in the pinned block on every later "
                            "request of the conversation, never shortened."},
     },
+    # As the gateway checks it: a content, unless an assistant's message carries tool calls
+    # (or a function call), and a tool's message names the call it answers.
+    "anyOf": [{"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+              {"required": ["tool_calls"], "properties": {
+                  "role": {"const": "assistant"}, "tool_calls": {"minItems": 1}}},
+              {"required": ["function_call"], "properties": {
+                  "role": {"enum": ["assistant", "function"]},
+                  "function_call": {"type": "object", "minProperties": 1}}}],
+    "if": {"properties": {"role": {"const": "tool"}}},
+    "then": {"required": ["tool_call_id"]},
 }
 def _typed_fields() -> Json:
     """OpenAI's request fields as the gateway checks their JSON types (chat_fields.py)."""
@@ -100,16 +113,23 @@ _MESSAGES_REQUEST: Json = {
     "additionalProperties": True,
 }
 _RESPONSES_REQUEST: Json = {
-    "type": "object", "required": ["model"],
+    "type": "object", "required": ["model", "input"],
     "properties": {
+        **{name: {} for name in sorted(RESPONSES_ACCEPTED)},
+        # Refused by name unless null or false (gateway/core/dialects/responses.py).
+        **{name: {"enum": [None, False]} for name in sorted(RESPONSES_REFUSED)},
         "model": _MODEL,
-        "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+        "input": {"oneOf": [{"type": "string"},
+                            {"type": "array", "minItems": 1, "items": {"type": "object"}}]},
         "instructions": {"type": ["string", "null"]},
         "previous_response_id": {"type": ["string", "null"]},
-        "store": {"type": "boolean"},
-        "stream": {"type": "boolean"},
+        "store": {"type": ["boolean", "null"]},
+        "stream": {"type": ["boolean", "null"]},
+        "user": {"type": ["string", "null"]},
     },
-    "additionalProperties": True,
+    # Any other field is refused ("Unrecognized request argument"), but extensions (`x_…`).
+    "patternProperties": {f"^{EXTENSION_PREFIX}": {}},
+    "additionalProperties": False,
 }
 
 

@@ -14,6 +14,7 @@ from starlette.routing import Match, Route
 
 from gateway.config.tenants import Tenant
 from gateway.errors import GatewayError
+from gateway.http.anthropic import anthropic_error
 from gateway.http.door import Door, error_response, serve
 from gateway.http.memory_api import memory_routes
 from gateway.http.openapi import openapi
@@ -90,6 +91,8 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = _allowed_methods(request)
+    if request.url.path.startswith("/v1/messages"):  # the Messages door: Anthropic's shape
+        return anthropic_error(error, headers)
     return error_response(error, headers)
 
 

@@ -464,3 +464,13 @@ def test_the_stop_sequence_that_ended_a_reply_is_named(client):
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " END")
     plain = client.messages.create(**{**asked, "stop_sequences": ["never"]})
     assert (plain.stop_reason, plain.stop_sequence) == ("end_turn", None)
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_a_method_the_door_does_not_serve_is_a_405_in_anthropics_shape(gateway_url, path):
+    # Found by schemathesis (TRACE /v1/messages): the 405 was in OpenAI's shape.
+    response = httpx.request("PUT", gateway_url + path, headers={"x-api-key": KEYS["acme"]},
+                             timeout=10)
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    body = response.json()
+    assert body["type"] == "error" and set(body["error"]) == {"type", "message"}

