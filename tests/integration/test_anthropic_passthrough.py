@@ -133,10 +133,12 @@ async def test_the_client_body_goes_upstream_and_the_answer_bytes_come_back(gate
     assert sent["model"] == "claude-up"
     assert "Be brief." in [b["text"] for b in sent["system"]]
     # thinking, tool_use, tool_result with is_error — and the gateway's cache breakpoint at
-    # the end of the stable prefix (the history before the current text: the tool result).
+    # the end of the stable prefix: the history goes whole with nothing after it, so the
+    # next request repeats all of this one — the mark is on its last text, as a client's own.
     assert unmarked(sent["messages"]) == unmarked(HISTORY)
-    assert sent["messages"][2]["content"][0]["content"] == [
-        {"type": "text", "text": "service down", "cache_control": {"type": "ephemeral"}}]
+    assert sent["messages"][2]["content"][0]["content"] == "service down"
+    assert sent["messages"][2]["content"][1] == {
+        "type": "text", "text": "Try again?", "cache_control": {"type": "ephemeral"}}
 
     # The reply is recorded in the form the client resends: the history continues unbranched.
     resent = [*HISTORY, {"role": "assistant", "content": response.json()["content"]},

@@ -385,7 +385,8 @@ def test_a_stepped_prompt_repeats_its_marked_prefix_request_after_request(redis_
     assert all(body["system"] == [{"type": "text", "text": "Be brief.",
                                    "cache_control": {"type": "ephemeral"}}] for body in sent)
     steps = 0
-    assert stable[0] == 1 and _marked_prefix(sent[0]) == []  # nothing but the system prompt
+    # The first request is its system prompt and question, nothing after: all of it stable.
+    assert stable[0] == 2 and _marked_prefix(sent[0]) == _unmarked(sent[0]["messages"])
     for before, after in zip(sent[1:], sent[2:]):
         prefix = _marked_prefix(before)
         assert len(prefix) >= 2, (stable, [len(_marked_prefix(b)) for b in sent])
