@@ -42,7 +42,7 @@ class ContextPolicy:
     recall_share: float = 0.95
     """Held back from the recent window for recalled items (less if they need less); the
     recalled block also gets whatever the window leaves unused."""
-    assembly: Assembly = "rolling"
+    assembly: Assembly = "stepped"
     """How an over-budget prompt is laid out (gateway/core/context/rewrite.py): `rolling`, the
     newest turns after the memory blocks, sliding one exchange a request; `stepped`, a
     verbatim window whose start moves only in steps (gateway/core/context/steps.py), so that

@@ -147,6 +147,7 @@ def generate(seed: int, tok: Tokenizer) -> RewriteRequest:
     shares = [0.0, 0.05, 0.15, 0.3, 0.5, 1.0]
     policy = ContextPolicy(
         max_context_tokens=budget, compact_to_tokens=0, reserve_completion_tokens=0,
+        assembly="rolling",
         max_recent_turns=rng.randint(0, 10), truncate_message_tokens=rng.choice(
             [0, 3, 10, 30, 100, 1000]), min_recent_turns=rng.randint(0, 2),
         summary_share=rng.choice(shares), profile_share=rng.choice(shares),

@@ -167,7 +167,7 @@ def test_between_steps_each_prompt_starts_with_the_previous_stable_prefix() -> N
 def test_the_rolling_window_changes_its_prefix_every_request_over_budget() -> None:
     """The yardstick of the test above: what the stepped assembly is for."""
     policy = ContextPolicy(max_context_tokens=1200, reserve_completion_tokens=200,
-                           max_recent_turns=4, recall_share=0.3)
+                           max_recent_turns=4, recall_share=0.3, assembly="rolling")
     outs = list(grown(40, policy, recalled=False))
     over = [o for o in outs if o.history_kept < 2 * outs.index(o)]
     changed = sum(b.messages[:3] != a.messages[:3] for a, b in zip(over, over[1:]))
