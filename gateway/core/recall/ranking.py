@@ -23,7 +23,7 @@ holds a question mark; answers — the turn before it is a candidate that asks; 
 its speaker label (`Name: ` at the start of a line) is a name the question contains; length —
 log(1 + its characters); place — where it sits between the first and the last candidate;
 fused — its fused score; similarity_gap — similarity minus the best dense hit's; named_day —
-the day it was said on (its `[date] ` anchor, `core.text.days.day_of`) is a day the question
+the day it was said on (its `[date] ` anchor, `core.text.days.anchor_day`) is a day the question
 names (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
 Saturday" from the latest day among the candidates), 0 for every candidate of a question that
 names no day.
@@ -35,6 +35,7 @@ attached to places, so what follows the ranking (packing by rank) sees the same 
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from gateway.core.recall.fusion import asks
 from gateway.core.recall.recollection import Recollection
-from gateway.core.text.days import day_key, day_of, mentions_day, named_days
+from gateway.core.text.days import anchor_day, day_key, mentions_day, named_days
 
 FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
             "next_lexical", "asks", "answers", "speaker_named", "length", "place", "fused",
@@ -207,7 +208,8 @@ def _on_named_day(query: str, candidates: Sequence[Candidate]) -> Callable[..., 
     question that names no day (most) costs one pattern scan and reads no candidate's day."""
     if not mentions_day(query):
         return {}.get
-    days = {c.id: day for c in candidates if (day := day_of(c.text)) is not None}
+    known: dict[str, datetime.date | None] = {}
+    days = {c.id: day for c in candidates if (day := anchor_day(c.text, known)) is not None}
     wanted = set(named_days(query, max(days.values(), default=None)))
     return {i: 1.0 for i, day in days.items() if day_key(day.month, day.day) in wanted}.get
 
