@@ -44,7 +44,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from gateway.core.recall.fusion import asks
 from gateway.core.recall.recollection import Recollection
-from gateway.core.text.days import anchor_day, day_key, mentions_day, named_days
+from gateway.core.text.days import anchor_day, day_key, day_of, mentions_day, named_days
 
 FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
             "next_lexical", "asks", "answers", "speaker_named", "length", "place", "fused",
@@ -209,7 +209,10 @@ def _on_named_day(query: str, candidates: Sequence[Candidate]) -> Callable[..., 
     if not mentions_day(query):
         return {}.get
     known: dict[str, datetime.date | None] = {}
-    days = {c.id: day for c in candidates if (day := anchor_day(c.text, known)) is not None}
+    # The day the lexical index gives the turn (`day_of`): its anchor's, each distinct anchor
+    # read once; else a date it writes (only the few turns without a dated anchor).
+    days = {c.id: day for c in candidates
+            if (day := anchor_day(c.text, known) or day_of(c.text)) is not None}
     wanted = set(named_days(query, max(days.values(), default=None)))
     return {i: 1.0 for i, day in days.items() if day_key(day.month, day.day) in wanted}.get
 
