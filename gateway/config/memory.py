@@ -97,12 +97,12 @@ class TenantMemoryConfig(Strict):
     no gate."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
-    (gateway/core/recall/ranking.py; measured on the LoCoMo dev split by leave-one-conversation-out:
+    (gateway/core/recall/ranking.py; measured on the dev sets by leave-one-conversation-out:
     bench/README.md, "Learned ranking"); "fusion": the fused order as it is."""
     recall_ranker_weights: dict[str, float] | None = None
     """The learned ranking's weights, one per feature of gateway/core/recall/ranking.py (per raw
-    unit); unset: the weights trained on the LoCoMo dev split
-    (gateway/core/recall/ranker_weights.py)."""
+    unit; `named_day` may be left out: 0); unset: the weights trained on the three dev sets —
+    LoCoMo and MemoryBank in English and Chinese (gateway/core/recall/ranker_weights.py)."""
 
     @field_validator("recall_ranker_weights")
     @classmethod

@@ -90,3 +90,13 @@ def test_a_named_day_finds_the_turns_said_on_it():
     assert best("What did I do on May 2nd?") in said_on_may_2
     assert best("我前天说了什么？") in said_on_may_2  # 2023-05-04 minus two days
     assert best("我昨天说了什么？") == -1  # 2023-05-03: nothing was said
+
+
+def test_anchor_day_reads_each_anchor_once():
+    from gateway.core.text.days import anchor_day
+    known: dict = {}
+    assert anchor_day("[2023-05-02] User: hi", known) == datetime.date(2023, 5, 2)
+    assert anchor_day("[2023-05-02] Assistant: hello", known) == datetime.date(2023, 5, 2)
+    assert list(known) == ["2023-05-02"]
+    assert anchor_day("User: on 2023-05-03 I left", known) is None  # no anchor: not read
+    assert anchor_day("[not a date] x", known) is None

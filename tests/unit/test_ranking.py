@@ -139,5 +139,29 @@ def test_weights_must_name_every_feature_and_nothing_else():
         Ranker.of({k: v for k, v in DEV_WEIGHTS.items() if k != "length"})
     with pytest.raises(ValueError, match="finite"):
         Ranker.of({**DEV_WEIGHTS, "length": math.nan})
-    with pytest.raises(ValueError, match="needs 14 weights"):
+    with pytest.raises(ValueError, match="needs 15 weights"):
         Ranker((1.0,))
+
+
+@pytest.mark.parametrize("query, wanted", [
+    ("在5月2号我们聊了什么？", {"b"}),
+    ("What did I say on May 2nd?", {"b"}),
+    ("昨天我说了什么？", {"c"}),  # relative: from the latest candidate's day (e's)
+    ("What did I say yesterday?", {"c"}),
+    ("What did I say about hiking?", set()),  # names no day: 0 for every candidate
+])
+def test_named_day_marks_the_candidates_said_on_a_day_the_question_names(query, wanted):
+    found = [turn("a", "[2023-04-27] User: I went hiking."),
+             turn("b", "[2023-05-02] User: I went to a museum."),
+             turn("c", "[2023-05-05] Assistant: Happy birthday!"),
+             turn("d", "User: no anchor"),
+             turn("e", "[2023-05-06] User: Good morning.")]
+    rows = feature_rows(query, found)
+    marked = {c.id for c, r in zip(found, rows) if r[FEATURES.index("named_day")] == 1.0}
+    assert marked == wanted
+    assert only("named_day").rank(query, found)[0][0] == (min(wanted) if wanted else "a")
+
+
+def test_weights_set_before_a_feature_was_added_rank_as_they_did():
+    before = {k: v for k, v in DEV_WEIGHTS.items() if k != "named_day"}
+    assert Ranker.of(before).to_dict() == {**before, "named_day": 0.0}

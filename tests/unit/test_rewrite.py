@@ -590,6 +590,19 @@ def test_dedupe_is_against_the_window_as_kept():
                budget=budget_with_room(900)).recalled_ids == ("m5",)
 
 
+def test_a_window_message_shown_shortened_may_be_recalled_whole():
+    long = assistant(words(40, "a"))                  # cut to fit: not shown whole
+    history = ANCIENT + T1 + T2 + T3 + (user("q4"), long)
+    item = turn("m8", words(40, "a"), 7, "m8")
+    out = run(history, history_ids=ANCIENT_IDS + HISTORY_IDS, truncate=10,
+              memory=MemoryContext(recalled=(item,)), budget=budget_with_room(900))
+    assert TRUNCATION_MARKER in out.messages[-3].text  # the window's copy, shortened
+    assert out.recalled_ids == ("m8",)
+    whole = run(history, history_ids=ANCIENT_IDS + HISTORY_IDS,
+                memory=MemoryContext(recalled=(item,)), budget=budget_with_room(900))
+    assert whole.recalled_ids == ()                   # shown whole: not again
+
+
 def test_without_history_ids_nothing_is_deduplicated():
     item = turn("m7", "q4 a4", 7, "m7", "m8")
     out = run(HISTORY, memory=MemoryContext(recalled=(item,)))

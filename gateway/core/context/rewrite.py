@@ -59,7 +59,8 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
   recent window gets the rest.
   The recalled block then gets the reservation plus whatever the window left unused, packed
   best first, skipping what does not fit; a share a block does not use goes to the window;
-- nothing is shown twice: a recalled turn is never one of the window's messages (by id), nor a
+- nothing is shown twice: a recalled turn is never one of the window's messages forwarded whole
+  (by id; a message the window shows shortened may be recalled whole), nor a
   recalled chunk whose source messages are all in the window, nor an item whose text is a
   window message's text or a higher-ranked item's (see `packing.drop_redundant`);
 - with nothing pinned, the output is what it was before pins existed (the goldens of
@@ -256,11 +257,13 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     reserved = recall_reservation(offered, min(share(policy.recall_share, room),
                                                left - first.cost), tokenizer, framing)
     window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
-    window_ids, window_texts = _window_ids(request, window), shown_texts(window.messages)
     freed = pinned.cost
     pinned = _without_shown_pins(request, window, pinned, tokenizer)
     left += freed - pinned.cost  # the tokens it frees go to recall
-    offered = drop_redundant(offered, window_ids, (), window_texts)
+    # A window message cut to fit is not shown: the turn may still be recalled whole (its
+    # relevant part is often after the cut), if it ranks and fits like any other.
+    whole_ids, whole_texts = _shown_whole(request, window)
+    offered = drop_redundant(offered, whole_ids, (), whole_texts)
     recalled = pack_recalled(offered, left - window.cost, tokenizer, framing)
 
     messages = (

@@ -22,7 +22,11 @@ lowest dense hit's similarity, no BM25 score, when that turn is not a candidate)
 holds a question mark; answers — the turn before it is a candidate that asks; speaker_named —
 its speaker label (`Name: ` at the start of a line) is a name the question contains; length —
 log(1 + its characters); place — where it sits between the first and the last candidate;
-fused — its fused score; similarity_gap — similarity minus the best dense hit's.
+fused — its fused score; similarity_gap — similarity minus the best dense hit's; named_day —
+the day it was said on (its `[date] ` anchor, `core.text.days.anchor_day`) is a day the question
+names (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
+Saturday" from the latest day among the candidates), 0 for every candidate of a question that
+names no day.
 
 Invariants: pure; deterministic (ties keep the order given); only turns are re-ranked — every
 other item (a summary chunk) keeps its place in the given order, and the given scores stay
@@ -31,18 +35,23 @@ attached to places, so what follows the ranking (packing by rank) sees the same 
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from dataclasses import dataclass
 from operator import mul
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from gateway.core.recall.fusion import asks
 from gateway.core.recall.recollection import Recollection
+from gateway.core.text.days import anchor_day, day_key, day_of, mentions_day, named_days
 
 FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
             "next_lexical", "asks", "answers", "speaker_named", "length", "place", "fused",
-            "similarity_gap", "previous_similarity")
+            "similarity_gap", "previous_similarity", "named_day")
+ADDED = {"named_day": 0.0}
+"""Features added after weights could be configured, with the weight a set of weights that
+does not name them gets (0: such a set ranks as it did before the feature existed)."""
 RANK_K = 20
 """The k of the rank features' 1 / (k + rank), as the fusion's."""
 DEPTH = 120
@@ -133,7 +142,9 @@ class Ranker:
 
     @classmethod
     def of(cls, weights: Mapping[str, float]) -> Ranker:
-        """From weights by feature name; every feature must be named, nothing else."""
+        """From weights by feature name; every feature must be named (those in `ADDED` may be
+        left out), nothing else."""
+        weights = {**ADDED, **weights}
         unknown = sorted(set(weights) - set(FEATURES))
         missing = [f for f in FEATURES if f not in weights]
         if unknown or missing:
@@ -167,6 +178,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     lo, hi = (min(placed), max(placed)) if placed else (0, 0)
     span = hi - lo
     named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
+    on_day = _on_named_day(query, candidates)
     sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
     rows = []
     for c in candidates:  # hot: ~230 candidates a request; .get(None) gives the default
@@ -186,8 +198,23 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
             c.fused,
             own - best,
             sim(c.previous, floor),
+            on_day(c.id, 0.0),
         ))
     return rows
+
+
+def _on_named_day(query: str, candidates: Sequence[Candidate]) -> Callable[..., float | None]:
+    """`.get` of {candidate id: 1.0} for the candidates said on a day `query` names; a
+    question that names no day (most) costs one pattern scan and reads no candidate's day."""
+    if not mentions_day(query):
+        return {}.get
+    known: dict[str, datetime.date | None] = {}
+    # The day the lexical index gives the turn (`day_of`): its anchor's, each distinct anchor
+    # read once; else a date it writes (only the few turns without a dated anchor).
+    days = {c.id: day for c in candidates
+            if (day := anchor_day(c.text, known) or day_of(c.text)) is not None}
+    wanted = set(named_days(query, max(days.values(), default=None)))
+    return {i: 1.0 for i, day in days.items() if day_key(day.month, day.day) in wanted}.get
 
 
 def speaker_named(text: str, query: str) -> bool:

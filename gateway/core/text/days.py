@@ -68,6 +68,25 @@ def day_of(text: str) -> datetime.date | None:
     return mentions[-1].date if mentions else None
 
 
+def anchor_day(text: str, known: dict[str, datetime.date | None]) -> datetime.date | None:
+    """The day of `text`'s leading `[anchor] ` (None without one), each distinct anchor read
+    once per `known` (a cache the caller keeps: the turns of one day share their anchor)."""
+    match = _ANCHOR.match(text)
+    if match is None:
+        return None
+    anchor = match.group(1)
+    if anchor not in known:
+        mentions = find_dates(anchor)
+        known[anchor] = mentions[-1].date if mentions else None
+    return known[anchor]
+
+
+def mentions_day(text: str) -> bool:
+    """Whether `text` could name a day (`named_days` may find one): it holds a digit, a
+    Chinese month, or a relative word — a cheap test before reading any candidate's day."""
+    return bool(_DIGIT_OR_MONTH.search(text) or _RELATIVE_HINT.search(text))
+
+
 def named_days(text: str, today: datetime.date | None = None) -> list[str]:
     """The day keys of the days `text` names, in order of appearance, without repeats. Relative
     days only when `today` is given; a month and day that is no day of any year is left out."""

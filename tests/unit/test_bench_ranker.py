@@ -1,0 +1,72 @@
+"""Training the learned ranking (bench/locomo/ranker.py): who is left out of a fold, how the
+data sets weigh, and that Newton's method finds what gradient descent would."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from bench.locomo.ranker import balanced, dev_sets, leave_one_out, person, train
+from gateway.core.recall.ranking import FEATURES
+
+
+def group(sign: float, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """One question: its evidence scores `sign` on the first feature, the others the opposite."""
+    x = np.zeros((n, len(FEATURES)))
+    x[:, 0] = -sign
+    x[0, 0] = sign
+    x[:, 1] = np.arange(n)  # a feature that says nothing
+    return x, np.array([1.0] + [0.0] * (n - 1))
+
+
+def corpus(sample_id: str) -> SimpleNamespace:
+    return SimpleNamespace(conversation=SimpleNamespace(sample_id=sample_id))
+
+
+def test_a_person_is_one_user_in_every_language():
+    assert person("mb-zh-07") == person("mb-en-07") == "mb-07"
+    assert person("mb-zh-07") != person("mb-zh-08")
+    assert person("conv-26") == "conv-26"
+
+
+def test_a_fold_leaves_out_the_conversation_and_its_translation():
+    # Only the held-out user's own chats say the first feature is good: its fold must not
+    # learn that from its translation.
+    data = {"mb-zh-01": [group(1.0)], "mb-en-01": [group(1.0)], "mb-zh-02": [group(-1.0)]}
+    rankers = leave_one_out([corpus("mb-zh-01")], data)
+    assert rankers["mb-zh-01"].weights[0] < 0
+    assert leave_one_out([corpus("solo")], {"solo": [group(1.0)]}) == {}
+
+
+def test_every_set_weighs_the_same_however_many_questions_it_has():
+    data = {"a": [group(1.0)] * 30, "b": [group(-1.0)] * 3, "c": [group(-1.0)] * 3}
+    sets = {"a": "big.json", "b": "small.json", "c": "small.json"}
+    weights = balanced(list(data), data, sets)
+    assert sum(weights[:30]) == pytest.approx(1.0) and sum(weights[30:]) == pytest.approx(1.0)
+    by_question = train([g for gs in data.values() for g in gs])
+    by_set = train([g for gs in data.values() for g in gs], weights=weights)
+    assert by_question.weights[0] > 0 > by_set.weights[0]  # 30 to 6, then 1 to 1
+
+
+def test_newton_reaches_the_minimum_gradient_descent_approaches():
+    rng = np.random.default_rng(0)
+    groups = []
+    for _ in range(20):
+        x = rng.normal(size=(8, len(FEATURES)))
+        y = np.zeros(8)
+        y[int(np.argmax(x[:, 2] + 0.5 * x[:, 3]))] = 1.0
+        groups.append((x, y))
+    fast = np.array(train(groups).weights)
+    slow = np.array(train(groups, iterations=1).weights)  # one step: not there yet
+    assert fast[2] > fast[3] > 0 and not np.allclose(fast, slow)
+
+
+def test_held_out_weights_train_on_the_dev_sets_beside_the_data(tmp_path):
+    for name in ("locomo-dev.json", "memorybank-zh-dev.json", "other.json"):
+        (tmp_path / name).write_text("[]")
+    assert dev_sets(tmp_path / "other.json") == [
+        tmp_path / "other.json", tmp_path / "locomo-dev.json", tmp_path / "memorybank-zh-dev.json"]
+    assert dev_sets(tmp_path / "locomo-dev.json") == [
+        tmp_path / "locomo-dev.json", tmp_path / "memorybank-zh-dev.json"]
