@@ -89,8 +89,9 @@ def _metric(url: str, name: str) -> float:
 def test_a_replica_recalls_turns_another_replica_indexed_after_its_cache_was_built(tmp_path):
     with Processes(tmp_path) as procs:
         redis = procs.redis()
+        # The rolling window: two turns, so what is older is found only by recall.
         config = gateway_config_file(tmp_path / "config.yaml", redis.url,
-                                     context={"max_recent_turns": 2})
+                                     context={"max_recent_turns": 2, "assembly": "rolling"})
         a, b = procs.gateway(config), procs.gateway(config)
         headers = {**AUTH, "X-Conversation-Id": "recall", "X-User-Id": "u1"}
 
