@@ -10,6 +10,7 @@ A shape on the command line is `PATH[@B1,B2]`: a LoCoMo-schema file and its own 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -54,9 +55,12 @@ def budget_list(text: str) -> tuple[int, ...]:
 
 
 def parse(text: str, budgets: Sequence[int] = (2000,)) -> Shape:
-    """`PATH[@B1,B2]`: the file, with its own budgets or `budgets`."""
-    path, sep, own = text.rpartition("@") if "@" in text else (text, "", "")
-    return Shape(Path(path), budget_list(own) if sep else tuple(budgets))
+    """`PATH[@B1,B2]`: the file, with its own budgets or `budgets` (an `@` not followed by
+    budgets only is part of the path)."""
+    path, _, own = text.rpartition("@")
+    if path and re.fullmatch(r"[\d, ]+", own):
+        return Shape(Path(path), budget_list(own))
+    return Shape(Path(text), tuple(budgets))
 
 
 def shapes(specs: Sequence[str] | None, budgets: Sequence[int] | None = None
