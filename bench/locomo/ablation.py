@@ -140,7 +140,7 @@ def markdown(rows: Sequence[dict[str, Any]], mode: str) -> str:
              "Strict rules of bench-data/REFERENCE.md (verbatim evidence turns over categories "
              "1–5, whole answers over categories 1–4). Each step adds one thing to the step "
              "above it; `hybrid` is the plain baseline of the same runs. Evidence recall / "
-             "answer containment:", "",
+             "answer containment:" + _skipped(steps), "",
              "| step | " + " | ".join(columns) + " |",
              "|---|" + "---:|" * len(columns)]
 
@@ -179,6 +179,17 @@ def markdown(rows: Sequence[dict[str, Any]], mode: str) -> str:
               f"{sum(runs[k][0] for k in runs)}. Run time: {sum(runs[k][1] for k in runs):.0f} s "
               "(the steps' runs, summed).", ""]
     return "\n".join(lines)
+
+
+def _skipped(steps: Sequence[str]) -> str:
+    """A note when some steps were not run: a row then adds every step since the one above."""
+    names = [name for name, _, _ in STEPS]
+    places = [names.index(s) for s in steps if s in names]
+    if not places or places == list(range(places[0], places[-1] + 1)):
+        return ""
+    missing = [names[i] for i in range(places[0], places[-1] + 1) if i not in places]
+    return (f" (steps {', '.join(missing)} not run: a row adds every step between it and the "
+            "row above)")
 
 
 def _figure(value: float | None) -> str:

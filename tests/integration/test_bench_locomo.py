@@ -485,6 +485,10 @@ def test_ablation_table_reads_each_steps_gateway_and_hybrid_rows_for_every_shape
     assert "| step | LoCoMo dev 2,000 | MemoryBank-zh 500 | MemoryBank-zh 1,000 |" in text
     assert "| 0.500 / 0.800 | 0.500 / 0.900 | 1.000 / 0.900 |" in text
     assert "| 0.500 | 0.400 |" in text  # LoCoMo's per-category table
+    assert "not run" not in text  # every step ran
+    # Steps left out are named: a row then adds every step since the row above.
+    assert "a1_stem, a2_ctx" in ablation._skipped(["a0_hybrid", "a3_succ"])
+    assert ablation._skipped(["a0_hybrid", "a1_stem"]) == ""
 
 
 @pytest.mark.parametrize("fixture", [ZH, EN])
