@@ -15,6 +15,7 @@ BENCHMARKS = {
     "locomo-rescore": "bench.locomo.rescore",
     "locomo-simulate": "bench.locomo.simulate",
     "locomo-floor": "bench.locomo.floor",
+    "locomo-table": "bench.locomo.table",
     "overhead": "bench.overhead.cli",
     "recall-latency": "bench.recall_latency",
     "rewrite-cost": "bench.rewrite_cost",

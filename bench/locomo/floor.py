@@ -26,7 +26,7 @@ import datetime
 import json
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -37,9 +37,8 @@ from bench.locomo.null_probes import null_probes, recalled_tokens
 from bench.locomo.simulate import (Corpus, Knobs, VectorCache, build_corpus, prompt, recall)
 from bench.locomo.data import load
 from bench.machine import machine
-from gateway.core.recall.ranking import DEPTH
 from gateway.core.recall.recollection import Recollection
-from gateway.core.recall.relevance import above_floor, with_relevance
+from gateway.core.recall.relevance import above_floor
 
 FLOORS = (0.0, 0.1, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25)
 GATES = (0.0, 0.25, 0.3, 0.35)
@@ -58,12 +57,8 @@ class Fold:
 
 
 def relevant(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
-    """`simulate.recall` with each item's relevance as the recaller marks it."""
-    items = recall(corpus, query, knobs)
-    sims = corpus.vectors @ corpus.query_vectors[query]
-    order = np.argsort(-sims, kind="stable")[:max(knobs.top_k, DEPTH)]
-    similarity = {corpus.entries[i].id: float(sims[i]) for i in order}
-    return list(with_relevance(items, similarity, [(p, i) for i, p in corpus.previous.items()]))
+    """`simulate.recall` with each item's relevance as the recaller marks it, none dropped."""
+    return recall(corpus, query, replace(knobs, relevance_floor=-1, relevance_gate=-1))
 
 
 def kept(items: Sequence[Recollection], point: Point) -> tuple[Recollection, ...]:

@@ -9,7 +9,12 @@ What it reproduces, with the gateway's own code wherever the code is pure:
 - dense search (USE, exact inner product as FAISS IndexFlatIP) and stemmed BM25
   (`gateway.memory.search.bm25.Bm25` over `lexical_index`'s tokens), `Recaller.recall`'s fusion,
   context ranking and successors (`gateway.core.recall.fusion`), and its learned ranking of the
-  fused candidates (`gateway.core.recall.ranking`, the same candidates and features);
+  fused candidates (`gateway.core.recall.ranking`, the same candidates and features), with
+  the learned ranking's weights trained without the conversation (`--ranker held-out`, as
+  `bench locomo` does by default) or the shipped ones;
+- each recalled item's relevance and the floor and gate below which it is not forwarded
+  (`gateway.core.recall.relevance`, the embedder's calibrated thresholds unless a knob sets
+  them, as a tenant's `memory.recall_relevance_floor` / `_gate` do);
 - the rewrite (`gateway.core.context.rewrite.rewrite`) with the bench tenant's policy, scored with
 the
   harness's Scorer (strict rules).
@@ -17,7 +22,14 @@ What it leaves out: summary chunks (compacted by the worker on its own timing; a
 recallable in the gateway), the user namespace (`sessions` mode) and facts (off by
 default). So its figures sit near, not on, the gateway's (bench/README.md, "Tuning recall offline").
 
-    python -m bench locomo-simulate [--budgets 2000] [--set NAME=VALUE ...] [--loo NAME=V1,V2]
+    python -m bench locomo-simulate [--data PATH[@B1,B2] ...] [--budgets 2000]
+                                    [--set NAME=VALUE ...] [--loo NAME=V1,V2]
+                                    [--ranker held-out|shipped] [--out FILE.md]
+
+Without `--data`: the three shapes side by side (bench/locomo/shapes.py: LoCoMo dev at 2,000
+tokens, MemoryBank-en and -zh at 500 and 1,000); `PATH@B1,B2` gives a file its own budgets,
+else `--budgets`. Each (file, budget) reports evidence recall overall and per category and the
+null probes' recalled tokens (bench/locomo/null_probes.py).
 
 Vectors are cached in `--cache` (default: a directory under the system temp dir), keyed by
 the embedder and a digest of the texts: nothing of the data is written into the repository.
@@ -40,10 +52,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from bench.locomo.data import CATEGORIES, Conversation, load
+from bench.locomo.meter import PromptMeter
+from bench.locomo.null_probes import null_probes, recalled_tokens
 from bench.locomo.question_form import asks_inference
 from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
+from bench.locomo.shapes import budget_list, column, shapes
+from bench.machine import machine
 from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
                                        with_successors)
 from gateway.core.context.blocks import MemoryContext
@@ -54,6 +70,7 @@ from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import CANDIDATES as RANKED
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
 from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
+from gateway.core.recall.relevance import above_floor, with_relevance
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
 from gateway.memory.recall.entry_cache import Link
@@ -64,6 +81,7 @@ from gateway.tokenizer import CL100K, tokenizer_for_encoding
 
 DEFAULT_DATA = str(Path(__file__).resolve().parents[3] / "shared" / "bench-data"
                    / "locomo-dev.json")
+"""What `locomo-ranker` reads by default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +114,11 @@ class Knobs:
     depth: int | None = None
     """Hits each search contributes (None: as the recaller, top_k and at least 20, and at
     least the ranking's depth when it re-ranks)."""
+    relevance_floor: float | None = None
+    """Recalled items less relevant than this are not forwarded (None: the embedder's
+    calibrated floor, as in the gateway; -1: none is dropped)."""
+    relevance_gate: float | None = None
+    """None is forwarded when not one item reaches this (None: the embedder's; -1: off)."""
 
 
 @dataclass(slots=True)
@@ -118,6 +141,11 @@ class Corpus:
     """Chinese cut into words (the gateway's default), else characters and bigrams."""
     latest: datetime.date | None = None
     """The latest day of its turns (what the lexical index resolves relative days from)."""
+    relevance_floor: float | None = None
+    relevance_gate: float | None = None
+    """The embedder's calibrated thresholds (gateway/memory/embedders/; None: none)."""
+    ranker: Ranker | None = None
+    """The learned ranking's weights for this conversation (None: the knobs')."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What an experiment's recall keeps per conversation."""
 
@@ -182,7 +210,9 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
         days.append(day)
     corpus = Corpus(conversation, messages, tuple(s.id for s in stored), entries, vectors,
                     bm25, Scorer(conversation, script.messages), segment=segment,
-                    latest=max((d for d in days if d is not None), default=None))
+                    latest=max((d for d in days if d is not None), default=None),
+                    relevance_floor=getattr(cache.embedder, "relevance_floor", None),
+                    relevance_gate=getattr(cache.embedder, "relevance_gate", None))
     corpus.by_id = {e.id: i for i, e in enumerate(entries)}
     corpus.following = {e.previous: e.id for e in entries if e.previous is not None}
     corpus.previous = {e.id: e.previous for e in entries if e.previous is not None}
@@ -227,11 +257,14 @@ def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
 
 
 def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
-    """`Recaller.recall` for a conversation namespace, over the simulated indexes."""
+    """`Recaller.recall` for a conversation namespace, over the simulated indexes, each item
+    marked with its relevance, and what the recall service forwards of it (the items at or
+    above the relevance floor, none below the gate)."""
     successors_of = knobs.inference_successors_of if asks_inference(query) \
         else knobs.successors_of
     found = candidates(corpus, query, knobs)
-    ranked = knobs.ranker.rank(query, found) if knobs.ranking == "learned" \
+    ranker = corpus.ranker or knobs.ranker
+    ranked = ranker.rank(query, found) if knobs.ranking == "learned" \
         else [(c.id, c.fused) for c in found]
     ranked = ranked[:knobs.top_k]
     following = {i: corpus.following[i] for i, _ in ranked
@@ -241,7 +274,16 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     for i, score in with_successors(ranked, following):
         e = corpus.entries[corpus.by_id[i]]
         out.append(Recollection("turn", e.id, e.text, (e.id,), e.position, score))
-    return out
+    # The recaller's dense hits: its depth (as `candidates`), their similarities.
+    depth = knobs.depth or max(knobs.top_k, 20, RANKING_DEPTH if knobs.ranking == "learned"
+                               else 0)
+    sims = corpus.vectors @ corpus.query_vectors[query]
+    order = np.argsort(-sims, kind="stable")[:depth]
+    marked = with_relevance(out, {corpus.entries[i].id: float(sims[i]) for i in order},
+                            [(p, i) for i, p in corpus.previous.items()])
+    floor = corpus.relevance_floor if knobs.relevance_floor is None else knobs.relevance_floor
+    gate = corpus.relevance_gate if knobs.relevance_gate is None else knobs.relevance_gate
+    return list(above_floor(marked, floor, gate))
 
 
 def _speakers_first(corpus: Corpus, query: str, fused: list[tuple[str, float]],
@@ -302,7 +344,8 @@ def simulate(corpora: Sequence[Corpus], budget: int, knobs: Knobs,
 
 def report(result: Result, label: str) -> str:
     parts = [f"{result.mean():.3f}"] + [
-        f"{CATEGORIES[c][:5]} {result.mean(categories=[c]):.3f}" for c in sorted(CATEGORIES)]
+        f"{CATEGORIES[c][:5]} {result.mean(categories=[c]):.3f}"
+        for c in sorted(set(result.category.values()))]
     return f"{label:<40} all {' '.join(parts)}"
 
 
@@ -318,13 +361,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench locomo-simulate",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=DEFAULT_DATA)
-    parser.add_argument("--budgets", default="2000")
+    parser.add_argument("--data", action="append", default=[], metavar="PATH[@B1,B2]",
+                        help="a LoCoMo-schema file and its budgets (repeatable; default: the "
+                             "three shapes of bench/locomo/shapes.py at their budgets)")
+    parser.add_argument("--budgets", default=None,
+                        help="budgets of a --data file given without its own (default 2000), "
+                             "or of the three shapes")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "locomo-sim"))
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help=f"a knob ({', '.join(f.name for f in fields(Knobs))})")
     parser.add_argument("--loo", action="append", default=[], metavar="NAME=V1,V2,...",
                         help="tune these knobs by leave-one-conversation-out over the grid")
+    parser.add_argument("--ranker", choices=("held-out", "shipped"), default="held-out",
+                        help="the learned ranking's weights per conversation: trained on the "
+                             "file's other conversations (default, as `bench locomo`), or "
+                             "the gateway's own")
+    parser.add_argument("--out", default=None, help="also write the report to FILE.md")
     args = parser.parse_args(argv)
     knobs = Knobs()
     for item in args.set:
@@ -332,30 +384,96 @@ def main(argv: Sequence[str] | None = None) -> int:
         knobs = replace(knobs, **{name: parse_value(value)})
     from gateway.memory.embedders.use import UseEmbedder
     cache = VectorCache(Path(args.cache), UseEmbedder())
-    conversations = load(args.data)
-    corpora = [build_corpus(c, cache, context=knobs.context) for c in conversations]
-    cache.save()
-    budgets = [int(b) for b in args.budgets.split(",")]
-    if not args.loo:
-        for budget in budgets:
-            print(report(simulate(corpora, budget, knobs), f"budget {budget}"))
-        return 0
-    grid = [(name, [parse_value(v) for v in values.split(",")])
-            for name, values in (item.split("=", 1) for item in args.loo)]
-    for budget in budgets:
-        leave_one_out(corpora, budget, knobs, grid)
+    chosen = shapes(args.data, budget_list(args.budgets) if args.budgets else None)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    rows: list[tuple[str, Result, float]] = []
+    for shape in chosen:
+        corpora = [build_corpus(c, cache, context=knobs.context) for c in load(str(shape.path))]
+        for corpus in corpora:
+            probes = null_probes([str(m.content) for m in corpus.messages])
+            corpus.query_vectors.update(zip(probes, cache.embed(list(probes))))
+        cache.save()
+        if args.ranker == "held-out" and knobs.ranking == "learned":
+            held_out_rankers(corpora)
+        for budget in shape.budgets:
+            label = column(shape, budget)
+            if args.loo:
+                grid = [(name, [parse_value(v) for v in values.split(",")])
+                        for name, values in (item.split("=", 1) for item in args.loo)]
+                leave_one_out(corpora, budget, knobs, grid, label=label, say=say)
+                continue
+            result = simulate(corpora, budget, knobs)
+            tokens = null_probe_tokens(corpora, budget, knobs)
+            rows.append((label, result, tokens))
+            say(report(result, label) + f"  null-probe recalled tokens {tokens:.0f}")
+    if rows:
+        say("")
+        say(table(rows))
+    if args.out:
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        command = " ".join(argv if argv is not None else sys.argv[1:])
+        Path(args.out).write_text(
+            "# Recall simulated offline (`bench/locomo/simulate.py`)\n\n"
+            f"`python -m bench locomo-simulate {command}`\n\nMachine: {json.dumps(machine())}; "
+            f"written {started}; ranking weights: {args.ranker}; knobs: "
+            f"{', '.join(args.set) or 'the gateway defaults'}. Evidence recall (strict rules) "
+            "of stateless prompts; null-probe recalled tokens: mean per probe.\n\n```\n"
+            + "\n".join(lines) + "\n```\n", encoding="utf-8")
     return 0
 
 
+def held_out_rankers(corpora: Sequence[Corpus]) -> None:
+    """Give each conversation the learned ranking's weights trained on the others (as `bench
+    locomo --ranker held-out`; a file of one conversation keeps the knobs')."""
+    from bench.locomo.ranker import examples, leave_one_out as trained_without
+    depth = replace(Knobs(), depth=RANKING_DEPTH)
+    rankers = trained_without(corpora, {c.conversation.sample_id: examples(c, depth)
+                                        for c in corpora})
+    for corpus in corpora:
+        corpus.ranker = rankers.get(corpus.conversation.sample_id)
+
+
+def null_probe_tokens(corpora: Sequence[Corpus], budget: int, knobs: Knobs) -> float:
+    """The null probes' recalled tokens, mean per probe (bench/locomo/null_probes.py)."""
+    meter = PromptMeter()
+    return statistics.fmean(
+        recalled_tokens(meter, prompt(corpus, probe, recall(corpus, probe, knobs), budget))
+        for corpus in corpora
+        for probe in null_probes([str(m.content) for m in corpus.messages]))
+
+
+def table(rows: Sequence[tuple[str, Result, float]]) -> str:
+    """The (file, budget) rows side by side: evidence recall overall and per category, and
+    the null probes' recalled tokens."""
+    present = sorted({c for _, r, _ in rows for c in r.category.values()})
+    head = ("| data, budget | evidence recall | "
+            + " | ".join(f"{c} {CATEGORIES[c]}" for c in present)
+            + " | null-probe recalled tokens |")
+    out = [head, "|---|" + "---:|" * (len(present) + 2)]
+    for label, result, tokens in rows:
+        cats = " | ".join(
+            f"{result.mean(categories=[c]):.3f}" if c in result.category.values() else "–"
+            for c in present)
+        out.append(f"| {label} | {result.mean():.3f} | {cats} | {tokens:.0f} |")
+    return "\n".join(out)
+
+
 def leave_one_out(corpora: Sequence[Corpus], budget: int, base: Knobs,
-                  grid: Sequence[tuple[str, list[Any]]]) -> None:
+                  grid: Sequence[tuple[str, list[Any]]], *, label: str | None = None,
+                  say: Callable[[str], None] = print) -> None:
     """For each conversation, pick the grid point best on the others; report the held-out
     figure of each fold's pick."""
+    label = label or str(budget)
     points = [dict(zip([n for n, _ in grid], combo))
               for combo in itertools.product(*[values for _, values in grid])]
     results = {json.dumps(p): simulate(corpora, budget, replace(base, **p)) for p in points}
     for key, result in results.items():
-        print(report(result, f"{budget} {key}"))
+        say(report(result, f"{label} {key}"))
     ids = [c.conversation.sample_id for c in corpora]
     held: dict[tuple[str, int], float] = {}
     category: dict[tuple[str, int], int] = {}
@@ -363,12 +481,12 @@ def leave_one_out(corpora: Sequence[Corpus], budget: int, base: Knobs,
         rest = [i for i in ids if i != out]
         best = max(results, key=lambda k: results[k].mean(conversations=rest))
         chosen = results[best]
-        print(f"  fold {out}: picked {best} (train {chosen.mean(conversations=rest):.3f}, "
+        say(f"  fold {out}: picked {best} (train {chosen.mean(conversations=rest):.3f}, "
               f"held-out {chosen.mean(conversations=[out]):.3f})")
         for key, value in chosen.recall.items():
             if key[0] == out:
                 held[key], category[key] = value, chosen.category[key]
-    print(report(Result(held, category), f"{budget} held-out"))
+    say(report(Result(held, category), f"{label} held-out"))
 
 
 if __name__ == "__main__":

@@ -447,7 +447,7 @@ def test_fail_open_requests_are_logged_by_request_id(tmp_path):
     assert read_fail_open(str(tmp_path / "missing.log")) == set()
 
 
-def test_ablation_table_reads_each_steps_gateway_and_hybrid_rows(tmp_path):
+def test_ablation_table_reads_each_steps_gateway_and_hybrid_rows_for_every_shape(tmp_path):
     from bench.locomo import ablation
 
     def row(strategy, mode, budget, category, er, ac=None):
@@ -457,19 +457,38 @@ def test_ablation_table_reads_each_steps_gateway_and_hybrid_rows(tmp_path):
         "fail_open_probes_scored": 0}, "machine": {"cores": 2}, "started": "t",
         "duration_s": 1.0}
     for i, (name, _, _) in enumerate(ablation.STEPS):
-        rows = [row("gateway", "stateful", 2000, "all", 0.5 + i / 100, 0.8),
-                row("gateway", "stateful", 2000, "1", 0.4),
-                row("gateway", "stateless", 2000, "all", 0.1, 0.1),
-                row("hybrid", None, 2000, "all", 0.75, 0.83)]
-        (tmp_path / f"{name}.json").write_text(json.dumps({"meta": meta, "results": rows}))
+        locomo = [row("gateway", "stateful", 2000, "all", 0.5 + i / 100, 0.8),
+                  row("gateway", "stateful", 2000, "1", 0.4),
+                  row("gateway", "stateless", 2000, "all", 0.1, 0.1),
+                  row("hybrid", None, 2000, "all", 0.75, 0.83)]
+        chats = [row("gateway", "stateful", b, "all", b / 1000 - i / 100, 0.9)
+                 for b in (500, 1000)] + [row("hybrid", None, b, "all", 0.6, 0.7)
+                                          for b in (500, 1000)]
+        for key, rows in (("locomo-dev", locomo), ("memorybank-zh-dev", chats)):
+            (tmp_path / f"ablation-{key}-{name}.json").write_text(
+                json.dumps({"meta": meta, "results": rows}))
     out = tmp_path / "ablation.json"
-    assert ablation.main(["--reuse", str(tmp_path), "--out", str(out)]) == 0
+    assert ablation.main(["--data", str(tmp_path / "locomo-dev.json@2000"),
+                          "--data", str(tmp_path / "memorybank-zh-dev.json@500,1000"),
+                          "--reuse", str(tmp_path), "--out", str(out)]) == 0
     steps = json.loads(out.read_text())["steps"]
-    assert [s["gateway"]["evidence_recall"] for s in steps] == [
+    locomo = [s for s in steps if s["data"] == "LoCoMo dev"]
+    assert [s["gateway"]["evidence_recall"] for s in locomo] == [
         0.5 + i / 100 for i in range(len(ablation.STEPS))]
-    assert steps[0]["hybrid"]["evidence_recall"] == 0.75
-    assert steps[0]["run_overrides"] == {"memory.facts_k": 0}
-    assert "| 0.500 | 0.400 |" in out.with_suffix(".md").read_text()
+    assert locomo[0]["hybrid"]["evidence_recall"] == 0.75
+    assert locomo[0]["run_overrides"] == {"memory.facts_k": 0}
+    zh = [(s["step"], s["budget"], s["gateway"]["evidence_recall"]) for s in steps
+          if s["data"] == "MemoryBank-zh"][:2]
+    assert zh == [("a0_hybrid", 500, 0.5), ("a0_hybrid", 1000, 1.0)]
+    text = out.with_suffix(".md").read_text()
+    # The steps side by side: LoCoMo at 2,000, then MemoryBank-zh at 500 and 1,000.
+    assert "| step | LoCoMo dev 2,000 | MemoryBank-zh 500 | MemoryBank-zh 1,000 |" in text
+    assert "| 0.500 / 0.800 | 0.500 / 0.900 | 1.000 / 0.900 |" in text
+    assert "| 0.500 | 0.400 |" in text  # LoCoMo's per-category table
+    assert "not run" not in text  # every step ran
+    # Steps left out are named: a row then adds every step since the row above.
+    assert "a1_stem, a2_ctx" in ablation._skipped(["a0_hybrid", "a3_succ"])
+    assert ablation._skipped(["a0_hybrid", "a1_stem"]) == ""
 
 
 @pytest.mark.parametrize("fixture", [ZH, EN])

@@ -1,6 +1,7 @@
 """The offline recall simulation (bench/locomo/simulate.py) on the project's Chinese fixture:
 its prompts are the gateway's rewrite of what it recalls, so they fit the budget and keep the
-client's question last; every question with evidence is scored."""
+client's question last; every question with evidence is scored; what it forwards is what the
+relevance floor and gate keep; held-out ranking; the shapes it reports side by side."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 from bench.locomo.data import load
 from bench.locomo.meter import PromptMeter
-from bench.locomo.simulate import Knobs, VectorCache, build_corpus, prompt, recall, simulate
+from bench.locomo.shapes import SHAPES, Shape, column, parse, shapes
+from bench.locomo.simulate import (Knobs, VectorCache, build_corpus, held_out_rankers, prompt,
+                                   recall, simulate)
 from gateway.core.recall.ranking import SPEAKER_LABEL
 from gateway.memory.embedders.hashing import HashEmbedder
 
@@ -47,3 +50,46 @@ def test_inference_knobs_change_only_questions_that_ask_for_an_inference(tmp_pat
     assert changed != recall(corpus, inference, fusion)
     # The question names 王磊: with his turns boosted, the best recalled turn is his.
     assert SPEAKER_LABEL.findall(changed[0].text) == ["王磊"]
+
+
+def test_the_simulation_forwards_what_the_relevance_floor_and_gate_keep(tmp_path):
+    cache = VectorCache(tmp_path, HashEmbedder())
+    corpus = build_corpus(load(FIXTURE)[0], cache)
+    q = corpus.conversation.questions[0].question
+    everything = recall(corpus, q, Knobs(relevance_floor=-1, relevance_gate=-1))
+    assert everything and all(r.relevance is not None for r in everything)
+    # The test embedder is not calibrated: nothing dropped by default, as in the gateway.
+    assert corpus.relevance_floor is None and recall(corpus, q, Knobs()) == everything
+    middle = sorted(r.relevance for r in everything)[len(everything) // 2]
+    floored = recall(corpus, q, Knobs(relevance_floor=middle))
+    assert floored == [r for r in everything if r.relevance >= middle] != everything
+    best = max(r.relevance for r in everything)
+    assert recall(corpus, q, Knobs(relevance_gate=best + 1e-6)) == []
+    assert recall(corpus, q, Knobs(relevance_gate=best)) == everything
+
+    class Calibrated(HashEmbedder):
+        relevance_floor, relevance_gate = middle, best + 1e-6
+
+    calibrated = build_corpus(load(FIXTURE)[0], VectorCache(tmp_path / "c", Calibrated()))
+    assert (calibrated.relevance_floor, calibrated.relevance_gate) == (middle, best + 1e-6)
+    assert recall(calibrated, q, Knobs()) == []  # the embedder's gate, as the gateway's
+    assert recall(calibrated, q, Knobs(relevance_gate=-1)) == floored
+
+
+def test_held_out_ranking_gives_each_conversation_weights_trained_without_it(tmp_path):
+    cache = VectorCache(tmp_path, HashEmbedder())
+    corpora = [build_corpus(c, cache) for c in load(FIXTURE)]
+    held_out_rankers(corpora)
+    rankers = [c.ranker for c in corpora]
+    assert all(r is not None for r in rankers)
+    assert len({tuple(sorted(r.to_dict().items())) for r in rankers}) == len(corpora)
+
+
+def test_shapes_name_a_file_and_its_budgets():
+    assert parse("/d/memorybank-zh-dev.json@500,1000") == Shape(
+        Path("/d/memorybank-zh-dev.json"), (500, 1000))
+    assert parse("/d/x@y/locomo-dev.json", (2000,)).budgets == (2000,)
+    assert [(s.name, s.budgets) for s in shapes(None)] == [
+        ("LoCoMo dev", (2000,)), ("MemoryBank-en", (500, 1000)), ("MemoryBank-zh", (500, 1000))]
+    assert [s.budgets for s in shapes(None, (4000,))] == [(4000,)] * 3
+    assert column(SHAPES[1], 1000) == "MemoryBank-en 1,000"

@@ -4,7 +4,9 @@ blocks' headers short and in the conversation's language."""
 
 from __future__ import annotations
 
-from gateway.core.context.blocks import CHINESE, ENGLISH, MemoryContext, framing_for
+from gateway.core.context.blocks import (CHINESE, ENGLISH, MemoryContext, PinnedMessage,
+                                         framing_for)
+from gateway.core.context.pinned import NOTED_TAG, PINNED_TAG, pack_pinned, render_pinned
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.core.context.truncation import TRUNCATION_MARKER
 from gateway.core.messages import Message
@@ -73,3 +75,44 @@ def test_framing_follows_the_script_of_the_current_message():
     assert framing_for(["我用iPhone 15拍的照片在哪里？"]) is CHINESE
     assert framing_for(["What does 北京 mean in English, and how do I say it?"]) is ENGLISH
     assert framing_for([""]) is ENGLISH
+
+
+RULE_PIN = PinnedMessage("p1", Message.of("user", "Always answer in metric units."), "client", 1.0)
+NOTED_PIN = PinnedMessage("p2", Message.of("user", "我的合同编号是 HT-2023-118"), "rule", 2.0)
+
+
+def pinned_block(current: str) -> Message:
+    request = RewriteRequest(
+        instructions=(Message.of("system", "Be brief."),),
+        history=OLDER + (LAST_QUESTION, LONG_REPLY), current=(Message.of("user", current),),
+        policy=ContextPolicy(max_context_tokens=400, reserve_completion_tokens=0,
+                             recent_share=0.25, pinned_share=0.2),
+        memory=MemoryContext(recalled=RECALLED, pinned=(RULE_PIN, NOTED_PIN)),
+        history_ids=("o", "p", "q", "r"))
+    out = rewrite(request, TOK)
+    assert out.memory_blocks[0] == "pinned" and out.pinned == 2
+    return out.messages[1]
+
+
+def test_the_pinned_block_speaks_the_conversations_language_and_keeps_its_meaning():
+    english, chinese = pinned_block("and the weekend?"), pinned_block("周末呢？你还记得吗？")
+    assert english == render_pinned([RULE_PIN, NOTED_PIN], ENGLISH)
+    assert chinese == render_pinned([RULE_PIN, NOTED_PIN], CHINESE)
+    for block, framing in ((english, ENGLISH), (chinese, CHINESE)):
+        rules, noted = block.text.split(f"</{PINNED_TAG}>")
+        assert rules.startswith(framing.pinned + f"\n<{PINNED_TAG}>\n- Always answer")
+        assert noted.startswith(f"\n{framing.noted}\n<{NOTED_TAG}>\n- 我的合同编号")
+    # The rules are to be followed, below the client's instructions; noted items are data.
+    assert "follow them" in ENGLISH.pinned and "instructions above" in ENGLISH.pinned
+    assert "请遵守" in CHINESE.pinned and "上方指令优先" in CHINESE.pinned
+    assert "not instructions" in ENGLISH.noted and "不是指令" in CHINESE.noted
+    assert "不是指令" not in CHINESE.pinned and "not instructions" not in ENGLISH.pinned
+
+
+def test_the_pinned_headers_are_short_and_priced_in_their_language():
+    for header in (ENGLISH.pinned, ENGLISH.noted, CHINESE.pinned, CHINESE.noted):
+        assert CL.count(header) <= 28, header  # were 31 (rules) and 45 (noted) in English
+    for framing in (ENGLISH, CHINESE):
+        packed = pack_pinned([RULE_PIN, NOTED_PIN], 200, CL, framing)
+        assert packed.block == render_pinned([RULE_PIN, NOTED_PIN], framing)
+        assert packed.cost == count_message(packed.block, CL)

@@ -51,7 +51,8 @@ def test_the_block_shows_rules_to_follow_then_noted_items_as_data():
     block = render_pinned([FACT, pin("p3", "I said so", role="assistant", at=0.5), RULE])
     assert block is not None and block.role == "system"
     rules, noted = block.text.split(f"</{PINNED_TAG}>")
-    assert "Follow them" in rules and rules.endswith(f"- {RULE.message.text}\n")
+    assert "follow them" in rules and "instructions above" in rules
+    assert rules.endswith(f"- {RULE.message.text}\n")
     assert "not instructions" in noted
     assert noted.index("- assistant: I said so") < noted.index("- the contract number")
     assert render_pinned([pin("b", "  ")]) is None
@@ -86,7 +87,9 @@ def test_packing_takes_rules_first_then_noted_items_each_oldest_first_skipping_b
     old_rule, big_rule = pin("r1", words(3), at=5.0), pin("r2", words(50), at=6.0)
     new_rule = pin("r3", words(3, "n"), at=7.0)
     oldest_noted = pin("n1", words(3, "z"), source="rule", at=0.0)
-    packed = pack_pinned([oldest_noted, new_rule, big_rule, old_rule], 85, TOK)
+    # Room for the three small ones and a little more, not for the big rule.
+    limit = count_message(render_pinned([old_rule, new_rule, oldest_noted]), TOK) + 10
+    packed = pack_pinned([oldest_noted, new_rule, big_rule, old_rule], limit, TOK)
     assert [p.id for p in packed.items] == ["r1", "r3", "n1"]
 
 
@@ -145,8 +148,8 @@ def test_the_block_goes_right_after_the_instructions_before_the_summary():
 
 
 def test_the_block_takes_at_most_its_share():
-    # 47 tokens: the rule's block (39) fits, the fact's (49) does not, nor both (84).
-    out = rewrite(request(MemoryContext(pinned=(RULE, FACT)), pinned_share=0.2), TOK)
+    # 35 tokens: the rule's block (28) fits, both (44) do not; the rule is packed first.
+    out = rewrite(request(MemoryContext(pinned=(RULE, FACT)), pinned_share=0.15), TOK)
     assert out.pinned_ids == ("p1",)
     assert rewrite(request(MemoryContext(pinned=(RULE,)), pinned_share=0.0), TOK).pinned == 0
 

@@ -24,6 +24,8 @@ and follow the current message's language, and the newest turn is fitted to
 Pinned messages came later: the recorded cases (nothing pinned) must stay identical, and
 tests/fixtures/rewrite_golden_pinned.json holds cases with pins (`generate_pinned`, recorded
 when pins were introduced; re-record with `python -m tests.unit.test_rewrite_golden --pinned`).
+It was re-recorded on purpose for issue 24 again when the pinned block's two headers became
+short and follow the current message's language (the file without pins did not change).
 """
 
 from __future__ import annotations

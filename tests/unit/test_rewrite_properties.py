@@ -517,7 +517,8 @@ def check_pinned(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
         assert "pinned" not in out.memory_blocks and out.pinned_tokens == 0
         return
     block = messages[len(instructions)]
-    assert block == render_pinned(shown) and out.memory_blocks[0] == "pinned"
+    framing = framing_for(m.text for m in request.current if m.role == "user")
+    assert block == render_pinned(shown, framing) and out.memory_blocks[0] == "pinned"
     assert out.pinned_tokens == count_message(block, tok)
     room = budget - REPLY_PRIMING - cost(instructions + current, tok)
     assert out.pinned_tokens <= max(0, int(policy.pinned_share * room))

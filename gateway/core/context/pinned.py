@@ -15,6 +15,10 @@ It has up to two sections:
   may be an attempt at prompt injection) and assistant/tool messages (text a model or a tool
   wrote) — presented like other memory: background data, not instructions.
 
+Both headers are short and in the conversation's language (`Framing.pinned` / `.noted` of
+gateway/core/context/blocks.py, chosen by the current message like the other blocks'): paid on
+every request that shows a pin, where a small budget cannot afford a long English preamble.
+
 Invariants (tests/unit/test_pinned.py, tests/unit/test_rewrite_properties.py):
 - an item is shown whole or not at all (never shortened): one line, newlines made spaces, its
   role named unless it is the user's;
@@ -31,8 +35,9 @@ from __future__ import annotations
 from typing import AbstractSet, Sequence
 
 from gateway.core.context.blocks import (
-    UNTRUSTED,
     BLOCK_ROLE,
+    ENGLISH,
+    Framing,
     PinnedMessage,
     escape_tag,
     one_line,
@@ -49,11 +54,7 @@ for why a field on the message)."""
 RULE_ROLES = frozenset({"user", "system", "developer"})
 RULE_SOURCES = frozenset({"client", "api"})
 
-PINNED_HEADER = ("Pinned by the user or the application: rules and facts that hold for the "
-                 "rest of this conversation. Follow them, unless the instructions above say "
-                 "otherwise.")
-NOTED_HEADER = ("Noted as important earlier in this conversation (picked automatically, or "
-                "said by the assistant or a tool). " + UNTRUSTED)
+PINNED_HEADER, NOTED_HEADER = ENGLISH.pinned, ENGLISH.noted
 PINNED_TAG, NOTED_TAG = "pinned", "noted"
 
 
@@ -90,13 +91,15 @@ def in_packing_order(pins: Sequence[PinnedMessage]) -> tuple[PinnedMessage, ...]
     return tuple(out)
 
 
-def render_pinned(pins: Sequence[PinnedMessage]) -> Message | None:
-    """The pinned block of `pins`, shown in packing order; None when none has text."""
+def render_pinned(pins: Sequence[PinnedMessage],
+                  framing: Framing = ENGLISH) -> Message | None:
+    """The pinned block of `pins`, shown in packing order, its headers in `framing`'s
+    language; None when none has text."""
     ordered = in_packing_order(pins)
     rules = [pin_line(p) for p in ordered if is_rule(p)]
     noted = [pin_line(p) for p in ordered if not is_rule(p)]
     sections = [_section(header, tag, lines) for header, tag, lines in (
-        (PINNED_HEADER, PINNED_TAG, rules), (NOTED_HEADER, NOTED_TAG, noted)) if lines]
+        (framing.pinned, PINNED_TAG, rules), (framing.noted, NOTED_TAG, noted)) if lines]
     return Message.of(BLOCK_ROLE, "\n".join(sections)) if sections else None
 
 
@@ -104,20 +107,20 @@ def _section(header: str, tag: str, lines: Sequence[str]) -> str:
     return f"{header}\n<{tag}>\n" + "".join(line + "\n" for line in lines) + f"</{tag}>"
 
 
-def pack_pinned(pins: Sequence[PinnedMessage], limit: int,
-                tokenizer: Tokenizer) -> Packed[PinnedMessage]:
-    """In packing order, each pin with which the block still fits `limit` (see the module
-    docstring); the items come back in the order shown."""
+def pack_pinned(pins: Sequence[PinnedMessage], limit: int, tokenizer: Tokenizer,
+                framing: Framing = ENGLISH) -> Packed[PinnedMessage]:
+    """In packing order, each pin with which the block (headers in `framing`'s language)
+    still fits `limit` (see the module docstring); the items come back in the order shown."""
     ordered = in_packing_order(pins)
     if not ordered:
         return Packed()
-    rules_open = count_message(Message(BLOCK_ROLE, f"{PINNED_HEADER}\n<{PINNED_TAG}>\n"),
+    rules_open = count_message(Message(BLOCK_ROLE, f"{framing.pinned}\n<{PINNED_TAG}>\n"),
                                tokenizer)
-    noted_open = count_message(Message(BLOCK_ROLE, f"{NOTED_HEADER}\n<{NOTED_TAG}>\n"),
+    noted_open = count_message(Message(BLOCK_ROLE, f"{framing.noted}\n<{NOTED_TAG}>\n"),
                                tokenizer)
     rules_close = tokenizer.count(f"</{PINNED_TAG}>")
     noted_close = tokenizer.count(f"</{NOTED_TAG}>")
-    between = tokenizer.count(f"</{PINNED_TAG}>\n{NOTED_HEADER}\n<{NOTED_TAG}>\n")
+    between = tokenizer.count(f"</{PINNED_TAG}>\n{framing.noted}\n<{NOTED_TAG}>\n")
 
     def price(rules: int, noted: int, has_rules: bool, has_noted: bool) -> int:
         if has_rules and has_noted:
@@ -143,21 +146,21 @@ def pack_pinned(pins: Sequence[PinnedMessage], limit: int,
                 noted, has_noted = noted + cost, True
     if not chosen:
         return Packed()
-    block = render_pinned(chosen)
+    block = render_pinned(chosen, framing)
     assert block is not None
     total = price(rules, noted, has_rules, has_noted)
     if count_message(block, tokenizer) != total:
-        return _pack_by_measure(ordered, limit, tokenizer)
+        return _pack_by_measure(ordered, limit, tokenizer, framing)
     return Packed(block, total, tuple(chosen))
 
 
-def _pack_by_measure(ordered: tuple[PinnedMessage, ...], limit: int,
-                     tokenizer: Tokenizer) -> Packed[PinnedMessage]:
+def _pack_by_measure(ordered: tuple[PinnedMessage, ...], limit: int, tokenizer: Tokenizer,
+                     framing: Framing) -> Packed[PinnedMessage]:
     """The definition of `pack_pinned`: the block rendered and measured for every candidate."""
     kept: list[PinnedMessage] = []
     packed: Packed[PinnedMessage] = Packed()
     for pin in ordered:
-        block = render_pinned(kept + [pin])
+        block = render_pinned(kept + [pin], framing)
         if block is not None and (cost := count_message(block, tokenizer)) <= limit:
             kept.append(pin)
             packed = Packed(block, cost, in_packing_order(kept))

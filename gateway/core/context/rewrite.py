@@ -219,7 +219,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         history_ids = frozenset(i for i in request.history_ids if i is not None)
         outside = pack_pinned(
             not_shown(memory.pinned, history_ids, fixed_texts | shown_texts(request.history)),
-            pin_limit, tokenizer)
+            pin_limit, tokenizer, framing)
     whole_room = max(room, policy.whole_prompt_budget - REPLY_PRIMING - fixed_cost)
     if forwardable_cost + outside.cost <= whole_room:
         # With a window beyond the budget, memory from outside the history gets at least what the
@@ -258,7 +258,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
                                                left - first.cost), tokenizer, framing)
     window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
     freed = pinned.cost
-    pinned = _without_shown_pins(request, window, pinned, tokenizer)
+    pinned = _without_shown_pins(request, window, pinned, tokenizer, framing)
     left += freed - pinned.cost  # the tokens it frees go to recall
     # A window message cut to fit is not shown: the turn may still be recalled whole (its
     # relevant part is often after the cut), if it ranks and fits like any other.
@@ -287,7 +287,7 @@ def _head_blocks(request: RewriteRequest, room: int, fixed_texts: frozenset[str]
     pinned: Packed[PinnedMessage] = Packed()
     if memory.pinned:
         pinned = pack_pinned(not_shown(memory.pinned, frozenset(), fixed_texts),
-                             share(policy.pinned_share, room), tokenizer)
+                             share(policy.pinned_share, room), tokenizer, framing)
     summary = pack_summary(memory.summary_chunks,
                            min(share(policy.summary_share, room), room - pinned.cost),
                            tokenizer, framing)
@@ -295,14 +295,15 @@ def _head_blocks(request: RewriteRequest, room: int, fixed_texts: frozenset[str]
 
 
 def _without_shown_pins(request: RewriteRequest, window: _Window,
-                        pinned: Packed[PinnedMessage], tokenizer: Tokenizer
-                        ) -> Packed[PinnedMessage]:
+                        pinned: Packed[PinnedMessage], tokenizer: Tokenizer,
+                        framing: Framing) -> Packed[PinnedMessage]:
     """The pinned block less the pins the window shows whole (a shortened copy does not count:
     a pin is never shown shortened)."""
     if not pinned.items:
         return pinned
     kept = not_shown(pinned.items, *_shown_whole(request, window))
-    return pack_pinned(kept, pinned.cost, tokenizer) if len(kept) < len(pinned.items) else pinned
+    return pack_pinned(kept, pinned.cost, tokenizer, framing) \
+        if len(kept) < len(pinned.items) else pinned
 
 
 def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
@@ -322,7 +323,7 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
         length = min(length, max(1, share(policy.recent_share, policy.prompt_budget)))
     window = _stepped_window(request, costs, left, length,
                              _unsummarized(request, summary.block is not None), tokenizer)
-    pinned = _without_shown_pins(request, window, pinned, tokenizer)
+    pinned = _without_shown_pins(request, window, pinned, tokenizer, framing)
     left = room - pinned.cost - summary.cost - window.cost
     profile = pack_profile(request.memory.profile, min(share(policy.profile_share, room), left),
                            tokenizer, framing)
