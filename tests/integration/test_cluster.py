@@ -427,72 +427,34 @@ def test_deletes_in_a_burst_during_rewrites_leave_no_canary_on_any_nodes_disk(cl
     # rewrite (forked before the burst: it holds the canaries) still runs when an erase, three
     # conversation deletes and two anonymous ones come at once, beside a client that keeps
     # writing. Every file of every node's data directory must lose every canary within 30 s.
-    from concurrent.futures import ThreadPoolExecutor
-    import threading
+    from tests.integration.test_memory_erase import (BURST_CANARIES, delete_in_a_burst,
+                                                     _files_mentioning as on_disk,
+                                                     populate_for_a_burst, wait_until_no_canary)
 
-    from tests.integration.test_memory_erase import (BOB, ERIN, _chat_anonymous,
-                                                     _files_mentioning as on_disk, converse,
-                                                     populate)
-
-    deleted_words = {"erase": "Zorblax", "c-one": "Plimsoq", "c-two": "Trevanq",
-                     "c-three": "Muldrek", "anon-1": "Ostravk", "anon-2": "Kelvanth"}
     memory = {"compaction": {"min_rounds": 2, "recent_window_turns": 1}}
     nodes = [redis.Redis(host="127.0.0.1", port=port) for port in valkey_cluster.ports]
     with running_gateway(cluster_config(cluster_url, tenant={"memory": memory})) as url:
-        populate(url, "acme", ERIN)  # erased: facts, profile, chunks, a branch
-        for conversation in ("c-one", "c-two", "c-three"):
-            word = deleted_words[conversation]
-            converse(url, "acme", BOB, conversation,
-                     [f"{word} fact {i}: the {word} bridge opens at {i}." for i in range(3)])
-        converse(url, "acme", BOB, "c-kept", ["Quillon stays: the Quillon harbour."])
-        for conversation in ("anon-1", "anon-2"):
-            _chat_anonymous(url, conversation, f"{deleted_words[conversation]} anonymous.")
+        populate_for_a_burst(url)
         directory = valkey_cluster.directory
         deadline = time.monotonic() + 10
-        while missing := [w for w in deleted_words.values() if not on_disk(directory, w)]:
+        while missing := [w for w in BURST_CANARIES.values() if not on_disk(directory, w)]:
             assert time.monotonic() < deadline, f"never reached the disk: {missing}"
             time.sleep(0.1)
-        holders = {path.split("/")[0] for w in deleted_words.values()
+        holders = {path.split("/")[0] for w in BURST_CANARIES.values()
                    for path in on_disk(directory, w)}
+
+        def quick() -> None:  # the rewrites after the burst need not be slow
+            for node in nodes:
+                node.config_set("rdb-key-save-delay", 0)
+
         try:
             for node in nodes:
                 node.config_set("rdb-key-save-delay", 20_000)
                 node.bgrewriteaof()
-            stop = threading.Event()
-            written: list[int] = []
-
-            def keep_writing() -> None:
-                while not stop.is_set():
-                    converse(url, "acme", BOB, f"w-{len(written)}", ["Quillon writes on."])
-                    written.append(1)
-
-            auth = {"Authorization": f"Bearer {KEYS['acme']}"}
-            deletes = [("/v1/memory", {"X-User-Id": ERIN}),
-                       *((f"/v1/memory/conversations/{c}", {"X-User-Id": BOB})
-                         for c in ("c-one", "c-two", "c-three")),
-                       *((f"/v1/memory/conversations/{c}", {}) for c in ("anon-1", "anon-2"))]
-            with ThreadPoolExecutor(len(deletes) + 1) as pool:
-                writer = pool.submit(keep_writing)
-                answers = list(pool.map(lambda d: httpx.delete(
-                    url + d[0], headers={**auth, **d[1]}, timeout=60), deletes))
-                for node in nodes:
-                    node.config_set("rdb-key-save-delay", 0)  # the rewrites after it: quick
-                stop.set()
-                writer.result()
+            delete_in_a_burst(url, quick)
         finally:
-            for node in nodes:
-                node.config_set("rdb-key-save-delay", 0)
-        for answer in answers:
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["disk"] in ("rewritten", "pending"), answer.text
-        assert written  # the deletes ran beside writes
-
-        deadline = time.monotonic() + 30
-        while left := {w: on_disk(directory, w) for w in deleted_words.values()
-                       if on_disk(directory, w)}:
-            assert time.monotonic() < deadline, f"deleted text still on disk: {left}"
-            time.sleep(0.2)
-        assert on_disk(directory, "Quillon")  # kept data stays
+            quick()
+        wait_until_no_canary(lambda w: on_disk(directory, w))
     for node in nodes:
         node.close()
     # The canaries were spread: more than one node's files held them.

@@ -9,7 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import pytest
@@ -434,6 +434,64 @@ def _chat_anonymous(url: str, conversation: str, text: str) -> None:
     assert response.status_code == 200, response.text
 
 
+BURST_CANARIES = {"erase": "Zorblax", "c-one": "Plimsoq", "c-two": "Trevanq",
+                  "c-three": "Muldrek", "anon-1": "Ostravk", "anon-2": "Kelvanth"}
+"""What each delete of the burst takes away (the erased user, BOB's conversations, the
+anonymous ones), each word in no other text."""
+
+
+def populate_for_a_burst(url: str) -> None:
+    """ERIN's memory (to erase), BOB's three conversations to delete and one to keep
+    (`Quillon`), two anonymous conversations: each with its canary of BURST_CANARIES."""
+    populate(url, "acme", ERIN)  # erased: facts, profile, chunks, a branch
+    for conversation in ("c-one", "c-two", "c-three"):
+        word = BURST_CANARIES[conversation]
+        converse(url, "acme", BOB, conversation,
+                 [f"{word} fact {i}: the {word} bridge opens at {i}." for i in range(3)])
+    converse(url, "acme", BOB, "c-kept", ["Quillon stays: the Quillon harbour."])
+    for conversation in ("anon-1", "anon-2"):
+        _chat_anonymous(url, conversation, f"{BURST_CANARIES[conversation]} anonymous.")
+
+
+def delete_in_a_burst(url: str, answered: Callable[[], None]) -> None:
+    """The erase, three conversation deletes and two anonymous ones at once, beside a client
+    that keeps writing; `answered` runs once they have all answered (the writer still going).
+    Every answer is a 200 saying where the disk stands."""
+    stop = threading.Event()
+    written: list[int] = []
+
+    def keep_writing() -> None:
+        while not stop.is_set():
+            converse(url, "acme", BOB, f"w-{len(written)}", ["Quillon writes on."])
+            written.append(1)
+
+    auth = {"Authorization": f"Bearer {KEYS['acme']}"}
+    deletes = [("/v1/memory", {"X-User-Id": ERIN}),
+               *((f"/v1/memory/conversations/{c}", {"X-User-Id": BOB})
+                 for c in ("c-one", "c-two", "c-three")),
+               *((f"/v1/memory/conversations/{c}", {}) for c in ("anon-1", "anon-2"))]
+    with ThreadPoolExecutor(len(deletes) + 1) as pool:
+        writer = pool.submit(keep_writing)
+        answers = list(pool.map(lambda d: httpx.delete(
+            url + d[0], headers={**auth, **d[1]}, timeout=60), deletes))
+        answered()
+        stop.set()
+        writer.result()
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["disk"] in ("rewritten", "pending"), answer.text
+    assert written  # the deletes ran beside writes
+
+
+def wait_until_no_canary(files_mentioning: Callable[[str], list[str]]) -> None:
+    """Every canary of BURST_CANARIES gone from the files within 30 s; the kept data not."""
+    deadline = time.monotonic() + 30
+    while left := {w: files for w in BURST_CANARIES.values() if (files := files_mentioning(w))}:
+        assert time.monotonic() < deadline, f"deleted text still on disk: {left}"
+        time.sleep(0.2)
+    assert files_mentioning("Quillon")  # kept data stays
+
+
 def test_deletes_in_a_burst_during_a_rewrite_leave_no_canary_on_disk(tmp_path):
     # The issue's case: deletes made while a rewrite runs (its fork holds the text) were taken
     # as merged into a later rewrite, and none followed. Here a rewrite is made slow and
@@ -444,21 +502,12 @@ def test_deletes_in_a_burst_during_a_rewrite_leave_no_canary_on_disk(tmp_path):
 
     server = EmbeddedRedis(tmp_path / "store", die_with_parent=True)
     server.start()
-    deleted_words = {"erase": "Zorblax", "c-one": "Plimsoq", "c-two": "Trevanq",
-                     "c-three": "Muldrek", "anon-1": "Ostravk", "anon-2": "Kelvanth"}
     try:
         with running_gateway(memory_config(server.url)) as url, \
                 redis.Redis.from_url(server.url, decode_responses=True) as client:
-            populate(url, "acme", ERIN)  # erased: facts, profile, chunks, a branch
-            for conversation in ("c-one", "c-two", "c-three"):
-                word = deleted_words[conversation]
-                converse(url, "acme", BOB, conversation,
-                         [f"{word} fact {i}: the {word} bridge opens at {i}." for i in range(3)])
-            converse(url, "acme", BOB, "c-kept", ["Quillon stays: the Quillon harbour."])
-            for conversation in ("anon-1", "anon-2"):
-                _chat_anonymous(url, conversation, f"{deleted_words[conversation]} anonymous.")
+            populate_for_a_burst(url)
             deadline = time.monotonic() + 10
-            while missing := [w for w in deleted_words.values()
+            while missing := [w for w in BURST_CANARIES.values()
                               if not _files_mentioning(server.data_dir, w)]:
                 assert time.monotonic() < deadline, f"never reached the disk: {missing}"
                 time.sleep(0.1)
@@ -468,39 +517,9 @@ def test_deletes_in_a_burst_during_a_rewrite_leave_no_canary_on_disk(tmp_path):
             client.config_set("rdb-key-save-delay", 20_000)
             client.bgrewriteaof()
             assert int(client.info("persistence")["aof_rewrite_in_progress"]) == 1
-
-            stop = threading.Event()
-            written: list[int] = []
-
-            def keep_writing() -> None:
-                while not stop.is_set():
-                    converse(url, "acme", BOB, f"w-{len(written)}", ["Quillon writes on."])
-                    written.append(1)
-
-            auth = {"Authorization": f"Bearer {KEYS['acme']}"}
-            deletes = [("/v1/memory", {"X-User-Id": ERIN}),
-                       *((f"/v1/memory/conversations/{c}", {"X-User-Id": BOB})
-                         for c in ("c-one", "c-two", "c-three")),
-                       *((f"/v1/memory/conversations/{c}", {}) for c in ("anon-1", "anon-2"))]
-            with ThreadPoolExecutor(len(deletes) + 1) as pool:
-                writer = pool.submit(keep_writing)
-                answers = list(pool.map(lambda d: httpx.delete(
-                    url + d[0], headers={**auth, **d[1]}, timeout=60), deletes))
-                client.config_set("rdb-key-save-delay", 0)  # the rewrites after it: quick
-                stop.set()
-                writer.result()
-            for answer in answers:
-                assert answer.status_code == 200, answer.text
-                assert answer.json()["disk"] in ("rewritten", "pending"), answer.text
-            assert written  # the deletes ran beside writes
-
-            deadline = time.monotonic() + 30
-            while left := {w: _files_mentioning(server.data_dir, w)
-                           for w in deleted_words.values()
-                           if _files_mentioning(server.data_dir, w)}:
-                assert time.monotonic() < deadline, f"deleted text still on disk: {left}"
-                time.sleep(0.2)
-            assert _files_mentioning(server.data_dir, "Quillon")  # kept data stays
+            # the rewrites after it: quick
+            delete_in_a_burst(url, lambda: client.config_set("rdb-key-save-delay", 0))
+            wait_until_no_canary(lambda w: _files_mentioning(server.data_dir, w))
             # The last round's end, bounded on its own: the canaries' 30 s (the target) may
             # have been nearly used up on a loaded machine, the rounds left still finish.
             deadline = time.monotonic() + 30
