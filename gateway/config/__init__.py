@@ -169,6 +169,7 @@ class ContextConfig(Strict):
     """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
     always forwarded (shortened to fit `recent_share` if need be)."""
     continuity_budget: int = Field(4000, ge=0)
+    """The prompt budget from which `continuity_turns` applies (below: `min_recent_turns`)."""
     one_shot_tool_chars: int | None = Field(8000, ge=1)
     """A `tool` message longer than this (characters of its text; ~2,000 tokens of English)
     is one-shot: forwarded in its request, stored only as a placeholder. null: only messages
