@@ -155,10 +155,11 @@ class ContextConfig(Strict):
     summary_share: float = Field(0.0, ge=0, le=1)
     profile_share: float = Field(0.05, ge=0, le=1)
     recall_share: float = Field(0.95, ge=0, le=1)
-    assembly: Literal["rolling", "stepped"] = "stepped"
+    assembly: Literal["auto", "rolling", "stepped"] = "auto"
     """How a compacted prompt is laid out: `stepped`, a verbatim window whose start moves only
     in steps, so that a provider's prompt cache serves consecutive prompts (profile and recall
-    after it); `rolling`, the newest turns sliding by one exchange a request."""
+    after it); `rolling`, the newest turns sliding by one exchange a request; `auto`, stepped
+    from a 4,000-token prompt budget, rolling below (core.policy.STEPPED_FROM_TOKENS)."""
     window_share: float = Field(0.5, gt=0, le=1)
     """Stepped: the verbatim window grows to at most this share of the prompt budget."""
     pinned_share: float = Field(0.25, ge=0, le=1)

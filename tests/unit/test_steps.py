@@ -201,3 +201,16 @@ def test_the_last_three_exchanges_stay_in_the_window_at_budgets_from_4000() -> N
     # without the rule the same window holds fewer: what the rule is for
     fewer = list(grown(40, replace(policy, continuity_turns=0), words=300))
     assert min(o.recent_turns for o in fewer[-20:]) < 3
+
+
+def test_auto_steps_from_a_4000_token_budget_and_rolls_below() -> None:
+    """`assembly: auto` (the default): under ~4,000 tokens a prompt is mostly below the
+    providers' 1,024-token cache minimum and the rolling layout recalls more."""
+    auto = ContextPolicy(max_context_tokens=5000, compact_to_tokens=0,
+                         reserve_completion_tokens=1000)
+    assert auto.assembly == "auto" and auto.stepped
+    assert not replace(auto, max_context_tokens=4999).stepped
+    assert replace(auto, max_context_tokens=4999, assembly="stepped").stepped
+    assert not replace(auto, assembly="rolling").stepped
+    # the compacted size decides, not the window
+    assert ContextPolicy().stepped and not replace(ContextPolicy(), compact_to_tokens=4000).stepped

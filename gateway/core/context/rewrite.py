@@ -10,7 +10,7 @@ over it, compacted to the prompt budget (`policy.compact_to_tokens`):
     [instructions] [pinned block] [summary block] [profile block] [recent history]
     [recalled block] [current]
 
-and with `policy.assembly == "stepped"`, over the budget (`_stepped`; the invariants below that
+and with `policy.stepped` (`assembly: stepped`, or `auto` from 4,000 tokens), over the budget (`_stepped`; the invariants below that
 name the recent window's turn cap and fitted length are the rolling window's):
 
     [instructions] [pinned block] [summary block] [window, moving in steps]
@@ -232,7 +232,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
                               fixed_cost + forwardable_cost, tokenizer, outside, framing)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
     pinned, summary = _head_blocks(request, room, fixed_texts, tokenizer, framing)
-    if policy.assembly == "stepped":
+    if policy.stepped:
         return _stepped(request, costs, room, pinned, summary, tokens_original, fixed_cost,
                         tokenizer, framing)
     pinned_ids, pinned_texts = _pins_shown(pinned.items)
