@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.context.blocks import MemoryContext
-from gateway.core.context.rewrite import RewriteRequest, rewrite
+from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
 from gateway.core.context.steps import estimated_costs, step_points, window_starts
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
@@ -82,6 +82,18 @@ def test_estimated_costs_cap_long_messages_at_their_shortened_length() -> None:
     assert estimated_costs((5, 500, 30), 20) == (5, 36, 30)
 
 
+def check_ends(request: RewriteRequest, out: Rewrite) -> bool:
+    """The counts are true, the instructions come first and the current turn last, verbatim;
+    True when they alone are over the budget (then they are all there is)."""
+    instructions, current, messages = request.instructions, request.current, out.messages
+    assert out.tokens_forwarded == count_messages(messages, TOK)
+    assert messages[:len(instructions)] == instructions
+    assert messages[len(messages) - len(current):] == current
+    if out.over_budget:
+        assert messages == instructions + current
+    return out.over_budget
+
+
 # --- the rewrite's invariants, stepped -------------------------------------------------------
 
 
@@ -93,11 +105,7 @@ def test_stepped_rewrite_keeps_the_rewrite_invariants(request, window_share) -> 
     out = rewrite(request, TOK)
     instructions, history, current = request.instructions, request.history, request.current
     messages, budget = out.messages, request.policy.prompt_budget
-    assert out.tokens_forwarded == count_messages(messages, TOK)
-    assert messages[:len(instructions)] == instructions
-    assert messages[len(messages) - len(current):] == current
-    if out.over_budget:
-        assert messages == instructions + current
+    if check_ends(request, out):
         return
     assert out.tokens_forwarded <= budget
     check_tool_calls_travel_with_their_results(messages)

@@ -72,7 +72,7 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from gateway.core.context.blocks import (BlockName, Framing, MemoryContext, PinnedMessage,
                                          framing_for)
@@ -93,15 +93,11 @@ from gateway.core.context.steps import estimated_costs, step_points, window_star
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
-from gateway.core.context.truncation import cost_as_shortened, shorten
-
-_ANSWER_ROLES = frozenset({"tool", "function"})
+from gateway.core.context.truncation import shorten
+from gateway.core.context.window import (ANSWER_ROLES, Window, fitted_length, recent_window,
+                                         served_start, window_from)
 
 Conversation = tuple[Message, ...]
-Unit = tuple[Message, ...]
-"""Messages kept or dropped together: one message plus the tool results that follow it."""
-Span = tuple[int, int]
-"""A unit as the (start, end) of its messages in the history."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,17 +242,17 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     candidates, candidate_costs = request.history[begin:], costs[begin:]
     # The newest turns are served first, but only up to their share of the room: a longer one
     # is shortened (every message of it cut to one length, marked), never dropped.
-    limit = _fitted_length(candidates, candidate_costs,
-                           min(share(policy.recent_share, room), left), policy, tokenizer) \
+    limit = fitted_length(candidates, candidate_costs,
+                          min(share(policy.recent_share, room), left), policy, tokenizer) \
         if policy.recent_share > 0 else policy.truncate_message_tokens
     fitted = limit < policy.truncate_message_tokens
     policy = replace(policy, truncate_message_tokens=limit)
     newest = replace(policy, max_recent_turns=min(policy.served_turns,
                                                   policy.max_recent_turns))
-    first = _recent_window(candidates, candidate_costs, left, newest, tokenizer)
+    first = recent_window(candidates, candidate_costs, left, newest, tokenizer)
     reserved = recall_reservation(offered, min(share(policy.recall_share, room),
                                                left - first.cost), tokenizer, framing)
-    window = _recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
+    window = recent_window(candidates, candidate_costs, left - reserved, policy, tokenizer)
     freed = pinned.cost
     pinned = _without_shown_pins(request, window, pinned, tokenizer, framing)
     left += freed - pinned.cost  # the tokens it frees go to recall
@@ -294,7 +290,7 @@ def _head_blocks(request: RewriteRequest, room: int, fixed_texts: frozenset[str]
     return pinned, summary
 
 
-def _without_shown_pins(request: RewriteRequest, window: _Window,
+def _without_shown_pins(request: RewriteRequest, window: Window,
                         pinned: Packed[PinnedMessage], tokenizer: Tokenizer,
                         framing: Framing) -> Packed[PinnedMessage]:
     """The pinned block less the pins the window shows whole (a shortened copy does not count:
@@ -343,7 +339,7 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
 
 
 def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: int,
-               window: _Window, pinned: Packed[PinnedMessage], summary: Packed[str],
+               window: Window, pinned: Packed[PinnedMessage], summary: Packed[str],
                profile: Packed[str], recalled: Packed[Recollection],
                **extra: Any) -> Rewrite:
     """The Rewrite of a history that does not fit, from its window and blocks (`extra`: the
@@ -373,7 +369,7 @@ def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: 
 
 
 def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int, length: int,
-                    begin: int, tokenizer: Tokenizer) -> _Window:
+                    begin: int, tokenizer: Tokenizer) -> Window:
     """The history from the first step whose window (messages cut to `length`) fits `room`
     and the policy's allowance; else the newest turns that fit the allowance."""
     policy = request.policy
@@ -381,7 +377,7 @@ def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int, 
     allowance = min(room, share(policy.window_share, policy.prompt_budget))
     estimates = estimated_costs(costs, length)
     step = max(1, allowance // 2)
-    served = _served_start(history, begin, policy.served_turns)
+    served = served_start(history, begin, policy.served_turns)
     for point in window_starts(history, estimates, allowance, step, begin):
         if point > served:
             # Too few turns since the step for the continuity rule: start at the last step
@@ -391,35 +387,13 @@ def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int, 
         else:
             starts = [point]
         for start in starts:
-            window = _window_from(history, costs, start, length, tokenizer)
+            window = window_from(history, costs, start, length, tokenizer)
             if window.cost <= room:
                 return window
         if point > served:
             break
     rolling = replace(policy, truncate_message_tokens=length, max_recent_turns=len(history))
-    return _recent_window(history[begin:], costs[begin:], allowance, rolling, tokenizer)
-
-
-def _window_from(history: tuple[Message, ...], costs: tuple[int, ...], start: int,
-                 length: int, tokenizer: Tokenizer) -> _Window:
-    """The history from `start` on, each message cut to `length`, with its true cost."""
-    messages = shorten(history[start:], length, tokenizer)
-    cost = cost_as_shortened(messages, history[start:], costs[start:], tokenizer)
-    return _Window(messages=messages, cost=cost,
-                   truncated=sum(1 for m, o in zip(messages, history[start:]) if m is not o))
-
-
-def _served_start(history: tuple[Message, ...], begin: int, turns: int) -> int:
-    """Where the newest `turns` user turns of `history[begin:]` start (`begin` if it has
-    fewer; the end of the history for none)."""
-    if turns <= 0:
-        return len(history)
-    seen = 0
-    for i in range(len(history) - 1, begin - 1, -1):  # newest first: only those turns
-        seen += history[i].role == "user"
-        if seen == turns:
-            return i
-    return begin
+    return recent_window(history[begin:], costs[begin:], allowance, rolling, tokenizer)
 
 
 def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: int,
@@ -491,7 +465,7 @@ def _unsummarized(request: RewriteRequest, summary_shown: bool) -> int:
 
 
 def _shown_whole(request: RewriteRequest,
-                 window: _Window) -> tuple[frozenset[str], frozenset[str]]:
+                 window: Window) -> tuple[frozenset[str], frozenset[str]]:
     """(stored ids, one-line texts) of the window's messages forwarded whole, not shortened."""
     start = len(request.history) - len(window.messages)
     ids = request.history_ids[start:] if request.history_ids else (None,) * len(window.messages)
@@ -500,7 +474,7 @@ def _shown_whole(request: RewriteRequest,
             shown_texts([m for _, m in whole]))
 
 
-def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:
+def _window_ids(request: RewriteRequest, window: Window) -> frozenset[str]:
     """Stored ids of the history messages in the window (a suffix of the history)."""
     if not request.history_ids or not window.messages:
         return frozenset()
@@ -508,103 +482,14 @@ def _window_ids(request: RewriteRequest, window: _Window) -> frozenset[str]:
     return frozenset(i for i in kept if i is not None)
 
 
-@dataclass(frozen=True, slots=True)
-class _Window:
-    messages: tuple[Message, ...] = ()
-    cost: int = 0
-    truncated: int = 0
-
-
-def _recent_window(history: tuple[Message, ...], message_costs: tuple[int, ...], room: int,
-                   policy: ContextPolicy, tokenizer: Tokenizer) -> _Window:
-    """The newest whole turns that fit `room` (at most `max_recent_turns` user turns),
-    chronological; stops at the first turn that does not fit. If not even the newest turn
-    fits whole, its newest units that fit instead. `message_costs`: count_message of each
-    history message. Only the turns looked at are visited, newest first."""
-    kept: list[Unit] = []  # newest first
-    cost = user_turns = 0
-    for turn in _turns_newest_first(history):
-        is_user_turn = history[turn[0][0]].role == "user"
-        if is_user_turn and user_turns >= policy.max_recent_turns:
-            break
-        shortened = [shorten(history[a:b], policy.truncate_message_tokens, tokenizer) for a, b in turn]
-        costs = [cost_as_shortened(unit, history[a:b], message_costs[a:b], tokenizer)
-                 for unit, (a, b) in zip(shortened, turn)]
-        if cost + sum(costs) <= room:
-            kept.extend(reversed(shortened))
-            cost += sum(costs)
-            user_turns += is_user_turn
-            continue
-        if not kept:
-            # The user message opens the turn, so a partial turn never includes it.
-            for unit, unit_cost in zip(reversed(shortened), reversed(costs)):
-                if cost + unit_cost > room:
-                    break
-                kept.append(unit)
-                cost += unit_cost
-        break
-    messages = tuple(m for unit in reversed(kept) for m in unit)
-    originals = history[len(history) - len(messages):]  # the window is a suffix of history
-    return _Window(messages=messages, cost=cost,
-                   truncated=sum(1 for m, o in zip(messages, originals) if m is not o))
-
-
-def _fitted_length(history: tuple[Message, ...], message_costs: tuple[int, ...], cap: int,
-                   policy: ContextPolicy, tokenizer: Tokenizer) -> int:
-    """The longest message length (at most `policy.truncate_message_tokens`) with which the
-    newest `policy.served_turns` turns cost at most `cap`, each message shortened to it;
-    the policy's when not even 1-token heads fit (then the window keeps what fits of them, as
-    it would without this)."""
-    limit = policy.truncate_message_tokens
-    spans = [span for turn, _ in zip(_turns_newest_first(history),
-                                     range(max(1, policy.served_turns))) for span in turn]
-
-    def cost(length: int) -> int:
-        return sum(cost_as_shortened(shorten(history[a:b], length, tokenizer), history[a:b],
-                                     message_costs[a:b], tokenizer) for a, b in spans)
-
-    if not spans or cost(limit) <= cap:
-        return limit
-    low, high = 1, limit  # cost(high) > cap; find the largest length whose cost fits
-    if cost(low) > cap:
-        return limit  # nothing to gain by cutting: the window keeps what fits, as before
-    while high - low > 1:
-        middle = (low + high) // 2
-        if cost(middle) <= cap:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
 def _first_forwardable(history: tuple[Message, ...]) -> int:
     """Where the history that can be forwarded starts: tool/function results at its very start
     answer a call that is not there; they are never forwarded (the provider would reject
     them)."""
     start = 0
-    while start < len(history) and history[start].role in _ANSWER_ROLES:
+    while start < len(history) and history[start].role in ANSWER_ROLES:
         start += 1
     return start
-
-
-def _turns_newest_first(history: tuple[Message, ...]) -> Iterator[tuple[Span, ...]]:
-    """The forwardable history cut into units — each message with the tool/function results
-    after it — and the units grouped into turns, each opened by a user message; units before
-    the first user message form a turn of their own (it counts as no user turn). Turns come
-    newest first, each one's units oldest first; found from the end, so a caller that stops
-    early never walks the older history."""
-    turn: list[Span] = []  # newest unit first
-    end = len(history)
-    for i in range(len(history) - 1, -1, -1):
-        if history[i].role in _ANSWER_ROLES:
-            continue  # a result: part of the unit its call opens
-        turn.append((i, end))
-        end = i
-        if history[i].role == "user":
-            yield tuple(reversed(turn))
-            turn = []
-    if turn:
-        yield tuple(reversed(turn))
 
 
 def _sum_cost(messages: Sequence[Message], tokenizer: Tokenizer) -> int:
