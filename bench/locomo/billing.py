@@ -23,6 +23,7 @@ The rendering of a prompt into tokens is the meter's (`PromptMeter.shared_prefix
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from bench.locomo.meter import Prompt, PromptMeter
 
@@ -64,18 +65,35 @@ def cached_tokens(rule: CacheRule, shared: int, previous_total: int | None,
     return rule.min_tokens + (shared - rule.min_tokens) // rule.step * rule.step
 
 
-def cost(rule: CacheRule, shared: int, previous_total: int | None, total: int,
-         previous_mark: int | None = None, mark: int | None = None) -> float:
-    """The request's input cost in uncached-token units under `rule`. `previous_mark`, `mark`:
-    where the previous prompt's and this prompt's breakpoints are (tokens), for a rule with
-    breakpoints; None: at the prompt's end."""
+@dataclass(frozen=True, slots=True)
+class Billed:
+    """A prompt's tokens as the provider bills them: read from its cache, written to it, and
+    plain (uncached) input; they add up to the prompt."""
+
+    cached: int
+    written: int
+    plain: int
+
+
+def split(rule: CacheRule, shared: int, previous_total: int | None, total: int,
+          previous_mark: int | None = None, mark: int | None = None) -> Billed:
+    """How `rule` bills a prompt of `total` tokens sharing `shared` leading tokens with the one
+    before. `previous_mark`, `mark`: where the previous prompt's and this prompt's breakpoints
+    are (tokens), for a rule with breakpoints; None: at the prompt's end."""
     if rule.whole_prefix_only and previous_mark is not None and previous_total is not None:
         previous_total = min(previous_mark, previous_total)
     cached = cached_tokens(rule, shared, previous_total, total)
     written = total if mark is None else min(mark, total)
     writes = max(0, written - cached) if rule.write != 1.0 and written >= rule.min_tokens \
         else 0
-    return cached * rule.read + writes * rule.write + (total - cached - writes)
+    return Billed(cached, writes, total - cached - writes)
+
+
+def cost(rule: CacheRule, shared: int, previous_total: int | None, total: int,
+         previous_mark: int | None = None, mark: int | None = None) -> float:
+    """The request's input cost in uncached-token units under `rule` (`split`'s arguments)."""
+    billed = split(rule, shared, previous_total, total, previous_mark, mark)
+    return billed.cached * rule.read + billed.written * rule.write + billed.plain
 
 
 def bill(meter: PromptMeter, previous: Prompt | None, current: Prompt,
@@ -83,6 +101,15 @@ def bill(meter: PromptMeter, previous: Prompt | None, current: Prompt,
     """`current`'s cost under every rule, sent right after `previous` (None: the first).
     `previous_stable`, `stable`: how many leading messages of each the gateway marked as the
     stable prefix (its cache breakpoint); None: the client's mark at the prompt's end."""
+    return {rule.name: b.cached * rule.read + b.written * rule.write + b.plain
+            for rule, b in zip(RULES, bill_tokens(meter, previous, current, previous_stable,
+                                                  stable, RULES))}
+
+
+def bill_tokens(meter: PromptMeter, previous: Prompt | None, current: Prompt,
+                previous_stable: int | None, stable: int | None,
+                rules: Sequence[CacheRule]) -> list[Billed]:
+    """`bill`'s tokens, cached / written / plain, under each of `rules`."""
     if previous is None:
         shared, previous_total, total = 0, None, sum(len(meter.rendered(m)) for m in current)
     else:
@@ -90,8 +117,7 @@ def bill(meter: PromptMeter, previous: Prompt | None, current: Prompt,
     previous_mark = _tokens(meter, previous[:previous_stable]) \
         if previous is not None and previous_stable is not None else None
     mark = _tokens(meter, current[:stable]) if stable is not None else None
-    return {rule.name: cost(rule, shared, previous_total, total, previous_mark, mark)
-            for rule in RULES}
+    return [split(rule, shared, previous_total, total, previous_mark, mark) for rule in rules]
 
 
 def _tokens(meter: PromptMeter, messages: Prompt) -> int:

@@ -128,9 +128,14 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         limit: int | None, store: str | None, concurrency: int, processes: int,
         dump: PromptDump | None, overrides: Sequence[tuple[str, Any]] = (),
         folds: dict[str, dict[str, float]] | None = None,
-        dialect: str = "chat") -> list[Outcome]:
+        dialect: str = "chat",
+        contexts: dict[int, dict[str, Any]] | None = None,
+        baselines: bool = True, drain_timeout: float = 600.0) -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation.
-    `folds`: per conversation, the learned ranking's weights its tenants use."""
+    `folds`: per conversation, the learned ranking's weights its tenants use; `contexts`: per
+    budget, its tenant's `context` section (`gateway_config`); `baselines`: compute the
+    baseline strategies too; `drain_timeout`: how long the memory worker may take after the
+    replay."""
     tmp = embedded = None
     if store is None:
         tmp = tempfile.mkdtemp(prefix="cgbench-")  # short: a unix socket path must fit
@@ -141,12 +146,13 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
                                  f"cgbench-fail-open-{os.getpid()}.log")
     data_dir = tempfile.mkdtemp(prefix="cgbench-data-")
     try:
-        config = gateway_config(store, budgets, overrides, data_dir, folds)
+        config = gateway_config(store, budgets, overrides, data_dir, folds, contexts)
         with gateway_processes(config, processes, fail_open_log) as urls:
             _progress(f"gateway serving at {', '.join(urls)} (child processes)")
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
                                 concurrency=concurrency, fail_open_log=fail_open_log,
-                                folds=folds is not None, dialect=dialect)
+                                folds=folds is not None, dialect=dialect,
+                                baselines=baselines, drain_timeout=drain_timeout)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
         if tmp is None and os.path.exists(fail_open_log):

@@ -74,7 +74,8 @@ def api_key(budget: int, fold: str | None = None) -> str:
 def gateway_config(store: str, budgets: Sequence[int],
                    overrides: Sequence[tuple[str, Any]] = (),
                    data_dir: str | None = None,
-                   folds: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+                   folds: Mapping[str, Mapping[str, float]] | None = None,
+                   contexts: Mapping[int, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The gateway's config (YAML dict form). One tenant per budget: prompt budget B =
     max_context_tokens - reserve (the window, and what a history over it is compacted to:
     the shipped defaults are `--set context.max_context_tokens=32000 --set
@@ -84,14 +85,17 @@ def gateway_config(store: str, budgets: Sequence[int],
     `data_dir`: the gateway's own (a record journal left in the working directory's ./data by
     another run must not be replayed into the benchmark's store, nor one left by it there).
     `folds`: conversation id -> learned-ranking weights trained without it; then one tenant
-    per budget and conversation, recalling with its fold's weights (leave-one-out)."""
+    per budget and conversation, recalling with its fold's weights (leave-one-out).
+    `contexts`: budget -> that tenant's whole `context` section instead (the cost benchmark's
+    windows and shipped defaults: bench/cost/runs.py); the budget is then only a key."""
     def tenant_config(budget: int, fold: str | None,
                       weights: Mapping[str, float] | None) -> dict[str, Any]:
         return {"api_keys": [{"sha256": hash_key(api_key(budget, fold))}],
                 "models": {MODEL: {"model": "fake/echo"}},
                 # the budget is both the window and what a longer history is compacted to
-                "context": {"max_context_tokens": budget + RESERVE, "compact_to_tokens": None,
-                            "reserve_completion_tokens": RESERVE},
+                "context": dict(contexts[budget]) if contexts is not None else {
+                    "max_context_tokens": budget + RESERVE, "compact_to_tokens": None,
+                    "reserve_completion_tokens": RESERVE},
                 **({"memory": {"recall_ranker_weights": dict(weights)}}
                    if weights is not None else {})}
 
@@ -170,9 +174,9 @@ class _Work:
 
 
 class PromptDump:
-    """`--dump-prompts`: one JSON line per probe (`qa`: its index) and per replayed request of
-    the gateway (`qa` null, `turn`: the request's place in its conversation), written from any
-    thread; `bench locomo-rescore` scores the probes and re-computes the replay's prefix
+    """`--dump-prompts`: one JSON line per probe (`qa`: its index), per null probe of the
+    gateway (`qa` null, `null`: its index) and per replayed request of the gateway (`qa` null,
+    `turn`: the request's place in its conversation), written from any thread; `bench locomo-rescore` scores the probes and re-computes the replay's prefix
     reuse from it."""
 
     def __init__(self, file: IO[str]) -> None:
@@ -188,13 +192,22 @@ class PromptDump:
             self._file.write(line + "\n")
 
     def write_turn(self, sample_id: str, thread: str, turn: int, key: Key,
-                   messages: Chat) -> None:
+                   messages: Chat, stable: int | None = None) -> None:
         """`thread`: the gateway conversation the request went to (a session of its own in
-        the `sessions` mode)."""
+        the `sessions` mode); `stable`: its `x-gateway-stable-messages` (None: not sent)."""
         strategy, mode, budget = key
-        line = json.dumps({"conversation": sample_id, "qa": None, "thread": thread, "turn": turn,
-                           "strategy": strategy, "mode": mode, "budget": budget,
-                           "messages": messages}, ensure_ascii=False)
+        self._line({"conversation": sample_id, "qa": None, "thread": thread, "turn": turn,
+                    "strategy": strategy, "mode": mode, "budget": budget, "stable": stable,
+                    "messages": messages})
+
+    def write_null(self, sample_id: str, probe: int, key: Key, messages: Chat) -> None:
+        """A null probe's forwarded prompt (`null`: its index in null_probes.py's list)."""
+        strategy, mode, budget = key
+        self._line({"conversation": sample_id, "qa": None, "null": probe, "strategy": strategy,
+                    "mode": mode, "budget": budget, "messages": messages})
+
+    def _line(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False)
         with self._lock:
             self._file.write(line + "\n")
 
@@ -208,9 +221,11 @@ class Replayer:
                  dump: PromptDump | None = None, concurrency: int = 24,
                  fail_open_log: str | None = None, retries: int = 3,
                  drain_timeout: float = 600.0, folds: bool = False,
-                 dialect: str = "chat") -> None:
+                 dialect: str = "chat", baselines: bool = True) -> None:
         """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`);
-        `dialect`: the door requests go through, in its wire form (bench/dialects.py)."""
+        `dialect`: the door requests go through, in its wire form (bench/dialects.py);
+        `baselines`: compute the baseline strategies beside the gateway."""
+        self.baselines = baselines
         self.dialect = dialect
         self.base_urls = tuple(base_urls)
         self.store_url = store_url
@@ -240,7 +255,10 @@ class Replayer:
                                               if q.index in scorer.findable})
             work.append(_Work(conversation, script, session_scripts(conversation), questions,
                               scorer, outcome))
-        await asyncio.gather(self._gateway(work), asyncio.to_thread(self._baselines, work))
+        if self.baselines:
+            await asyncio.gather(self._gateway(work), asyncio.to_thread(self._baselines, work))
+        else:
+            await self._gateway(work)
         for w in work:
             self._compare_modes(w)
         return [w.outcome for w in work]
@@ -372,7 +390,7 @@ class Replayer:
             w.replay_ids.append(request_id)
             if self.dump is not None:
                 self.dump.write_turn(w.conversation.sample_id, headers["X-Conversation-Id"], i,
-                                     ("gateway", mode, budget), forwarded)
+                                     ("gateway", mode, budget), forwarded, stable)
             if previous is not None:
                 w.outcome.prefix_reuse[("gateway", mode, budget)].append(
                     self.meter.prefix_reuse(previous, forwarded))
@@ -410,6 +428,8 @@ class Replayer:
                           n: int, text: str, mode: str, budget: int) -> None:
         """A message that needs no memory, asked like a question: what recall adds to it."""
         prompt, _, _ = await self._ask(client, gate, w, text, mode, budget, f"null{n}")
+        if self.dump is not None:
+            self.dump.write_null(w.conversation.sample_id, n, ("gateway", mode, budget), prompt)
         w.outcome.null_recalled[("gateway", mode, budget)].append(
             recalled_tokens(self.meter, prompt))
 

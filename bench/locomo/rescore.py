@@ -116,6 +116,8 @@ def rescore(data: Iterable[dict[str, Any]], dump: Iterable[str]) -> dict[tuple, 
     replayed: dict[tuple, list[tuple[int, list[dict[str, Any]]]]] = defaultdict(list)
     for raw in dump:
         probe = json.loads(raw)
+        if "null" in probe:  # a null probe: nothing to score
+            continue
         if probe["qa"] is None:  # a replayed request
             replayed[(probe["strategy"], probe["mode"], probe["budget"], probe["conversation"],
                       probe["thread"])].append((probe["turn"], probe["messages"]))

@@ -356,13 +356,21 @@ def test_replay_through_the_real_gateway(fixture, locomo_run):
     questions = len(conversation.questions)
     everything = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
     lines = [line for line in everything if line["qa"] is not None]
-    replayed = [line for line in everything if line["qa"] is None]
+    replayed = [line for line in everything if line["qa"] is None and "null" not in line]
+    nulls = [line for line in everything if "null" in line]
     assert all(list(line) == ["conversation", "qa", "strategy", "mode", "budget", "messages"]
                for line in lines)
-    # Every replayed request of the gateway too, in its conversation ("thread") and order.
+    # Every replayed request of the gateway too, in its conversation ("thread") and order,
+    # with the stable prefix it marked.
     assert all(list(line) == ["conversation", "qa", "thread", "turn", "strategy", "mode",
-                              "budget", "messages"] and line["strategy"] == "gateway"
+                              "budget", "stable", "messages"] and line["strategy"] == "gateway"
+               and (line["stable"] is None or 0 <= line["stable"] <= len(line["messages"]))
                for line in replayed)
+    assert any(line["stable"] for line in replayed)
+    # And every null probe of the gateway.
+    assert len(nulls) == 3 * len(BUDGETS) * 5 and all(
+        list(line) == ["conversation", "qa", "null", "strategy", "mode", "budget", "messages"]
+        for line in nulls)
     (conversation,) = load(fixture)
     replays = len(build_script(conversation).requests)
     per_budget = 2 * replays + sum(len(s.requests) for s in session_scripts(conversation))

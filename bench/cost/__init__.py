@@ -1,0 +1,1 @@
+"""The cost benchmark (issue 23): `gateway bench cost`, bench/cost/cli.py."""
