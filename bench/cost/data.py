@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from bench.locomo.data import Conversation, chain, load
+from bench.locomo.data import Conversation, Question, Session, chain, load
 
 DATA_NAMES = ("locomo-dev", "memorybank-en", "long-100k", "long-300k", "user-5-conversations")
 DEFAULT_DATA = ("locomo-dev", "memorybank-en", "long-100k", "user-5-conversations")
@@ -41,6 +41,12 @@ class DataSet:
     without each (a chain is one conversation: the shipped weights)."""
     billed_session: int | None = None
     """In the `sessions` mode, the one session (1-based) whose requests are billed."""
+    kept_questions: dict[str, tuple[int, ...]] | None = None
+    """Per conversation, the file's index of each question kept (None: all, in order)."""
+
+    def file_index(self, sample_id: str, index: int) -> int:
+        """A question's index in the data file (its `qa` list)."""
+        return index if self.kept_questions is None else self.kept_questions[sample_id][index]
 
 
 def build(name: str, folder: Path) -> DataSet:
@@ -55,20 +61,29 @@ def build(name: str, folder: Path) -> DataSet:
         return DataSet(name, (chain(load(locomo), times),), "stateful", locomo, held_out=False)
     if name == "user-5-conversations":
         sessions = EARLIER_CONVERSATIONS + 1
-        return DataSet(name, tuple(first_sessions(c, sessions) for c in load(locomo)),
-                       "sessions", locomo, held_out=True, billed_session=sessions)
+        full = load(locomo)
+        return DataSet(name, tuple(first_sessions(c, sessions) for c in full), "sessions",
+                       locomo, held_out=True, billed_session=sessions,
+                       kept_questions={c.sample_id: tuple(q.index for q in _kept(c, sessions))
+                                       for c in full})
     raise ValueError(f"unknown data {name!r}; choose from {', '.join(DATA_NAMES)}")
 
 
 def first_sessions(conversation: Conversation, count: int) -> Conversation:
     """`conversation` cut to its first `count` sessions with turns, with the questions whose
     every evidence turn lies in them (renumbered: a question's index is its place)."""
-    kept = tuple(s for s in conversation.sessions if s.turns)[:count]
-    numbers = {s.number for s in kept}
-    questions = [q for q in conversation.questions
-                 if q.evidence and all(_session(e) in numbers for e in q.evidence)]
-    return replace(conversation, sessions=kept,
-                   questions=tuple(replace(q, index=k) for k, q in enumerate(questions)))
+    return replace(conversation, sessions=_sessions(conversation, count), questions=tuple(
+        replace(q, index=k) for k, q in enumerate(_kept(conversation, count))))
+
+
+def _sessions(conversation: Conversation, count: int) -> tuple[Session, ...]:
+    return tuple(s for s in conversation.sessions if s.turns)[:count]
+
+
+def _kept(conversation: Conversation, count: int) -> list[Question]:
+    numbers = {s.number for s in _sessions(conversation, count)}
+    return [q for q in conversation.questions
+            if q.evidence and all(_session(e) in numbers for e in q.evidence)]
 
 
 def _session(dia_id: str) -> int:

@@ -211,6 +211,8 @@ def _history(thread: _Thread, turn: int) -> int:
 def _dump(file: IO[str], data: DataSet, cell: Cell, record: dict[str, Any]) -> None:
     """One line of `--dump-prompts` in issue 23's shape."""
     probe = "null" if "null" in record else record.get("qa")
+    if isinstance(probe, int):
+        probe = data.file_index(record["conversation"], probe)
     file.write(json.dumps({"data": data.name, "conversation": record["conversation"],
                            "thread": record.get("thread"),
                            "turn": record.get("turn") if probe is None else None,

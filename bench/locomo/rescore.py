@@ -151,6 +151,25 @@ def rescore(data: Iterable[dict[str, Any]], dump: Iterable[str]) -> dict[tuple, 
     return scores
 
 
+def cost_lines(dump: Iterable[str], name: str) -> Iterable[str]:
+    """The lines of a `gateway bench cost` dump (`{data, conversation, thread, turn, assembly,
+    budget, probe, messages}`) of data set `name`, in this scorer's shape (the assembly as the
+    strategy, the data set as the mode)."""
+    for raw in dump:
+        line = json.loads(raw)
+        if line["data"] != name:
+            continue
+        probe = line["probe"]
+        out = {"conversation": line["conversation"], "qa": None if probe in (None, "null")
+               else probe, "strategy": line["assembly"], "mode": name,
+               "budget": line["budget"], "messages": line["messages"]}
+        if probe == "null":
+            out["null"] = True
+        elif probe is None:
+            out.update(thread=line["thread"] or line["conversation"], turn=line["turn"])
+        yield json.dumps(out)
+
+
 def prefix_reuse(before: list[dict[str, Any]], after: list[dict[str, Any]],
                  rendered: dict[tuple[str, str], list[int]] | None = None) -> float:
     """The share of `after`'s tokens equal to a prefix of `before`'s (`rendered`: a cache of
@@ -193,13 +212,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chain", type=int, default=0, metavar="K",
                         help="the dump is of a `bench locomo --chain K` run: its one long "
                              "history is built from --data here")
+    parser.add_argument("--cost-data", default=None, metavar="NAME",
+                        help="the dump is of `gateway bench cost --dump-prompts`: score its "
+                             "lines of data set NAME (long-100k: --chain 1, long-300k: "
+                             "--chain 3; user-5-conversations: prefix reuse and evidence, its "
+                             "probes being asked in new conversations)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with open(args.data, encoding="utf-8") as f:
         data = json.load(f)
     if args.chain > 0:
         data = [chained(data, args.chain)]
     with open(args.dump, encoding="utf-8") as f:
-        scores = rescore(data, f)
+        lines = f if args.cost_data is None else cost_lines(f, args.cost_data)
+        scores = rescore(data, lines)
     for (strategy, mode, budget), s in sorted(scores.items(), key=str):
         er, ac = s["evidence_recall"], s["answer_containment"]
         reuse = f"  prefix reuse {s['prefix_reuse']:.4f} (pairs={s['n_pairs']})" \

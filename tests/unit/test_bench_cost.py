@@ -130,4 +130,9 @@ def test_the_data_sets_build_from_the_bench_data_folder():
     five = build("user-5-conversations", folder)
     assert five.mode == "sessions" and five.billed_session == 6
     assert all(len(c.sessions) == 6 for c in five.conversations)
+    # a dumped probe names the question by its index in the file
+    full = {c.sample_id: c for c in build("locomo-dev", folder).conversations}
+    for c in five.conversations:
+        assert [full[c.sample_id].questions[five.file_index(c.sample_id, q.index)].question
+                for q in c.questions] == [q.question for q in c.questions]
     assert build("long-300k", folder).conversations[0].sample_id.startswith("chain3-")

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bench.locomo.meter import PromptMeter
-from bench.locomo.rescore import prefix_reuse, rescore
+from bench.locomo.rescore import cost_lines, prefix_reuse, rescore
 
 STORY = [{"role": "user" if i % 2 == 0 else "assistant",
           "content": f"Turn {i}: the keeper of the harbour light told a story " * 3}
@@ -67,3 +67,24 @@ def test_the_rescoring_chains_a_file_as_the_harness_does():
         for q in harness.questions:
             for e in q.evidence:
                 assert sample.lines[e] == f"{turns[e].speaker}: {turns[e].text}"
+
+
+def test_a_cost_benchmark_dump_is_read_for_one_data_set():
+    def line(data: str, probe, turn=None, thread=None) -> str:
+        return json.dumps({"data": data, "conversation": "c", "thread": thread, "turn": turn,
+                           "assembly": "gateway", "budget": "default", "probe": probe,
+                           "stable": None, "messages": STORY[:turn or 2]})
+
+    dump = [line("locomo-dev", None, 2, "c.stateless.replay.x"), line("locomo-dev", None, 4),
+            line("locomo-dev", None, 6), line("locomo-dev", "null"),
+            line("memorybank-en", None, 2)]
+    out = [json.loads(x) for x in cost_lines(dump, "locomo-dev")]
+    assert [(o["strategy"], o["mode"], o["budget"], o["qa"]) for o in out] == \
+        [("gateway", "locomo-dev", "default", None)] * 4
+    # a client-side line has no thread: its conversation is its thread
+    assert [o.get("thread") for o in out] == ["c.stateless.replay.x", "c", "c", None]
+    assert [o.get("turn") for o in out] == [2, 4, 6, None] and "null" in out[3]
+    scores = rescore([], (json.dumps(o) for o in out))
+    assert scores[("gateway", "locomo-dev", "default")]["n_pairs"] == 1
+    assert scores[("gateway", "locomo-dev", "default")]["prefix_reuse"] == \
+        pytest.approx(prefix_reuse(STORY[:4], STORY[:6]))
