@@ -33,7 +33,7 @@ from bench.cost.pricing import price_summary, priced_models
 from bench.cost.report import markdown, plot
 from bench.cost.rows import rows
 from bench.cost.runs import ASSEMBLIES, cells, measure
-from bench.locomo.cli import versions
+from bench.locomo.cli import parse_override, versions
 from bench.locomo.data import file_sha256
 from bench.machine import machine
 from bench.output import write_result
@@ -65,6 +65,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--gateway-processes", type=int, default=2)
     parser.add_argument("--drain-timeout", type=float, default=3600.0,
                         help="seconds the memory worker may take after a replay")
+    parser.add_argument("--set", dest="overrides", type=parse_override, action="append",
+                        default=[], metavar="KEY=VALUE",
+                        help="a gateway setting for the served assemblies (repeatable), as "
+                             "`bench locomo --set` (context.recall_share=0.4); VALUE is YAML")
     parser.add_argument("--dump-prompts", type=Path, default=None, metavar="FILE.jsonl")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
@@ -99,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _progress(f"{name}: training the learned ranking without each conversation")
                 trained = fold_weights(data.file)
                 folds = {c.sample_id: trained[c.sample_id] for c in data.conversations}
-            result = measure(data, grid, folds=folds, concurrency=args.concurrency,
+            result = measure(data, grid, folds=folds, overrides=args.overrides,
+                             drain_timeout=args.drain_timeout,
+                             concurrency=args.concurrency,
                              processes=args.gateway_processes, dump=dump, progress=_progress)
             measured.append(result)
             out_rows += rows(result, models)
@@ -111,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "duration_s": round(time.perf_counter() - clock, 1),
         "seconds": {m.data.name: m.seconds for m in measured},
         "data": files, "windows": list(args.windows), "assemblies": list(args.assemblies),
-        "ranker": args.ranker, "prices": [price_summary(m) for m in models],
+        "ranker": args.ranker, "overrides": {k: v for k, v in args.overrides},
+        "prices": [price_summary(m) for m in models],
     }
     text = markdown(out_rows, meta)
     write_result(args.out, {"meta": meta, "rows": out_rows}, text, indent=1)

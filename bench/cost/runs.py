@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Sequence
 
 from bench.cost.client import SteppedTruncation, whole
 from bench.cost.data import DataSet
@@ -84,6 +84,7 @@ def context(cell: Cell) -> dict[str, Any]:
 
 
 def measure(data: DataSet, grid: list[Cell], *, folds: dict[str, dict[str, float]] | None,
+            overrides: Sequence[tuple[str, Any]] = (), drain_timeout: float = 600.0,
             concurrency: int, processes: int, dump: IO[str] | None,
             progress: Callable[[str], None]) -> Measured:
     started = time.perf_counter()
@@ -94,8 +95,9 @@ def measure(data: DataSet, grid: list[Cell], *, folds: dict[str, dict[str, float
     if served:
         progress(f"{data.name}: replaying through the gateway for "
                  f"{', '.join(f'{c.assembly}@{c.budget}' for c in served.values())}")
-        _served(data, served, measured, threads, folds=folds, concurrency=concurrency,
-                processes=processes, dump=dump)
+        _served(data, served, measured, threads, folds=folds, overrides=overrides,
+                drain_timeout=drain_timeout, concurrency=concurrency, processes=processes,
+                dump=dump)
     for cell in grid:
         if cell.assembly not in SERVED:
             progress(f"{data.name}: {cell.assembly}@{cell.budget} computed from the history")

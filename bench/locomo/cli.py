@@ -72,7 +72,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                              "the whole dev split takes 574 s with 2, 651 s with 1)")
     parser.add_argument("--dump-prompts", type=Path, default=None, metavar="FILE.jsonl",
                         help="write every probe's forwarded messages, one JSON line each")
-    parser.add_argument("--set", dest="overrides", type=_override, action="append",
+    parser.add_argument("--set", dest="overrides", type=parse_override, action="append",
                         default=[], metavar="KEY=VALUE",
                         help="a gateway setting for this run (repeatable), in every bench "
                              "tenant (context.summary_share=0.1, memory.facts_k=0) or, with "
@@ -113,7 +113,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _override(text: str) -> tuple[str, Any]:
+def parse_override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
