@@ -355,17 +355,21 @@ def check_memory(request: RewriteRequest, out: Rewrite, head: tuple, window: tup
     window_room = left - reserved
     assert cost(window, tok) <= window_room
 
-    # Nothing twice: no recalled turn is a window message, no recalled turn or chunk has all
-    # its sources in the window, no recalled chunk is a forwarded summary chunk.
+    # Nothing twice: no recalled turn is a window message forwarded whole, no recalled turn or
+    # chunk has all its sources among them, no recalled chunk is a forwarded summary chunk. A
+    # window message cut to fit does not count: its turn may be recalled whole.
     start = len(request.history) - len(window)
-    shown = {i for i in request.history_ids[start:] if i is not None}
+    ids = request.history_ids[start:] or (None,) * len(window)
+    whole = [(i, shown_as) for i, shown_as, message in zip(ids, window, request.history[start:])
+             if shown_as == message]
+    shown = {i for i, _ in whole if i is not None}
 
     def in_window(r: Recollection) -> bool:
         return r.kind != "fact" and ((r.kind == "turn" and r.id in shown) or (
             bool(r.source_ids) and shown.issuperset(r.source_ids)))
 
-    # Nor a turn or chunk saying what a window message or a higher-ranked item says.
-    texts = {one_line(m.text) for m in window} - {""}
+    # Nor a turn or chunk saying what a whole window message or a higher-ranked item says.
+    texts = {one_line(m.text) for _, m in whole} - {""}
     eligible = []
     for r in offered:
         text = split_anchor(one_line(r.text))[1]
