@@ -10,7 +10,8 @@
   pass's questions (bench/locomo/data.py `chain`);
 - `user-5-conversations`: each LoCoMo dev conversation's first six sessions, each replayed as
   a conversation of its own by one user (`sessions`); what is billed is the sixth
-  conversation's requests, the user then having five earlier ones. Its questions are those
+  conversation's requests, the user then having five earlier ones, each remembered before the
+  next begins (the harness waits for the memory worker between them). Its questions are those
   whose evidence lies in those six sessions, each asked in a new conversation of the user —
   so only memory across conversations can bring the evidence.
 """

@@ -130,12 +130,13 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         folds: dict[str, dict[str, float]] | None = None,
         dialect: str = "chat",
         contexts: dict[int, dict[str, Any]] | None = None,
-        baselines: bool = True, drain_timeout: float = 600.0) -> list[Outcome]:
+        baselines: bool = True, drain_timeout: float = 600.0,
+        settle_sessions: bool = False) -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation.
     `folds`: per conversation, the learned ranking's weights its tenants use; `contexts`: per
     budget, its tenant's `context` section (`gateway_config`); `baselines`: compute the
     baseline strategies too; `drain_timeout`: how long the memory worker may take after the
-    replay."""
+    replay; `settle_sessions`: `Replayer`'s."""
     tmp = embedded = None
     if store is None:
         tmp = tempfile.mkdtemp(prefix="cgbench-")  # short: a unix socket path must fit
@@ -152,7 +153,8 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
                                 concurrency=concurrency, fail_open_log=fail_open_log,
                                 folds=folds is not None, dialect=dialect,
-                                baselines=baselines, drain_timeout=drain_timeout)
+                                baselines=baselines, drain_timeout=drain_timeout,
+                                settle_sessions=settle_sessions)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
         if tmp is None and os.path.exists(fail_open_log):

@@ -221,11 +221,16 @@ class Replayer:
                  dump: PromptDump | None = None, concurrency: int = 24,
                  fail_open_log: str | None = None, retries: int = 3,
                  drain_timeout: float = 600.0, folds: bool = False,
-                 dialect: str = "chat", baselines: bool = True) -> None:
+                 dialect: str = "chat", baselines: bool = True,
+                 settle_sessions: bool = False) -> None:
         """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`);
         `dialect`: the door requests go through, in its wire form (bench/dialects.py);
-        `baselines`: compute the baseline strategies beside the gateway."""
+        `baselines`: compute the baseline strategies beside the gateway; `settle_sessions`: in
+        the `sessions` mode, wait after each session until memory has caught up (a user's
+        conversations are days apart), so what the next one recalls does not depend on how
+        busy the worker was."""
         self.baselines = baselines
+        self.settle_sessions = settle_sessions
         self.dialect = dialect
         self.base_urls = tuple(base_urls)
         self.store_url = store_url
@@ -369,6 +374,8 @@ class Replayer:
                 headers = self._headers(sample_id, mode, budget, f"s{n}")
                 await self._send_script(client, w, headers, script, mode, budget,
                                         stateless=False)
+                if self.settle_sessions and n < len(w.sessions):
+                    await self._drained()
             return
         headers = self._headers(sample_id, mode, budget, "replay")
         await self._send_script(client, w, headers, w.script, mode, budget,

@@ -162,6 +162,11 @@ class ContextConfig(Strict):
     from a 4,000-token prompt budget, rolling below (core.policy.STEPPED_FROM_TOKENS)."""
     window_share: float = Field(0.5, gt=0, le=1)
     """Stepped: the verbatim window grows to at most this share of the prompt budget."""
+    outside_share: float = Field(0.1, ge=0, le=1)
+    """When the history is forwarded whole (it fits the window): at most this share of the
+    compacted prompt's room for memory from outside it (the profile, recall from the user's
+    other conversations), once the conversation has a history; its first request gets the
+    whole room. That tail is paid in full every turn (bench/README.md, "gateway bench cost")."""
     pinned_share: float = Field(0.25, ge=0, le=1)
     """At most this share for pinned messages, granted before the others (so it is not part
     of their sum): what is pinned is never shortened, and what does not fit waits. 0: pins

@@ -61,6 +61,12 @@ class ContextPolicy:
     pinned_share: float = 0.25
     """At most this much for the pinned block, granted first (before every other share):
     pinned messages are what the user or the application asked never to be dropped."""
+    outside_share: float = 0.1
+    """When the history goes whole: at most this share of the room (the compacted prompt's)
+    for memory from outside it — the profile and what is recalled from the user's other
+    conversations or learned elsewhere — once the conversation has a history. A tail after the
+    history is paid in full every turn, so it is kept short; a conversation's first request
+    (no history yet) gets the whole room, where memory of earlier conversations matters most."""
     continuity_turns: int = 3
     """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
     always forwarded (fitted to `recent_share` of the room, never dropped), whatever recall

@@ -28,7 +28,7 @@ def run(current: str, recent_share: float, budget: int = 400) -> tuple:
     request = RewriteRequest(
         instructions=(), history=OLDER + (LAST_QUESTION, LONG_REPLY),
         current=(Message.of("user", current),),
-        policy=ContextPolicy(max_context_tokens=budget, compact_to_tokens=0,
+        policy=ContextPolicy(max_context_tokens=budget, compact_to_tokens=0, outside_share=1.0,
                              reserve_completion_tokens=0, recent_share=recent_share,
                              assembly="rolling"),
         memory=MemoryContext(recalled=RECALLED), history_ids=("o", "p", "q", "r"))

@@ -98,7 +98,7 @@ def test_a_rewrite_given_the_costs_is_the_rewrite_that_counts_them() -> None:
         request = RewriteRequest(
             instructions=(Message.of("system", "Be brief."),), history=tuple(history),
             current=(Message.of("user", "And the night train?"),),
-            policy=ContextPolicy(max_context_tokens=budget, compact_to_tokens=0,
+            policy=ContextPolicy(max_context_tokens=budget, compact_to_tokens=0, outside_share=1.0,
                                  reserve_completion_tokens=0),
             memory=MemoryContext(summary_chunks=("Summary: trips in Portugal.",),
                                  recalled=recalled),

@@ -73,7 +73,7 @@ def policy(budget: int = 10_000, turns: int = 100, truncate: int = 1_000,
            **shares: float) -> ContextPolicy:
     # one budget: the window and what a history over it is compacted to; the rolling
     # assembly (the stepped one: tests/unit/test_steps.py)
-    return ContextPolicy(max_context_tokens=budget, compact_to_tokens=0,
+    return ContextPolicy(max_context_tokens=budget, compact_to_tokens=0, outside_share=1.0,
                          reserve_completion_tokens=0, max_recent_turns=turns,
                          truncate_message_tokens=truncate, assembly="rolling", **shares)
 

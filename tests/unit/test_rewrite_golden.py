@@ -148,7 +148,8 @@ def generate(seed: int, tok: Tokenizer) -> RewriteRequest:
     budget = max(0, fixed + rng.randint(-20, need + need // 2 + 40))
     shares = [0.0, 0.05, 0.15, 0.3, 0.5, 1.0]
     policy = ContextPolicy(
-        max_context_tokens=budget, compact_to_tokens=0, reserve_completion_tokens=0,
+        max_context_tokens=budget, compact_to_tokens=0, outside_share=1.0,
+        reserve_completion_tokens=0,
         assembly="rolling",
         max_recent_turns=rng.randint(0, 10), truncate_message_tokens=rng.choice(
             [0, 3, 10, 30, 100, 1000]), min_recent_turns=rng.randint(0, 2),

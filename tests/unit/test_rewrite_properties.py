@@ -99,6 +99,7 @@ def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequ
     prompt_budget = max(0, fixed + draw(st.integers(-20, need + need // 2 + 20)))
     policy = ContextPolicy(
         max_context_tokens=prompt_budget + reserve, compact_to_tokens=0,  # one budget
+        outside_share=1.0,  # the whole room for memory from outside a whole history
         assembly="rolling",  # test_steps.py draws these with `stepped`
         reserve_completion_tokens=reserve,
         max_recent_turns=draw(st.sampled_from(range(11))),
@@ -441,7 +442,8 @@ def test_rewrite_invariants_hold_for_random_requests(request):
 @FAST
 @given(requests(word_texts, WORDS).map(
     lambda r: RewriteRequest(r.instructions, r.history, r.current, ContextPolicy(
-        max_context_tokens=100_000, compact_to_tokens=0, reserve_completion_tokens=0,
+        max_context_tokens=100_000, compact_to_tokens=0, outside_share=1.0,
+        reserve_completion_tokens=0,
         assembly="rolling",
         max_recent_turns=100,
         truncate_message_tokens=100_000))))

@@ -15,9 +15,11 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.context.rewrite import rewrite
+from gateway.core.context.blocks import MemoryContext
+from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
+from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_messages
 from tests.unit.test_rewrite import TOK
 from tests.unit.test_rewrite_properties import (check_tool_calls_travel_with_their_results,
@@ -102,3 +104,38 @@ def test_window_and_compacted_size_are_prompt_plus_completion():
     assert (policy.prompt_budget, policy.whole_prompt_budget) == (7000, 31000)
     for larger in (0, 40000):  # none, or larger than the window: the window
         assert replace(policy, compact_to_tokens=larger).prompt_budget == 31000
+
+
+def _with_outside_memory(history_turns: int, outside_share: float):
+    """A history that fits the window whole, and 100 turns recalled from other conversations
+    (~42 words each) — more than the compacted prompt's whole room."""
+    history = tuple(Message.of(role, f"{role} {n} " + "word " * 12)
+                    for n in range(history_turns) for role in ("user", "assistant"))
+    recalled = tuple(Recollection("turn", f"other{i}", f"elsewhere {i} " + "said " * 40, (),
+                                  i, 1.0 - i / 1000) for i in range(100))
+    policy = ContextPolicy(max_context_tokens=20_000, compact_to_tokens=3_000,
+                           reserve_completion_tokens=500, outside_share=outside_share)
+    request = RewriteRequest((), history, (Message.of("user", "and then?"),), policy,
+                             MemoryContext(profile="likes tea", recalled=recalled))
+    return policy, history, rewrite(request, TOK)
+
+
+def test_memory_from_outside_a_whole_history_is_a_short_tail_once_there_is_a_history():
+    """`outside_share`: the profile and recall from other conversations after a whole
+    history take at most that share of the compacted prompt's room — a tail paid in full
+    every turn — while the history itself is forwarded whole."""
+    policy, history, out = _with_outside_memory(3, 0.1)
+    assert out.history_kept == len(history) and out.recalled > 0
+    assert out.profile_tokens + out.recalled_tokens <= 0.1 * policy.prompt_budget
+    _, _, wide = _with_outside_memory(3, 1.0)  # the whole room, as before the share existed
+    assert wide.history_kept == len(history)
+    assert wide.recalled_tokens > 5 * out.recalled_tokens
+    assert wide.tokens_forwarded <= policy.whole_prompt_budget
+
+
+def test_a_conversation_s_first_request_gets_the_whole_room_for_outside_memory():
+    """No history yet: memory of the user's other conversations is what the first message
+    may need most, and the prompt is small anyway."""
+    policy, _, first = _with_outside_memory(0, 0.1)
+    assert first.recalled_tokens > 0.5 * policy.prompt_budget
+    assert first.tokens_forwarded <= policy.prompt_budget

@@ -30,7 +30,9 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
   whole, it is forwarded whole and verbatim — no turn cap, no shortening, no summary block —
   plus only what memory knows from outside it: the profile and recalled items not all of
   whose sources are in the history, so `tokens_forwarded` is at most the conversation's own
-  cost plus that outside memory. The rules below are for a history that does not fit:
+  cost plus that outside memory — at most `policy.outside_share` of the room once there is a
+  history (a tail paid in full every turn). The rules below are for a history that does not
+  fit:
 - recent history is a contiguous suffix of the history, chronological, at most
   `policy.max_recent_turns` user turns, starting at a user message — except when not even the
   newest turn fits whole: then the newest messages of that turn that fit are forwarded alone
@@ -220,10 +222,13 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     if forwardable_cost + outside.cost <= whole_room:
         # With a window beyond the budget, memory from outside the history gets at least what the
         # tail of an assembly over the budget would (the room less the window's share): it
-        # does not vanish as the history grows past the room.
+        # does not vanish as the history grows past the room. But once there is a history, at
+        # most `outside_share` of the room: that tail is paid in full every turn.
         left = min(whole_room, max(room, forwardable_cost
                                    + room - share(policy.window_share, room))) \
             - forwardable_cost
+        if request.history:  # a short tail: it is paid in full every turn
+            left = min(left, outside.cost + share(policy.outside_share, room))
         return _whole_history(request, request.history[start:], left, tokens_original,
                               fixed_cost + forwardable_cost, tokenizer, outside, framing)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
