@@ -1,4 +1,6 @@
 """The cost benchmark's data sets, built from the LoCoMo-schema files of the bench data folder.
+Every replayed request waits for memory to catch up before the next is sent (`settle`,
+bench/locomo/replay.py), as a person's pauses between turns would let it.
 
 - `locomo-dev`: the LoCoMo dev split (4 conversations, 16–31k tokens each), one user each,
   replayed `stateless` (the client resends its whole history);
@@ -10,8 +12,7 @@
   pass's questions (bench/locomo/data.py `chain`);
 - `user-5-conversations`: each LoCoMo dev conversation's first six sessions, each replayed as
   a conversation of its own by one user (`sessions`); what is billed is the sixth
-  conversation's requests, the user then having five earlier ones, each remembered before the
-  next begins (the harness waits for the memory worker between them). Its questions are those
+  conversation's requests, the user then having five earlier ones. Its questions are those
   whose evidence lies in those six sessions, each asked in a new conversation of the user —
   so only memory across conversations can bring the evidence.
 """

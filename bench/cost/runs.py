@@ -134,7 +134,7 @@ def _served(data: DataSet, served: dict[int, Cell], measured: Measured,
     with tempfile.TemporaryFile("w+", encoding="utf-8") as raw:
         outcomes = serve_and_replay(
             list(data.conversations), budgets=list(served), modes=[data.mode], limit=None,
-            store=None, dump=PromptDump(raw), baselines=False, settle_sessions=True,
+            store=None, dump=PromptDump(raw), baselines=False, settle=True,
             contexts={k: context(c) for k, c in served.items()}, **options)
         raw.seek(0)
         turns: dict[tuple[int, str, str], list[tuple[int, Any, int | None]]] = defaultdict(list)

@@ -131,12 +131,12 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         dialect: str = "chat",
         contexts: dict[int, dict[str, Any]] | None = None,
         baselines: bool = True, drain_timeout: float = 600.0,
-        settle_sessions: bool = False) -> list[Outcome]:
+        settle: bool = False) -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation.
     `folds`: per conversation, the learned ranking's weights its tenants use; `contexts`: per
     budget, its tenant's `context` section (`gateway_config`); `baselines`: compute the
     baseline strategies too; `drain_timeout`: how long the memory worker may take after the
-    replay; `settle_sessions`: `Replayer`'s."""
+    replay; `settle`: `Replayer`'s."""
     tmp = embedded = None
     if store is None:
         tmp = tempfile.mkdtemp(prefix="cgbench-")  # short: a unix socket path must fit
@@ -154,7 +154,7 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
                                 concurrency=concurrency, fail_open_log=fail_open_log,
                                 folds=folds is not None, dialect=dialect,
                                 baselines=baselines, drain_timeout=drain_timeout,
-                                settle_sessions=settle_sessions)
+                                settle=settle)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
         if tmp is None and os.path.exists(fail_open_log):

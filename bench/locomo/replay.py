@@ -222,15 +222,15 @@ class Replayer:
                  fail_open_log: str | None = None, retries: int = 3,
                  drain_timeout: float = 600.0, folds: bool = False,
                  dialect: str = "chat", baselines: bool = True,
-                 settle_sessions: bool = False) -> None:
+                 settle: bool = False) -> None:
         """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`);
         `dialect`: the door requests go through, in its wire form (bench/dialects.py);
-        `baselines`: compute the baseline strategies beside the gateway; `settle_sessions`: in
-        the `sessions` mode, wait after each session until memory has caught up (a user's
-        conversations are days apart), so what the next one recalls does not depend on how
-        busy the worker was."""
+        `baselines`: compute the baseline strategies beside the gateway; `settle`: after each
+        replayed request, wait until memory has caught up with every turn sent (a person
+        types for seconds between turns), so what a request recalls does not depend on how
+        far behind the worker was — without it a loaded run recalls less and looks cheaper."""
         self.baselines = baselines
-        self.settle_sessions = settle_sessions
+        self.settle = settle
         self.dialect = dialect
         self.base_urls = tuple(base_urls)
         self.store_url = store_url
@@ -374,8 +374,6 @@ class Replayer:
                 headers = self._headers(sample_id, mode, budget, f"s{n}")
                 await self._send_script(client, w, headers, script, mode, budget,
                                         stateless=False)
-                if self.settle_sessions and n < len(w.sessions):
-                    await self._drained()
             return
         headers = self._headers(sample_id, mode, budget, "replay")
         await self._send_script(client, w, headers, w.script, mode, budget,
@@ -393,6 +391,8 @@ class Replayer:
             sent = i + 2  # the reply is received, so the gateway knows it too
             forwarded, _, request_id, stable = await self._post(client, headers, messages,
                                                                 script.reply(i))
+            if self.settle:
+                await self._drained()
             w.outcome.requests += 1
             w.replay_ids.append(request_id)
             if self.dump is not None:
