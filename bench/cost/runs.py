@@ -9,7 +9,8 @@ The assemblies (issue 23's names):
   has no context settings at all: budget `"default"`;
 - `before`: the assembly the gateway shipped before issue 23, on today's code by its settings —
   compacted to the window itself (`compact_to_tokens: null`), the `rolling` layout, no
-  continuity rule (`continuity_turns: 0`). What it cannot restore: the profile went before a
+  continuity rule (`continuity_turns: 0`), memory from outside a whole history as large as
+  the room allows (`outside_share: 1`). What it cannot restore: the profile went before a
   whole history then (there is no profile here: a benchmark user has one conversation or,
   for `user-5-conversations`, the profile is built alike for both);
 - `truncate`: the newest messages that fit the window less the completion's reserve, cut in
@@ -80,7 +81,7 @@ def context(cell: Cell) -> dict[str, Any]:
     if cell.assembly == "gateway":
         return {"max_context_tokens": cell.budget}
     return {"max_context_tokens": cell.budget, "compact_to_tokens": None,
-            "assembly": "rolling", "continuity_turns": 0}
+            "assembly": "rolling", "continuity_turns": 0, "outside_share": 1.0}
 
 
 def measure(data: DataSet, grid: list[Cell], *, folds: dict[str, dict[str, float]] | None,

@@ -73,7 +73,7 @@ def test_the_grid_names_the_shipped_window_default_and_before_restores_the_old_l
     assert context(Cell("gateway", 16000)) == {"max_context_tokens": 16000}
     assert context(Cell("before", 16000)) == {
         "max_context_tokens": 16000, "compact_to_tokens": None, "assembly": "rolling",
-        "continuity_turns": 0}
+        "continuity_turns": 0, "outside_share": 1.0}
     # a window list without the shipped one still gets its default row
     assert Cell("gateway", "default") in cells(("whole", "gateway"), (16000,))
 
