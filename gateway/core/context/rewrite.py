@@ -227,7 +227,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
         left = min(whole_room, max(room, forwardable_cost
                                    + room - share(policy.window_share, room))) \
             - forwardable_cost
-        if request.history:  # a short tail: it is paid in full every turn
+        if request.history:
             left = min(left, outside.cost + share(policy.outside_share, room))
         return _whole_history(request, request.history[start:], left, tokens_original,
                               fixed_cost + forwardable_cost, tokenizer, outside, framing)
