@@ -4,12 +4,12 @@ cut, prices from litellm's map, and rows computed by hand from a few billed requ
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
+import json
 
 import pytest
 
 from bench.cost.client import STEP, SteppedTruncation
-from bench.cost.data import first_sessions
+from bench.cost.data import build, first_sessions
 from bench.cost.pricing import PricedModel, priced_models
 from bench.cost.rows import rows
 from bench.cost.runs import Cell, Measured, cells, context
@@ -122,17 +122,27 @@ def test_rows_bill_each_request_against_the_one_before_and_compare_like_with_lik
     assert out["whole"]["recent_turns_kept"] == 0.5
 
 
-def test_the_data_sets_build_from_the_bench_data_folder():
-    folder = Path(__file__).resolve().parents[3] / "shared" / "bench-data"
-    if not (folder / "locomo-dev.json").exists():
-        pytest.skip("the shared bench data is not on this machine")
-    from bench.cost.data import build
-    five = build("user-5-conversations", folder)
+def test_the_data_sets_build_from_a_folder_of_locomo_schema_files(tmp_path):
+    """Built from the files by name (a tiny LoCoMo-schema file here: the shared bench data is
+    not in a fresh checkout); a dumped probe names its question by its index in the file."""
+    sessions = {f"session_{n}": [{"speaker": "A" if k % 2 == 0 else "B", "dia_id": f"D{n}:{k + 1}",
+                                  "text": f"session {n} turn {k}"} for k in range(4)]
+                for n in range(1, 9)}
+    dates = {f"session_{n}_date_time": f"day {n}" for n in range(1, 9)}
+    qa = [{"question": "late", "answer": "x", "category": 1, "evidence": ["D8:1"]},
+          {"question": "early", "answer": "x", "category": 1, "evidence": ["D2:1"]},
+          {"question": "both", "answer": "x", "category": 2, "evidence": ["D1:1", "D6:2"]}]
+    item = {"sample_id": "c1", "conversation": {"speaker_a": "A", "speaker_b": "B", **sessions,
+                                                **dates}, "qa": qa}
+    (tmp_path / "locomo-dev.json").write_text(json.dumps([item]), encoding="utf-8")
+    five = build("user-5-conversations", tmp_path)
     assert five.mode == "sessions" and five.billed_session == 6
-    assert all(len(c.sessions) == 6 for c in five.conversations)
-    # a dumped probe names the question by its index in the file
-    full = {c.sample_id: c for c in build("locomo-dev", folder).conversations}
-    for c in five.conversations:
-        assert [full[c.sample_id].questions[five.file_index(c.sample_id, q.index)].question
-                for q in c.questions] == [q.question for q in c.questions]
-    assert build("long-300k", folder).conversations[0].sample_id.startswith("chain3-")
+    (c,) = five.conversations
+    assert len(c.sessions) == 6 and [q.question for q in c.questions] == ["early", "both"]
+    assert [five.file_index("c1", q.index) for q in c.questions] == [1, 2]
+    long = build("long-300k", tmp_path)
+    assert long.conversations[0].sample_id.startswith("chain3-") and long.mode == "stateful"
+    assert len(long.conversations[0].sessions) == 3 * 8
+    assert build("locomo-dev", tmp_path).file_index("c1", 0) == 0
+    with pytest.raises(ValueError, match="unknown data"):
+        build("nope", tmp_path)
