@@ -92,6 +92,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                              "history, K times over (LoCoMo dev once: ~90k tokens), with the "
                              "last pass's questions: the cost benchmark's long rows "
                              "(data.chain); the learned ranking is then the shipped one")
+    parser.add_argument("--settle", action="store_true",
+                        help="after each replayed request, wait until memory has caught up "
+                             "(as `gateway bench cost` does): without it a lagging memory "
+                             "worker recalls less and over-budget prompts look cheaper")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
@@ -199,19 +203,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                            limit=args.limit, store=args.store, concurrency=args.concurrency,
                            processes=args.gateway_processes,
                            dump=PromptDump(file), overrides=args.overrides, folds=folds,
-                           dialect=args.dialect)
+                           dialect=args.dialect, settle=args.settle)
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
                        store=args.store, concurrency=args.concurrency,
                        processes=args.gateway_processes, dump=None, overrides=args.overrides,
-                       folds=folds, dialect=args.dialect)
+                       folds=folds, dialect=args.dialect, settle=args.settle)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
         "machine": machine(),
         "versions": versions(),
         "config": {"budgets": args.budgets, "modes": args.modes, "dialect": args.dialect,
-                   "chain": args.chain,
+                   "chain": args.chain, "settle": args.settle,
                    "data": str(args.data),
                    "data_sha256": file_sha256(args.data),
                    "conversations": [c.sample_id for c in conversations], "limit": args.limit,

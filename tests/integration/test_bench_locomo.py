@@ -550,9 +550,10 @@ def test_every_door_forwards_the_same_prompts_and_scores_the_same(redis_url, tmp
         assert paths_used and set(paths_used) == {dialect}
         rows = {(r["mode"], r["category"]): r for r in data["results"]
                 if r["strategy"] == "gateway"}
-        prompts = {(d["mode"], d["qa"]): d["messages"] for d in map(
-            json.loads, dump.read_text(encoding="utf-8").splitlines())
-            if d["strategy"] == "gateway"}
+        # a probe by its question, a replayed request by its turn, a null probe by its index
+        prompts = {(d["mode"], d["qa"], d.get("turn"), d.get("null")): d["messages"]
+                   for d in map(json.loads, dump.read_text(encoding="utf-8").splitlines())
+                   if d["strategy"] == "gateway"}
         return rows, prompts
 
     chat_rows, chat_prompts = gateway_run("chat")
