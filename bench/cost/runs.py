@@ -91,7 +91,7 @@ def measure(data: DataSet, grid: list[Cell], *, folds: dict[str, dict[str, float
     started = time.perf_counter()
     meter = PromptMeter()
     measured = Measured(data, {cell: Tally(meter) for cell in grid})
-    threads = {c.sample_id: _threads(data, c) for c in data.conversations}
+    threads = {c.sample_id: _threads(data, c, meter) for c in data.conversations}
     served = {k: cell for k, cell in enumerate((c for c in grid if c.assembly in SERVED), 1)}
     if served:
         progress(f"{data.name}: replaying through the gateway for "
@@ -116,14 +116,13 @@ class _Thread:
     """The client's whole prompt's tokens at each message index (history up to it)."""
 
 
-def _threads(data: DataSet, conversation: Conversation) -> list[_Thread]:
+def _threads(data: DataSet, conversation: Conversation, meter: PromptMeter) -> list[_Thread]:
     """The billed threads of a conversation."""
     if data.mode != "sessions":
         scripts = [("replay", build_script(conversation))]
     else:
         scripts = [(f"s{n}", s) for n, s in enumerate(session_scripts(conversation), 1)
                    if n == data.billed_session]
-    meter = PromptMeter()
     return [_Thread(label, script, tuple(accumulate(meter.message_tokens(m)
                                                     for m in script.messages)))
             for label, script in scripts]

@@ -74,6 +74,10 @@ class Billed:
     written: int
     plain: int
 
+    def units(self, rule: CacheRule) -> float:
+        """What these tokens cost under `rule`, in uncached-input-token units."""
+        return self.cached * rule.read + self.written * rule.write + self.plain
+
 
 def split(rule: CacheRule, shared: int, previous_total: int | None, total: int,
           previous_mark: int | None = None, mark: int | None = None) -> Billed:
@@ -92,8 +96,7 @@ def split(rule: CacheRule, shared: int, previous_total: int | None, total: int,
 def cost(rule: CacheRule, shared: int, previous_total: int | None, total: int,
          previous_mark: int | None = None, mark: int | None = None) -> float:
     """The request's input cost in uncached-token units under `rule` (`split`'s arguments)."""
-    billed = split(rule, shared, previous_total, total, previous_mark, mark)
-    return billed.cached * rule.read + billed.written * rule.write + billed.plain
+    return split(rule, shared, previous_total, total, previous_mark, mark).units(rule)
 
 
 def bill(meter: PromptMeter, previous: Prompt | None, current: Prompt,
@@ -101,7 +104,7 @@ def bill(meter: PromptMeter, previous: Prompt | None, current: Prompt,
     """`current`'s cost under every rule, sent right after `previous` (None: the first).
     `previous_stable`, `stable`: how many leading messages of each the gateway marked as the
     stable prefix (its cache breakpoint); None: the client's mark at the prompt's end."""
-    return {rule.name: b.cached * rule.read + b.written * rule.write + b.plain
+    return {rule.name: b.units(rule)
             for rule, b in zip(RULES, bill_tokens(meter, previous, current, previous_stable,
                                                   stable, RULES))}
 

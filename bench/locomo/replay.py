@@ -176,8 +176,8 @@ class _Work:
 class PromptDump:
     """`--dump-prompts`: one JSON line per probe (`qa`: its index), per null probe of the
     gateway (`qa` null, `null`: its index) and per replayed request of the gateway (`qa` null,
-    `turn`: the request's place in its conversation), written from any thread; `bench locomo-rescore` scores the probes and re-computes the replay's prefix
-    reuse from it."""
+    `turn`: the request's place in its conversation), written from any thread; `bench
+    locomo-rescore` scores the probes and re-computes the replay's prefix reuse from it."""
 
     def __init__(self, file: IO[str]) -> None:
         self._file = file
@@ -185,11 +185,8 @@ class PromptDump:
 
     def write(self, sample_id: str, question: Question, key: Key, messages: Chat) -> None:
         strategy, mode, budget = key
-        line = json.dumps({"conversation": sample_id, "qa": question.index,
-                           "strategy": strategy, "mode": mode, "budget": budget,
-                           "messages": messages}, ensure_ascii=False)
-        with self._lock:
-            self._file.write(line + "\n")
+        self._line({"conversation": sample_id, "qa": question.index, "strategy": strategy,
+                    "mode": mode, "budget": budget, "messages": messages})
 
     def write_turn(self, sample_id: str, thread: str, turn: int, key: Key,
                    messages: Chat, stable: int | None = None) -> None:
@@ -246,6 +243,8 @@ class Replayer:
         self.meter = PromptMeter()
         self.run_id = uuid.uuid4().hex[:8]
         self.embedder = UseEmbedder(threads=1)
+        self._store: Any = None
+        """The store client the drain checks use, open while `_gateway` runs."""
 
     async def run(self, conversations: Sequence[Conversation],
                   limit: int | None = None) -> list[Outcome]:
@@ -279,6 +278,9 @@ class Replayer:
                               max_keepalive_connections=self.concurrency + 64,
                               keepalive_expiry=2.0)
         async with contextlib.AsyncExitStack() as stack:
+            # One store client for every drain check (after each request when settling).
+            self._store = connect(self.store_url)
+            stack.push_async_callback(self._store.aclose)
             clients = [await stack.enter_async_context(
                 httpx.AsyncClient(base_url=url, timeout=600.0, limits=limits))
                 for url in self.base_urls]
@@ -463,25 +465,21 @@ class Replayer:
         """Wait until the recorder has applied every enqueued turn (the record stream is empty
         and its group has nothing pending) and the memory worker has processed them (no
         conversation left dirty). Raises TimeoutError after `drain_timeout`."""
-        keys = KeySpace()
-        redis = connect(self.store_url)
+        keys, redis = KeySpace(), self._store
         deadline = time.monotonic() + self.drain_timeout
-        try:
-            while True:
-                length = await redis.xlen(keys.records)
-                try:
-                    pending = (await redis.xpending(keys.records, keys.group))["pending"]
-                except ResponseError:  # no group yet: nothing was ever read
-                    pending = 0
-                dirty = await redis.zcard(keys.memory_dirty)
-                if length == 0 and pending == 0 and dirty == 0:
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"recorder not drained after {self.drain_timeout}s: "
-                                       f"{length} entries, {pending} pending, {dirty} dirty")
-                await asyncio.sleep(0.1)
-        finally:
-            await redis.aclose()
+        while True:
+            length = await redis.xlen(keys.records)
+            try:
+                pending = (await redis.xpending(keys.records, keys.group))["pending"]
+            except ResponseError:  # no group yet: nothing was ever read
+                pending = 0
+            dirty = await redis.zcard(keys.memory_dirty)
+            if length == 0 and pending == 0 and dirty == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"recorder not drained after {self.drain_timeout}s: "
+                                   f"{length} entries, {pending} pending, {dirty} dirty")
+            await asyncio.sleep(0.1)
 
     # -- the baselines (a worker thread) ----------------------------------------------------
 
