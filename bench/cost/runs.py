@@ -140,17 +140,16 @@ def _served(data: DataSet, served: dict[int, Cell], measured: Measured,
         turns: dict[tuple[int, str, str], list[tuple[int, Any, int | None]]] = defaultdict(list)
         for line in raw:
             record = json.loads(line)
-            cell = served[record["budget"]]
-            if dump_file is not None:
-                _dump(dump_file, data, cell, record)
             if record["qa"] is None and "turn" in record:
                 label = record["thread"].split(".")[-2]
+                if all(t.label != label for t in threads[record["conversation"]]):
+                    continue  # a session not billed: neither counted nor dumped
                 turns[(record["budget"], record["conversation"], label)].append(
                     (record["turn"], record["messages"], record.get("stable")))
+            if dump_file is not None:
+                _dump(dump_file, data, served[record["budget"]], record)
     for (key, sample_id, label), requests in turns.items():
-        thread = next((t for t in threads[sample_id] if t.label == label), None)
-        if thread is None:  # a session not billed
-            continue
+        thread = next(t for t in threads[sample_id] if t.label == label)
         tally = measured.tallies[served[key]]
         for turn, messages, stable in sorted(requests, key=lambda r: r[0]):
             tally.add(f"{sample_id}/{label}", turn, messages, stable, _history(thread, turn))

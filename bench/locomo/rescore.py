@@ -76,6 +76,17 @@ class Sample:
         return ids
 
 
+def first_sessions(item: dict[str, Any], count: int) -> dict[str, Any]:
+    """`item` with only its first `count` sessions that have turns (by session number)."""
+    conversation = item["conversation"]
+    numbered = sorted((int(key.split("_")[1]), key) for key, turns in conversation.items()
+                      if _SESSION.fullmatch(key) and turns)
+    dropped = {key for _, key in numbered[count:]}
+    kept = {key: value for key, value in conversation.items()
+            if key not in dropped and key.removesuffix("_date_time") not in dropped}
+    return {**item, "conversation": kept}
+
+
 def chained(data: list[dict[str, Any]], times: int) -> dict[str, Any]:
     """The file's items as the one long history `bench locomo --chain K` replays, built here
     from the raw file: every `session_<n>` key of each item in order, renumbered one after
@@ -215,11 +226,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cost-data", default=None, metavar="NAME",
                         help="the dump is of `gateway bench cost --dump-prompts`: score its "
                              "lines of data set NAME (long-100k: --chain 1, long-300k: "
-                             "--chain 3; user-5-conversations: prefix reuse and evidence, its "
-                             "probes being asked in new conversations)")
+                             "--chain 3; user-5-conversations: --first-sessions 6)")
+    parser.add_argument("--first-sessions", type=int, default=0, metavar="N",
+                        help="each conversation cut to its first N sessions with turns (the "
+                             "cost dump's user-5-conversations: 6), so an answer counts as "
+                             "findable only if those sessions hold it")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with open(args.data, encoding="utf-8") as f:
         data = json.load(f)
+    if args.first_sessions > 0:
+        data = [first_sessions(item, args.first_sessions) for item in data]
     if args.chain > 0:
         data = [chained(data, args.chain)]
     with open(args.dump, encoding="utf-8") as f:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bench.locomo.meter import PromptMeter
-from bench.locomo.rescore import cost_lines, prefix_reuse, rescore
+from bench.locomo.rescore import cost_lines, first_sessions, prefix_reuse, rescore
 
 STORY = [{"role": "user" if i % 2 == 0 else "assistant",
           "content": f"Turn {i}: the keeper of the harbour light told a story " * 3}
@@ -88,3 +88,19 @@ def test_a_cost_benchmark_dump_is_read_for_one_data_set():
     assert scores[("gateway", "locomo-dev", "default")]["n_pairs"] == 1
     assert scores[("gateway", "locomo-dev", "default")]["prefix_reuse"] == \
         pytest.approx(prefix_reuse(STORY[:4], STORY[:6]))
+
+
+def test_first_sessions_keeps_the_first_sessions_with_turns_and_their_dates():
+    item = {"sample_id": "c", "qa": [], "conversation": {
+        "speaker_a": "A", "speaker_b": "B",
+        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "one"}],
+        "session_1_date_time": "day 1", "session_2": [], "session_2_date_time": "day 2",
+        "session_3": [{"speaker": "B", "dia_id": "D3:1", "text": "three"}],
+        "session_3_date_time": "day 3",
+        "session_10": [{"speaker": "A", "dia_id": "D10:1", "text": "ten"}],
+        "session_10_date_time": "day 10"}}
+    cut = first_sessions(item, 2)["conversation"]
+    assert sorted(k for k in cut if k.startswith("session_")) == [
+        "session_1", "session_1_date_time", "session_2", "session_2_date_time", "session_3",
+        "session_3_date_time"]
+    assert item["conversation"]["session_10"]  # the input is not changed
