@@ -37,6 +37,7 @@ from bench.locomo.null_probes import null_probes, recalled_tokens
 from bench.locomo.simulate import (Corpus, Knobs, VectorCache, build_corpus, prompt, recall)
 from bench.locomo.data import load
 from bench.machine import machine
+from gateway.core.recall.need import Need, memory_need
 from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.relevance import above_floor
 
@@ -57,13 +58,18 @@ class Fold:
 
 
 def relevant(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
-    """`simulate.recall` with each item's relevance as the recaller marks it, none dropped."""
+    """`simulate.recall` with each item's relevance as the recaller marks it, none dropped by
+    a floor or gate (a message that needs no memory recalls nothing, as in the gateway:
+    gateway/core/recall/need.py)."""
     return recall(corpus, query, replace(knobs, relevance_floor=-1, relevance_gate=-1))
 
 
-def kept(items: Sequence[Recollection], point: Point) -> tuple[Recollection, ...]:
+def kept(items: Sequence[Recollection], point: Point,
+         past: bool = False) -> tuple[Recollection, ...]:
+    """What the gateway forwards of `items` at `point`; `past`: the message refers to what
+    was said before, so the gate does not apply (`Need.PAST`)."""
     floor, gate = point
-    if max((r.relevance or 0.0 for r in items), default=0.0) < gate:
+    if not past and max((r.relevance or 0.0 for r in items), default=0.0) < gate:
         return ()
     return above_floor(items, floor)
 
@@ -73,9 +79,10 @@ def measure(corpus: Corpus, data: str, budget: int, floors: Sequence[Point], kno
     fold = Fold(corpus.conversation.sample_id, data)
     for q in corpus.conversation.questions:
         items = relevant(corpus, q.question, knobs)
+        past = memory_need(q.question) is Need.PAST
         cache: dict[tuple[str, ...], float | None] = {}
         for floor in floors:
-            forwarded = kept(items, floor)
+            forwarded = kept(items, floor, past)
             key = tuple(r.id for r in forwarded)
             if key not in cache:
                 score = corpus.scorer.score(q, prompt(corpus, q.question, forwarded, budget))
@@ -84,9 +91,10 @@ def measure(corpus: Corpus, data: str, budget: int, floors: Sequence[Point], kno
                 fold.evidence.setdefault(floor, []).append(float(cache[key]))  # type: ignore
     for probe in null_probes([str(m.content) for m in corpus.messages]):
         items = relevant(corpus, probe, knobs)
+        past = memory_need(probe) is Need.PAST
         for floor in floors:
             fold.null_tokens.setdefault(floor, []).append(
-                recalled_tokens(meter, prompt(corpus, probe, kept(items, floor), budget)))
+                recalled_tokens(meter, prompt(corpus, probe, kept(items, floor, past), budget)))
     return fold
 
 

@@ -70,6 +70,7 @@ from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import CANDIDATES as RANKED
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
 from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
+from gateway.core.recall.need import Need, memory_need
 from gateway.core.recall.relevance import above_floor, with_relevance
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
@@ -259,7 +260,11 @@ def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
 def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     """`Recaller.recall` for a conversation namespace, over the simulated indexes, each item
     marked with its relevance, and what the recall service forwards of it (the items at or
-    above the relevance floor, none below the gate)."""
+    above the relevance floor, none below the gate unless the message refers to the past,
+    none at all for a message that needs no memory: gateway/core/recall/need.py)."""
+    need = memory_need(query)
+    if need is Need.NONE:
+        return []
     successors_of = knobs.inference_successors_of if asks_inference(query) \
         else knobs.successors_of
     found = candidates(corpus, query, knobs)
@@ -283,7 +288,7 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
                             [(p, i) for i, p in corpus.previous.items()])
     floor = corpus.relevance_floor if knobs.relevance_floor is None else knobs.relevance_floor
     gate = corpus.relevance_gate if knobs.relevance_gate is None else knobs.relevance_gate
-    return list(above_floor(marked, floor, gate))
+    return list(above_floor(marked, floor, None if need is Need.PAST else gate))
 
 
 def _speakers_first(corpus: Corpus, query: str, fused: list[tuple[str, float]],

@@ -74,6 +74,9 @@ def test_the_simulation_forwards_what_the_relevance_floor_and_gate_keep(tmp_path
     assert (calibrated.relevance_floor, calibrated.relevance_gate) == (middle, best + 1e-6)
     assert recall(calibrated, q, Knobs()) == []  # the embedder's gate, as the gateway's
     assert recall(calibrated, q, Knobs(relevance_gate=-1)) == floored
+    # A message that needs no memory recalls nothing, whatever the thresholds, as the gateway.
+    assert recall(corpus, "Thanks so much, see you tomorrow!",
+                  Knobs(relevance_floor=-1, relevance_gate=-1)) == []
 
 
 def test_held_out_ranking_gives_each_conversation_weights_trained_without_it(tmp_path):

@@ -25,6 +25,7 @@ from gateway.core.memory.profile import Profile, render_profile
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import Ranker
 from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.need import Need, memory_need
 from gateway.core.recall.relevance import above_floor
 from gateway.core.memory.topics import TopicSegment
 from gateway.memory.records.chunk_store import ChunkStore
@@ -191,7 +192,8 @@ class MemoryService:
 
     async def _recall(self, key: ConversationKey, query: str, recall: RecallSettings,
                       snapshot: MemorySnapshot) -> tuple[Recollection, ...]:
-        if not query.strip() or recall.top_k <= 0:
+        need = memory_need(query)
+        if not query.strip() or recall.top_k <= 0 or need is Need.NONE:
             return ()
         namespaces = snapshot.namespaces
         facts = self.facts.get(key.tenant) if key.identified and recall.facts_k > 0 else None
@@ -213,7 +215,8 @@ class MemoryService:
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
         return tuple(f for f in known if f.score > recall.fact_min_score) \
-            + above_floor(turns, recall.relevance_floor, recall.relevance_gate)
+            + above_floor(turns, recall.relevance_floor,
+                          None if need is Need.PAST else recall.relevance_gate)
 
 
 async def _nothing() -> list[Recollection]:

@@ -1,0 +1,64 @@
+"""Whether a message needs memory at all (gateway/core/recall/need.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.core.recall.need import Need, memory_need
+
+PLEASANTRIES = [
+    "Thanks!", "Thank you so much!", "thanks a lot :)", "Bye!", "See you tomorrow!",
+    "Good morning! How are you today?", "Hey Mel! Good to see you! How have you been?",
+    "Ok, sounds good.", "You’re welcome!", "Take care, see ya", "Thanks, that's all for now!",
+    "Have a nice day!", "lol", "Thanks, Bob!",
+    "谢谢！", "谢谢啦", "早上好！你今天怎么样？", "好的，明天见！", "暂时就这些，谢谢！", "晚安",
+]
+QUESTIONS = [
+    "When did Caroline go to the LGBTQ support group?", "What is my cat called?",
+    "Thanks! What should I cook tonight?", "Good morning! Any news about the trip?",
+    "Thanks Bob and Alice", "Hey Caroline! I just got back from a trip!", "Yes, do that",
+    "What is 17 times 23?", "How long should I boil an egg?", "好看吗？", "鸡蛋应该煮多久？",
+    "谢谢！那家餐厅叫什么？",
+]
+ABOUT_THE_PAST = [
+    "Do you remember what my cat is called?", "What did we talk about on April 27th?",
+    "What did we talk about in our first conversation?", "As I said, the meeting moved.",
+    "Last time you suggested a book. Which one was it?", "What methods have you told me about?",
+    "Did I mention where I work?", "你还记得我的猫叫什么吗？", "在4月27号我们聊了什么话题？",
+    "上次你推荐的书是哪本？", "Thanks! Do you remember the name of that café?",
+]
+
+
+@pytest.mark.parametrize("message", PLEASANTRIES)
+def test_pleasantries_need_no_memory(message):
+    assert memory_need(message) is Need.NONE
+
+
+@pytest.mark.parametrize("message", QUESTIONS)
+def test_anything_more_than_pleasantries_is_open(message):
+    assert memory_need(message) is Need.OPEN
+
+
+@pytest.mark.parametrize("message", ABOUT_THE_PAST)
+def test_a_message_about_what_was_said_before_is_past_even_with_a_pleasantry(message):
+    assert memory_need(message) is Need.PAST
+
+
+@pytest.mark.parametrize("message", ["", "   ", "???", "🙂"])
+def test_a_message_without_words_is_open(message):
+    assert memory_need(message) is Need.OPEN
+
+
+def test_words_are_whole_and_case_does_not_matter():
+    assert memory_need("THANKS!") is Need.NONE
+    assert memory_need("Okapi") is Need.OPEN  # "ok" inside a word is no formula
+    assert memory_need("hiking?") is Need.OPEN
+    assert memory_need("I REMEMBER it") is Need.PAST
+
+
+@given(st.sampled_from(PLEASANTRIES), st.sampled_from(["pancakes", "the museum", "tuesday",
+                                                        "我的猫", "博物馆", "your plan"]))
+def test_a_pleasantry_with_one_more_thing_said_is_not_none(pleasantry, more):
+    assert memory_need(f"{pleasantry} {more}?") is not Need.NONE
