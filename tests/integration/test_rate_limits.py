@@ -5,7 +5,6 @@ a store that cannot be reached admits requests (fail open)."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any
 
@@ -17,7 +16,7 @@ import redis
 from gateway.config import hash_key, parse_config
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey
 from gateway.store import RedisStore, connect
-from tests.support.gateway import MODELS, running_gateway
+from tests.support.gateway import MODELS, data_dir, running_gateway
 from tests.support.processes import API_KEY, Processes, gateway_config_file
 from tests.support.servers import closed_port
 
@@ -34,7 +33,7 @@ def limited_config(store: str, *, acme: dict[str, Any] | None = None,
     return parse_config({
         # A temporary data dir: a turn the store cannot take goes to a record journal there,
         # never into the working directory's ./data (which the next `gateway serve` replays).
-        "server": {"data_dir": tempfile.mkdtemp(prefix="gateway-test-")},
+        "server": {"data_dir": data_dir()},
         "store": store, "recorder": {"mode": "inline", **(recorder or {})},
         **({"store_cluster": {"enabled": True, "shards": shards}} if shards else {}),
         "memory": {"embedder": {"kind": "hash"}},

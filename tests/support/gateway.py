@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
+import shutil
 import tempfile
 from typing import Any, Iterator
 
@@ -37,7 +40,7 @@ def gateway_config(store: str, *, context: dict[str, Any] | None = None,
     top.setdefault("memory", {"embedder": {"kind": "hash"}})
     # A data dir of its own: a record journal written at one test's shutdown (its store gone)
     # must never be replayed into another test's store, nor left in the working tree.
-    top["server"] = {"data_dir": tempfile.mkdtemp(prefix="gateway-test-"), **top.get("server", {})}
+    top["server"] = {"data_dir": data_dir(), **top.get("server", {})}
     return parse_config({
         "store": store,
         "recorder": recorder or {"mode": "inline"},
@@ -46,6 +49,14 @@ def gateway_config(store: str, *, context: dict[str, Any] | None = None,
                     for name, key in KEYS.items()},
         **top,
     })
+
+
+def data_dir() -> str:
+    """A temporary data dir for one gateway, removed when the test process exits (a gateway may
+    write its record journal there until its test ends)."""
+    path = tempfile.mkdtemp(prefix="gateway-test-")
+    atexit.register(functools.partial(shutil.rmtree, path, ignore_errors=True))
+    return path
 
 
 @contextlib.contextmanager
