@@ -139,3 +139,28 @@ def test_a_conversation_s_first_request_gets_the_whole_room_for_outside_memory()
     policy, _, first = _with_outside_memory(0, 0.1)
     assert first.recalled_tokens > 0.5 * policy.prompt_budget
     assert first.tokens_forwarded <= policy.prompt_budget
+
+
+def test_a_profile_learned_from_this_conversation_alone_is_left_out_of_its_whole_history():
+    """What the user said here is in the history forwarded whole: a profile learned from it
+    says it again (a tail paid every turn). Compacted, the turns it was learned from may be
+    gone, so it is shown there."""
+    history = tuple(Message.of(role, f"{role} {n} " + "word " * 12)
+                    for n in range(3) for role in ("user", "assistant"))
+    policy = ContextPolicy(max_context_tokens=20_000, compact_to_tokens=3_000,
+                           reserve_completion_tokens=500)
+    current = (Message.of("user", "and then?"),)
+
+    def forwarded(history, elsewhere):
+        memory = MemoryContext(profile="likes tea", profile_elsewhere=elsewhere)
+        return rewrite(RewriteRequest((), history, current, policy, memory), TOK)
+
+    assert forwarded(history, True).profile_tokens > 0
+    alone = forwarded(history, False)
+    assert alone.profile_tokens == 0 and alone.messages == history + current
+    long = history * 60  # ~6,000 tokens: past the compacted size's room, within the window
+    assert forwarded(long, False).profile_tokens == 0
+    compacted = replace(policy, max_context_tokens=3_000)
+    out = rewrite(RewriteRequest((), long, current, compacted,
+                                 MemoryContext(profile="likes tea", profile_elsewhere=False)), TOK)
+    assert out.history_kept < len(long) and out.profile_tokens > 0

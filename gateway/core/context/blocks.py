@@ -97,6 +97,10 @@ class MemoryContext:
     """Summaries of older spans of this conversation, oldest first."""
     profile: str | None = None
     """The user's stable preferences, already rendered as text."""
+    profile_elsewhere: bool = True
+    """The profile may hold what the user said in other conversations. False: it was learned
+    from this conversation alone, so a history forwarded whole says it already (and the
+    rewrite leaves it out there)."""
     recalled: tuple[Recollection, ...] = ()
     """Turns, summary chunks and facts recalled for this query, most relevant first."""
     summarized_through: str | None = None

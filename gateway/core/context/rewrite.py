@@ -28,8 +28,8 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
   whole;
 - when all of the history that can be forwarded (tool results without their call cannot) fits
   whole, it is forwarded whole and verbatim — no turn cap, no shortening, no summary block —
-  plus only what memory knows from outside it: the profile and recalled items not all of
-  whose sources are in the history, so `tokens_forwarded` is at most the conversation's own
+  plus only what memory knows from outside it: the profile (unless it was learned from this
+  conversation alone) and recalled items not all of whose sources are in the history, so `tokens_forwarded` is at most the conversation's own
   cost plus that outside memory — at most `policy.outside_share` of the room once there is a
   history (a tail paid in full every turn). The rules below are for a history that does not
   fit:
@@ -411,7 +411,9 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
     shows, so the prompt costs at most the conversation plus that outside memory. The history
     is the stable prefix: the next request repeats it (append-only)."""
     left -= pinned.cost
-    profile = pack_profile(request.memory.profile, left, tokenizer, framing)
+    # A profile learned from this conversation alone says again what the history says.
+    profile = pack_profile(request.memory.profile, left, tokenizer, framing) \
+        if request.memory.profile_elsewhere else Packed()
     ids = frozenset(i for i in request.history_ids if i is not None)
     # A fact learned from turns shown here says again what they say.
     outside = tuple(r for r in request.memory.recalled

@@ -182,6 +182,9 @@ class MemoryService:
         return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
                              profile=render_profile(snapshot.profile)
                              if snapshot.profile else None,
+                             # No other conversation of the user is indexed: the profile
+                             # was learned from this one.
+                             profile_elsewhere=snapshot.namespaces.user is not None,
                              recalled=recalled, summarized_through=last,
                              pinned=snapshot.pinned)
 
