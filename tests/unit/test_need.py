@@ -62,3 +62,10 @@ def test_words_are_whole_and_case_does_not_matter():
                                                         "我的猫", "博物馆", "your plan"]))
 def test_a_pleasantry_with_one_more_thing_said_is_not_none(pleasantry, more):
     assert memory_need(f"{pleasantry} {more}?") is not Need.NONE
+
+
+def test_a_long_message_is_read_only_at_its_end_for_the_past_and_is_never_pleasantries():
+    filler = "We went to the market and bought apples and pears for the pie. " * 100
+    assert memory_need(filler + "Do you remember the recipe?") is Need.PAST
+    assert memory_need("Do you remember the recipe? " + filler) is Need.OPEN  # past the end read
+    assert memory_need("Thanks! " * 40) is Need.OPEN

@@ -22,7 +22,9 @@ that need no memory"). A general question ("How long should I boil an egg?") is 
 rule of words tells it from a question about the user's own cooking.
 
 Invariants: pure; case-insensitive; a message with any word left beyond the formulas (but one
-name) is not `NONE`; an empty message is `OPEN` (nothing to decide on); `PAST` wins over `NONE`.
+name), or longer than `_PLEASANTRIES_AT_MOST` characters, is not `NONE`; an empty message is
+`OPEN` (nothing to decide on); `PAST` wins over `NONE`; the time taken is bounded, whatever the
+message's length.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ _ZH_FORMULAS = _alternatives(
 _ZH = re.compile(_ZH_FORMULAS)
 # Sentence-final particles left over once the formulas are taken out ("谢谢啦" → "啦").
 _ZH_PARTICLES = re.compile("[了呢吧呀啦哟嘛的]")
+# Longer than this is more than pleasantries (and not worth scanning for them: a long message
+# would cost milliseconds). A reference to the past is looked for in the message's last
+# `_PAST_READ` characters only, where its question stands: a long message costs no more.
+_PLEASANTRIES_AT_MOST = 160
+_PAST_READ = 400
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'"})
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
@@ -97,9 +104,11 @@ _PAST = re.compile(
 def memory_need(message: str) -> Need:
     """What `message` (the current user message's text) asks of memory (see the module
     docstring)."""
-    text = message.translate(_APOSTROPHES).lower()
+    text = message[-_PAST_READ:].translate(_APOSTROPHES).lower()
     if _PAST.search(text):
         return Need.PAST
+    if len(message) > _PLEASANTRIES_AT_MOST:
+        return Need.OPEN
     rest = _ZH_PARTICLES.sub("", _ZH.sub(" ", _EN.sub(" ", text)))
     said = _EN.search(text) or _ZH.search(text)
     left = _WORD.findall(rest)
