@@ -55,7 +55,7 @@ class ContextPolicy:
     verbatim window whose start moves only in steps (gateway/core/context/steps.py), so that
     consecutive prompts share their prefix and a provider's prompt cache serves it, with the
     profile and recalled items after it; `auto`, stepped from `STEPPED_FROM_TOKENS`."""
-    window_share: float = 0.5
+    window_share: float = 0.8
     """Stepped: the verbatim window grows up to this share of the prompt budget, then restarts
     at a step where it holds about half of it."""
     pinned_share: float = 0.25
