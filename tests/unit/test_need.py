@@ -10,23 +10,23 @@ from gateway.core.recall.need import Need, memory_need
 
 PLEASANTRIES = [
     "Thanks!", "Thank you so much!", "thanks a lot :)", "Bye!", "See you tomorrow!",
-    "Good morning! How are you today?", "Hey Mel! Good to see you! How have you been?",
+    "Good morning! How are you today?", "Hey Sam! Good to see you! How have you been?",
     "Ok, sounds good.", "You’re welcome!", "Take care, see ya", "Thanks, that's all for now!",
     "Have a nice day!", "lol", "Thanks, Bob!",
     "谢谢！", "谢谢啦", "早上好！你今天怎么样？", "好的，明天见！", "暂时就这些，谢谢！", "晚安",
 ]
 QUESTIONS = [
-    "When did Caroline go to the LGBTQ support group?", "What is my cat called?",
+    "When did Dana start her pottery class?", "What is my cat called?",
     "Thanks! What should I cook tonight?", "Good morning! Any news about the trip?",
-    "Thanks Bob and Alice", "Hey Caroline! I just got back from a trip!", "Yes, do that",
+    "Thanks Bob and Alice", "Hey Dana! I just got back from a trip!", "Yes, do that",
     "What is 17 times 23?", "How long should I boil an egg?", "好看吗？", "鸡蛋应该煮多久？",
     "谢谢！那家餐厅叫什么？",
 ]
 ABOUT_THE_PAST = [
-    "Do you remember what my cat is called?", "What did we talk about on April 27th?",
+    "Do you remember what my cat is called?", "What did we talk about on March 3rd?",
     "What did we talk about in our first conversation?", "As I said, the meeting moved.",
     "Last time you suggested a book. Which one was it?", "What methods have you told me about?",
-    "Did I mention where I work?", "你还记得我的猫叫什么吗？", "在4月27号我们聊了什么话题？",
+    "Did I mention where I work?", "你还记得我的猫叫什么吗？", "3月5号我们聊了什么？",
     "上次你推荐的书是哪本？", "Thanks! Do you remember the name of that café?",
 ]
 

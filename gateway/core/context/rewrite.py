@@ -29,10 +29,10 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
 - when all of the history that can be forwarded (tool results without their call cannot) fits
   whole, it is forwarded whole and verbatim — no turn cap, no shortening, no summary block —
   plus only what memory knows from outside it: the profile (unless it was learned from this
-  conversation alone) and recalled items not all of whose sources are in the history, so `tokens_forwarded` is at most the conversation's own
-  cost plus that outside memory — at most `policy.outside_share` of the room once there is a
-  history (a tail paid in full every turn). The rules below are for a history that does not
-  fit:
+  conversation alone) and recalled items not all of whose sources are in the history, so
+  `tokens_forwarded` is at most the conversation's own cost plus that outside memory — at most
+  `policy.outside_share` of the room once there is a history (a tail paid in full every turn).
+  The rules below are for a history that does not fit:
 - recent history is a contiguous suffix of the history, chronological, at most
   `policy.max_recent_turns` user turns, starting at a user message — except when not even the
   newest turn fits whole: then the newest messages of that turn that fit are forwarded alone
