@@ -247,7 +247,7 @@ def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
         fused = _speakers_first(corpus, query, fused, knobs.inference_speaker_boost)
     if "items" not in corpus.extra:  # what the recaller's entry reads give, once a corpus
         corpus.extra["items"] = {e.id: Recollection("turn", e.id, e.text, (e.id,), e.position,
-                                                    0.0) for e in corpus.entries}
+                                                    0.0, role=e.role) for e in corpus.entries}
         corpus.extra["links"] = {e.id: Link(corpus.previous.get(e.id),
                                             corpus.following.get(e.id))
                                  for e in corpus.entries}

@@ -101,8 +101,9 @@ class TenantMemoryConfig(Strict):
     bench/README.md, "Learned ranking"); "fusion": the fused order as it is."""
     recall_ranker_weights: dict[str, float] | None = None
     """The learned ranking's weights, one per feature of gateway/core/recall/ranking.py (per raw
-    unit; `named_day` may be left out: 0); unset: the weights trained on the three dev sets —
-    LoCoMo and MemoryBank in English and Chinese (gateway/core/recall/ranker_weights.py)."""
+    unit; `named_day` and `own_words` may be left out: 0); unset: the weights trained on the
+    three dev sets — LoCoMo and MemoryBank in English and Chinese
+    (gateway/core/recall/ranker_weights.py)."""
 
     @field_validator("recall_ranker_weights")
     @classmethod

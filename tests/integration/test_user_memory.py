@@ -220,6 +220,19 @@ async def test_the_learned_ranking_weighs_other_conversations_turns_by_their_nei
     assert not any("canary" in r.text for r in everything)
 
 
+async def test_recalled_turns_carry_who_said_them_for_the_ranking(memory):
+    await memory.add(key("old"), ["My boat is blue.", "A blue boat, noted."], 1.0)
+    await memory.add(key("now"), ["The boat is in the harbour.", "Which boat is yours?"], 2.0)
+    own = Ranker.of({f: float(f == "own_words") for f in FEATURES})
+    recalled = await memory.recaller.recall(key("now"), "What colour is my boat?", k=10,
+                                            ranker=own)
+    roles = {r.text: r.role for r in recalled}
+    assert roles["My boat is blue."] == roles["The boat is in the harbour."] == "user"
+    assert roles["A blue boat, noted."] == roles["Which boat is yours?"] == "assistant"
+    # A question in the first person: with only this feature, the user's turns lead.
+    assert {r.role for r in recalled[:2]} == {"user"}
+
+
 async def namespaces(redis: Any, conversation: ConversationKey) -> Any:
     async with redis.pipeline(transaction=False) as pipe:
         queue_namespaces(pipe, MemoryKeySpace(), conversation)

@@ -139,7 +139,7 @@ def test_weights_must_name_every_feature_and_nothing_else():
         Ranker.of({k: v for k, v in DEV_WEIGHTS.items() if k != "length"})
     with pytest.raises(ValueError, match="finite"):
         Ranker.of({**DEV_WEIGHTS, "length": math.nan})
-    with pytest.raises(ValueError, match="needs 15 weights"):
+    with pytest.raises(ValueError, match=f"needs {len(FEATURES)} weights"):
         Ranker((1.0,))
 
 
@@ -163,5 +163,22 @@ def test_named_day_marks_the_candidates_said_on_a_day_the_question_names(query, 
 
 
 def test_weights_set_before_a_feature_was_added_rank_as_they_did():
-    before = {k: v for k, v in DEV_WEIGHTS.items() if k != "named_day"}
-    assert Ranker.of(before).to_dict() == {**before, "named_day": 0.0}
+    before = {k: v for k, v in DEV_WEIGHTS.items() if k not in ("named_day", "own_words")}
+    assert Ranker.of(before).to_dict() == {**before, "named_day": 0.0, "own_words": 0.0}
+
+
+@pytest.mark.parametrize("query, marked", [
+    ("What colour is my boat?", {"u"}),
+    ("What did I say about the boat?", {"u"}),
+    ("我的船是什么颜色？", {"u"}),
+    ("What colour is Ada's boat?", set()),  # not about the user's own words
+    ("她的船是什么颜色？", set()),
+])
+def test_own_words_marks_the_user_s_turns_when_the_question_is_in_the_first_person(query,
+                                                                                    marked):
+    found = [turn("a", "The boat? Blue, as you said.", role="assistant"),
+             turn("u", "My boat is blue.", role="user"),
+             turn("x", "A boat of unknown speaker.")]
+    rows = feature_rows(query, found)
+    assert {c.id for c, r in zip(found, rows) if r[FEATURES.index("own_words")] == 1.0} == marked
+    assert only("own_words").rank(query, found)[0][0] == (min(marked) if marked else "a")

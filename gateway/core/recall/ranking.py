@@ -26,7 +26,9 @@ fused — its fused score; similarity_gap — similarity minus the best dense hi
 the day it was said on (its `[date] ` anchor, `core.text.days.anchor_day`) is a day the question
 names (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
 Saturday" from the latest day among the candidates), 0 for every candidate of a question that
-names no day.
+names no day; own_words — the question is in the first person ("my", "I", "我") and the user
+said the turn: in an assistant chat the questions are about what the user said, and the
+assistant's long replies on the same subject otherwise crowd out the user's short statement.
 
 Invariants: pure; deterministic (ties keep the order given); only turns are re-ranked — every
 other item (a summary chunk) keeps its place in the given order, and the given scores stay
@@ -48,8 +50,8 @@ from gateway.core.text.days import anchor_day, day_key, day_of, mentions_day, na
 
 FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
             "next_lexical", "asks", "answers", "speaker_named", "length", "place", "fused",
-            "similarity_gap", "previous_similarity", "named_day")
-ADDED = {"named_day": 0.0}
+            "similarity_gap", "previous_similarity", "named_day", "own_words")
+ADDED = {"named_day": 0.0, "own_words": 0.0}
 """Features added after weights could be configured, with the weight a set of weights that
 does not name them gets (0: such a set ranks as it did before the feature existed)."""
 RANK_K = 20
@@ -66,6 +68,7 @@ conversation and its user's other conversations searched together give up to twi
 SPEAKER_LABEL = re.compile(r"^(?:\[[^\]\n]*\] )?([^\W\d][\w .'-]{0,39})[:：]", re.MULTILINE)
 """A line's speaker label (`Ada: ...`, `王磊：...`, after a date anchor `[<date>] ` if any)."""
 _LATIN = "A-Za-z0-9\u00c0-\u024f"
+_FIRST_PERSON = re.compile(r"(?i:\b(?:i|me|my|mine|myself|i'm|i've|i'd)\b)|我")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,8 @@ class Candidate:
     """The id of the turn after it, if any."""
     is_turn: bool = True
     """False (a summary chunk): kept at its place, never re-ranked."""
+    role: str | None = None
+    """Who said it ("user", "assistant"), when known."""
 
 
 class Neighbours(Protocol):
@@ -122,7 +127,7 @@ def gather(fused: Sequence[tuple[str, float]], items: Mapping[str, Recollection]
             i, item.text, item.position, score, similarity.get(i), dense_rank(i),
             found[0] if found else None, found[1] if found else None,
             link.previous if link else None, link.following if link else None,
-            item.kind == "turn"))
+            item.kind == "turn", item.role))
     return out
 
 
@@ -179,6 +184,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     span = hi - lo
     named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
     on_day = _on_named_day(query, candidates)
+    first_person = _FIRST_PERSON.search(query) is not None
     sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
     rows = []
     for c in candidates:  # hot: ~230 candidates a request; .get(None) gives the default
@@ -199,6 +205,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
             own - best,
             sim(c.previous, floor),
             on_day(c.id, 0.0),
+            float(first_person and c.role == "user"),
         ))
     return rows
 

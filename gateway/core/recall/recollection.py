@@ -31,3 +31,5 @@ class Recollection:
     relevance: float | None = None
     """Absolute relevance to the current question (gateway/core/recall/relevance.py: a dense
     similarity, on the embedder's scale); None: unknown (never dropped by the floor)."""
+    role: str | None = None
+    """Who said a turn ("user", "assistant"), when known."""

@@ -172,6 +172,7 @@ def _entry(conversation: str, item: str, chunk: SummaryChunk | None,
         if turn is None or not isinstance(turn.get("text"), str):
             return None
         data = {"kind": "turn", "text": turn["text"], "source_ids": [item],
-                "position": int(turn.get("position", -1)), "prev": turn.get("prev")}
+                "position": int(turn.get("position", -1)), "prev": turn.get("prev"),
+                "role": turn.get("role")}
     return json.dumps({"conversation": conversation, "id": item, **data},
                       ensure_ascii=False, separators=(",", ":"))

@@ -131,7 +131,7 @@ class EntryReader:
             known.turns[item_id] = (Recollection(
                 entry["kind"], item_id, entry["text"],
                 tuple(str(s) for s in entry.get("source_ids") or ()),
-                int(entry.get("position", -1)), 0.0), link)
+                int(entry.get("position", -1)), 0.0, role=_role(entry)), link)
 
     async def own(self, key: ConversationKey, candidates: list[str], *,
                   linked: bool = True, version: str | None = None) -> OwnItems:
@@ -205,7 +205,7 @@ class EntryReader:
                     known.unlinked.pop(item_id, None)
                 known.turns[item_id] = (
                     Recollection("turn", item_id, entry["text"], (item_id,),
-                                 int(entry.get("position", -1)), 0.0),
+                                 int(entry.get("position", -1)), 0.0, role=_role(entry)),
                     Link(before if isinstance(before, str) else None, after) if linked
                     else None)
         if chunks:
@@ -229,3 +229,8 @@ class EntryReader:
             return None
         return Recollection("chunk", chunk_id(chunk.id), text, chunk.source_ids,
                             chunk.first_position, 0.0)
+
+
+def _role(entry: dict) -> str | None:
+    role = entry.get("role")
+    return role if isinstance(role, str) else None
