@@ -182,3 +182,11 @@ def test_own_words_marks_the_user_s_turns_when_the_question_is_in_the_first_pers
     rows = feature_rows(query, found)
     assert {c.id for c, r in zip(found, rows) if r[FEATURES.index("own_words")] == 1.0} == marked
     assert only("own_words").rank(query, found)[0][0] == (min(marked) if marked else "a")
+
+
+def test_own_words_reads_the_end_of_a_long_message_only():
+    found = [turn("a", "Sure.", role="assistant"), turn("u", "My boat is blue.", role="user")]
+    filler = " We sailed past the harbour and along the coast." * 20
+    assert only("own_words").rank("What colour is my boat?" + filler + " Which colour?",
+                                  found)[0][0] == "a"  # the first person is too far back
+    assert only("own_words").rank(filler + " What colour is my boat?", found)[0][0] == "u"

@@ -26,9 +26,10 @@ fused — its fused score; similarity_gap — similarity minus the best dense hi
 the day it was said on (its `[date] ` anchor, `core.text.days.anchor_day`) is a day the question
 names (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
 Saturday" from the latest day among the candidates), 0 for every candidate of a question that
-names no day; own_words — the question is in the first person ("my", "I", "我") and the user
-said the turn: in an assistant chat the questions are about what the user said, and the
-assistant's long replies on the same subject otherwise crowd out the user's short statement.
+names no day; own_words — the question (its end) is in the first person ("my", "I", "我")
+and the user said the turn: in an assistant chat the questions are about what the user said,
+and the assistant's long replies on the same subject otherwise crowd out the user's short
+statement.
 
 Invariants: pure; deterministic (ties keep the order given); only turns are re-ranked — every
 other item (a summary chunk) keeps its place in the given order, and the given scores stay
@@ -69,6 +70,9 @@ SPEAKER_LABEL = re.compile(r"^(?:\[[^\]\n]*\] )?([^\W\d][\w .'-]{0,39})[:：]", 
 """A line's speaker label (`Ada: ...`, `王磊：...`, after a date anchor `[<date>] ` if any)."""
 _LATIN = "A-Za-z0-9\u00c0-\u024f"
 _FIRST_PERSON = re.compile(r"(?i:\b(?:i|me|my|mine|myself|i'm|i've|i'd)\b)|我")
+_QUESTION_READ = 400
+"""Whether a question is in the first person is read from its last this many characters, where
+the question stands (a long message costs no more)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +188,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     span = hi - lo
     named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
     on_day = _on_named_day(query, candidates)
-    first_person = _FIRST_PERSON.search(query) is not None
+    first_person = _FIRST_PERSON.search(query[-_QUESTION_READ:]) is not None
     sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
     rows = []
     for c in candidates:  # hot: ~230 candidates a request; .get(None) gives the default
