@@ -65,13 +65,10 @@ def relevant(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
 
 
 def kept(items: Sequence[Recollection], point: Point,
-         past: bool = False) -> tuple[Recollection, ...]:
-    """What the gateway forwards of `items` at `point`; `past`: the message refers to what
-    was said before, so the gate does not apply (`Need.PAST`)."""
+         need: Need = Need.OPEN) -> tuple[Recollection, ...]:
+    """What the gateway forwards of `items` at `point` for a message asking `need`."""
     floor, gate = point
-    if not past and max((r.relevance or 0.0 for r in items), default=0.0) < gate:
-        return ()
-    return above_floor(items, floor)
+    return above_floor(items, floor, gate, need)
 
 
 def measure(corpus: Corpus, data: str, budget: int, floors: Sequence[Point], knobs: Knobs,
@@ -79,10 +76,10 @@ def measure(corpus: Corpus, data: str, budget: int, floors: Sequence[Point], kno
     fold = Fold(corpus.conversation.sample_id, data)
     for q in corpus.conversation.questions:
         items = relevant(corpus, q.question, knobs)
-        past = memory_need(q.question) is Need.PAST
+        need = memory_need(q.question)
         cache: dict[tuple[str, ...], float | None] = {}
         for floor in floors:
-            forwarded = kept(items, floor, past)
+            forwarded = kept(items, floor, need)
             key = tuple(r.id for r in forwarded)
             if key not in cache:
                 score = corpus.scorer.score(q, prompt(corpus, q.question, forwarded, budget))
@@ -91,10 +88,10 @@ def measure(corpus: Corpus, data: str, budget: int, floors: Sequence[Point], kno
                 fold.evidence.setdefault(floor, []).append(float(cache[key]))  # type: ignore
     for probe in null_probes([str(m.content) for m in corpus.messages]):
         items = relevant(corpus, probe, knobs)
-        past = memory_need(probe) is Need.PAST
+        need = memory_need(probe)
         for floor in floors:
             fold.null_tokens.setdefault(floor, []).append(
-                recalled_tokens(meter, prompt(corpus, probe, kept(items, floor, past), budget)))
+                recalled_tokens(meter, prompt(corpus, probe, kept(items, floor, need), budget)))
     return fold
 
 

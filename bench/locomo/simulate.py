@@ -288,7 +288,7 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
                             [(p, i) for i, p in corpus.previous.items()])
     floor = corpus.relevance_floor if knobs.relevance_floor is None else knobs.relevance_floor
     gate = corpus.relevance_gate if knobs.relevance_gate is None else knobs.relevance_gate
-    return list(above_floor(marked, floor, None if need is Need.PAST else gate))
+    return list(above_floor(marked, floor, gate, need))
 
 
 def _speakers_first(corpus: Corpus, query: str, fused: list[tuple[str, float]],

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.need import Need
 from gateway.core.recall.relevance import above_floor, with_relevance
+from gateway.memory.recall.service import RecallSettings, search_need
 
 
 def item(i: str, kind: str = "turn") -> Recollection:
@@ -75,3 +77,20 @@ def test_the_thresholds_are_strict_config_naming_the_key():
             TenantMemoryConfig(**{key: 1.5})
         with pytest.raises(ValidationError, match=key):
             TenantMemoryConfig(**{key: "high"})
+
+
+def test_what_the_message_asks_comes_before_floor_and_gate():
+    items = with_relevance([item("t1"), item("t2")], {"t1": 0.2, "t2": 0.05}, [])
+    assert above_floor(items, 0.1, gate=0.25) == ()  # no item reaches the gate
+    assert [r.id for r in above_floor(items, 0.1, gate=0.25, need=Need.PAST)] == ["t1"]
+    assert above_floor(items, None, need=Need.NONE) == ()
+    assert above_floor(items, None, need=Need.OPEN) == items
+
+
+def test_no_search_is_made_for_a_message_that_needs_no_memory():
+    recall = RecallSettings()
+    assert search_need("Thanks so much!", recall) is None
+    assert search_need("   ", recall) is None
+    assert search_need("Where is my boat?", RecallSettings(top_k=0)) is None
+    assert search_need("Where is my boat?", recall) is Need.OPEN
+    assert search_need("Do you remember my boat?", recall) is Need.PAST

@@ -19,8 +19,12 @@ item reaches it, nothing stored is about the question and none is forwarded. Bot
 embedder (each scores unrelated text in its own band: gateway/memory/embedders/), calibrated by
 leave-one-conversation-out on the dev sets (bench/README.md, "Recall only when relevant").
 
+What the message asks of memory (`gateway/core/recall/need.py`) comes first: nothing is
+forwarded for a message that needs none, and the gate does not apply to one about the past.
+
 Invariants: pure; the order and every other field of the items are kept; an item with unknown
-relevance is never dropped; no floor and no gate (None) drop nothing.
+relevance is never dropped (but for a message that needs no memory); no floor and no gate
+(None) drop nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Mapping, Sequence
 
+from gateway.core.recall.need import Need
 from gateway.core.recall.recollection import Recollection
 
 
@@ -49,10 +54,15 @@ def with_relevance(items: Iterable[Recollection], similarity: Mapping[str, float
 
 
 def above_floor(items: Sequence[Recollection], floor: float | None,
-                gate: float | None = None) -> tuple[Recollection, ...]:
+                gate: float | None = None, need: Need = Need.OPEN) -> tuple[Recollection, ...]:
     """The items worth forwarding: those whose relevance is at or above `floor` — none of
     them when not one reaches `gate` (nothing stored is about the question) — and those whose
-    relevance is unknown."""
+    relevance is unknown. `need`: what the message asks of memory (`Need.NONE`: nothing is
+    forwarded; `Need.PAST`: no gate)."""
+    if need is Need.NONE:
+        return ()
+    if need is Need.PAST:
+        gate = None
     known = [r.relevance for r in items if r.relevance is not None]
     if gate is not None and known and max(known) < gate:
         return tuple(r for r in items if r.relevance is None)

@@ -101,6 +101,8 @@ class MemorySnapshot:
     query: str = ""
     """The question whose embedding `embedding` computes."""
     embedding: asyncio.Future[np.ndarray] | None = None
+    need: Need | None = None
+    """What `query` asks of recall (`search_need`); None: no search for it."""
 
     def discard(self) -> None:
         """Cancel the embedding if nobody awaited it (a no-op once it is done)."""
@@ -136,8 +138,8 @@ class MemoryService:
         largest single cost of a recall, ~2.5 ms, overlapped instead of added); it is wasted
         on a conversation with nothing to recall yet. The snapshot must be passed to
         `context_for` or `discard`ed, which awaits or cancels that embedding."""
-        embedding = None
-        if query.strip() and recall.top_k > 0:
+        embedding, need = None, search_need(query, recall)
+        if need is not None:
             embedding = asyncio.ensure_future(self.embedding.embed_query_one(query))
         try:
             async with self.recaller.redis.pipeline(transaction=False) as pipe:
@@ -163,7 +165,7 @@ class MemoryService:
         pinned = self.pins.parse(replies.pop(0), key) if recall.pins else ()
         topic = self.topics.parse_current(key.tenant, replies.pop(0)) if recall.topics else None
         return MemorySnapshot(settings.memory, profile, chunks, read_namespaces(key, replies),
-                              pinned, topic, query, embedding)
+                              pinned, topic, query, embedding, need)
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
                           snapshot: MemorySnapshot | None = None) -> MemoryContext:
@@ -195,8 +197,8 @@ class MemoryService:
 
     async def _recall(self, key: ConversationKey, query: str, recall: RecallSettings,
                       snapshot: MemorySnapshot) -> tuple[Recollection, ...]:
-        need = memory_need(query)
-        if not query.strip() or recall.top_k <= 0 or need is Need.NONE:
+        need = snapshot.need if snapshot.query == query else search_need(query, recall)
+        if need is None:
             return ()
         namespaces = snapshot.namespaces
         facts = self.facts.get(key.tenant) if key.identified and recall.facts_k > 0 else None
@@ -218,8 +220,17 @@ class MemoryService:
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
         return tuple(f for f in known if f.score > recall.fact_min_score) \
-            + above_floor(turns, recall.relevance_floor,
-                          None if need is Need.PAST else recall.relevance_gate)
+            + above_floor(turns, recall.relevance_floor, recall.relevance_gate, need)
+
+
+def search_need(query: str, recall: RecallSettings) -> Need | None:
+    """What `query` asks of recall (gateway/core/recall/need.py), or None when there is no
+    search to make: no words, no recall, or a message that needs no memory (whose embedding
+    is then never started)."""
+    if not query.strip() or recall.top_k <= 0:
+        return None
+    need = memory_need(query)
+    return None if need is Need.NONE else need
 
 
 async def _nothing() -> list[Recollection]:
