@@ -4,7 +4,7 @@ client would, the LoCoMo-style probes asked at the end, every request billed und
 provider's caching rules at litellm's prices (issue 23).
 
     gateway bench cost [--data locomo-dev,memorybank-en,long-100k,long-300k,
-                               user-5-conversations]
+                               user-5-conversations,user-5-continued]
                        [--windows 4000,8000,16000,32000]
                        [--assemblies whole,truncate,before,gateway]
                        [--bench-data DIR] [--dump-prompts FILE.jsonl] --out FILE.json

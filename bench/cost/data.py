@@ -14,7 +14,11 @@ bench/locomo/replay.py), as a person's pauses between turns would let it.
   a conversation of its own by one user (`sessions`); what is billed is the sixth
   conversation's requests, the user then having five earlier ones. Its questions are those
   whose evidence lies in those six sessions, each asked in a new conversation of the user —
-  so only memory across conversations can bring the evidence.
+  so only memory across conversations can bring the evidence;
+- `user-5-continued`: the same requests billed, the questions asked instead as the sixth
+  conversation's next message (`continued`): the evidence in its own session is in the history
+  the gateway forwards whole, the rest only memory from outside it (the tail after the history,
+  `context.outside_share`) can bring — what that tail is worth, beside what it costs.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Sequence
 
 from bench.locomo.data import Conversation, Question, Session, chain, load
 
-DATA_NAMES = ("locomo-dev", "memorybank-en", "long-100k", "long-300k", "user-5-conversations")
-DEFAULT_DATA = ("locomo-dev", "memorybank-en", "long-100k", "user-5-conversations")
+DATA_NAMES = ("locomo-dev", "memorybank-en", "long-100k", "long-300k", "user-5-conversations",
+              "user-5-continued")
+DEFAULT_DATA = ("locomo-dev", "memorybank-en", "long-100k", "user-5-conversations",
+                "user-5-continued")
 """`long-300k` is left to be asked for: its replay alone takes about an hour on two cores."""
 EARLIER_CONVERSATIONS = 5
 
@@ -42,7 +48,8 @@ class DataSet:
     """Its conversations keep their file's sample ids, so the learned ranking can be trained
     without each (a chain is one conversation: the shipped weights)."""
     billed_session: int | None = None
-    """In the `sessions` mode, the one session (1-based) whose requests are billed."""
+    """In the `sessions` and `continued` modes, the one session (1-based) whose requests are
+    billed (`continued`: the one the questions are asked in)."""
     kept_questions: dict[str, tuple[int, ...]] | None = None
     """Per conversation, the file's index of each question kept (None: all, in order)."""
 
@@ -61,10 +68,11 @@ def build(name: str, folder: Path) -> DataSet:
     if name in ("long-100k", "long-300k"):
         times = 1 if name == "long-100k" else 3
         return DataSet(name, (chain(load(locomo), times),), "stateful", locomo, held_out=False)
-    if name == "user-5-conversations":
+    if name in ("user-5-conversations", "user-5-continued"):
         sessions = EARLIER_CONVERSATIONS + 1
         full = load(locomo)
-        return DataSet(name, tuple(first_sessions(c, sessions) for c in full), "sessions",
+        mode = "sessions" if name == "user-5-conversations" else "continued"
+        return DataSet(name, tuple(first_sessions(c, sessions) for c in full), mode,
                        locomo, held_out=True, billed_session=sessions,
                        kept_questions={c.sample_id: tuple(q.index for q in _kept(c, sessions))
                                        for c in full})

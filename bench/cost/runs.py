@@ -34,7 +34,7 @@ from bench.cost.tally import Tally
 from bench.locomo.cli import run as serve_and_replay
 from bench.locomo.data import Conversation
 from bench.locomo.meter import PromptMeter
-from bench.locomo.replay import RESERVE, Outcome, PromptDump
+from bench.locomo.replay import RESERVE, SESSION_MODES, Outcome, PromptDump
 from bench.locomo.score import Score, Scorer
 from bench.locomo.script import Script, build_script, session_scripts
 from bench.locomo.null_probes import null_probes
@@ -110,7 +110,7 @@ def measure(data: DataSet, grid: list[Cell], *, folds: dict[str, dict[str, float
 @dataclass(frozen=True, slots=True)
 class _Thread:
     label: str
-    """"replay", or "s<n>" for the n-th session of the `sessions` mode."""
+    """"replay", or "s<n>" for the n-th session of the `sessions` and `continued` modes."""
     script: Script
     history_tokens: tuple[int, ...]
     """The client's whole prompt's tokens at each message index (history up to it)."""
@@ -118,7 +118,7 @@ class _Thread:
 
 def _threads(data: DataSet, conversation: Conversation, meter: PromptMeter) -> list[_Thread]:
     """The billed threads of a conversation."""
-    if data.mode != "sessions":
+    if data.mode not in SESSION_MODES:
         scripts = [("replay", build_script(conversation))]
     else:
         scripts = [(f"s{n}", s) for n, s in enumerate(session_scripts(conversation), 1)
@@ -183,8 +183,10 @@ def _client(data: DataSet, cell: Cell, measured: Measured, threads: dict[str, li
                                              "turn": i, "qa": None, "messages": prompt})
         history = list(build_script(conversation).messages)
         scorer = Scorer(conversation, history)
+        asked_after = list(threads[conversation.sample_id][-1].script.messages) \
+            if data.mode == "continued" else history
         for q in conversation.questions:
-            prompt = _probe(data, history, q.question, truncation)
+            prompt = _probe(data, asked_after, q.question, truncation)
             measured.scores[cell].append(scorer.score(q, prompt))
             if dump is not None and truncation is not None:
                 _dump(dump, data, cell, {"conversation": conversation.sample_id, "turn": None,
@@ -195,8 +197,9 @@ def _client(data: DataSet, cell: Cell, measured: Measured, threads: dict[str, li
 
 def _probe(data: DataSet, history: list[Any], question: str,
            truncation: SteppedTruncation | None) -> list[Any]:
-    """The client's prompt for a probe: after its whole history, or alone in a new
-    conversation (`sessions`: the question is asked in a conversation of its own)."""
+    """The client's prompt for a probe: after `history` (`continued`: the last session's), or
+    alone in a new conversation (`sessions`: the question is asked in a conversation of its
+    own)."""
     current = {"role": "user", "content": question}
     if data.mode == "sessions":
         return [current]

@@ -1,7 +1,8 @@
 """`python -m bench locomo`: run the benchmark and write FILE.json, FILE.md and FILE.png.
 
     python -m bench locomo [--data PATH] [--conversations ID,...] [--limit N]
-                           [--budgets 1000,2000,4000] [--modes stateless,stateful,sessions]
+                           [--budgets 1000,2000,4000]
+                           [--modes stateless,stateful,sessions,continued]
                            [--store URL] [--concurrency N] [--gateway-processes N]
                            [--dump-prompts FILE.jsonl]
                            --out FILE.json
@@ -35,7 +36,7 @@ from bench.locomo import report
 from bench.dialects import DIALECTS
 from bench.machine import machine
 from bench.locomo.data import Conversation, chain, file_sha256, load
-from bench.locomo.replay import MODES, Outcome, PromptDump, Replayer, gateway_config
+from bench.locomo.replay import DEFAULT_MODES, MODES, Outcome, PromptDump, Replayer, gateway_config
 from bench.locomo.results import rows
 from bench.locomo.retrieval import RRF_K
 from bench.locomo.server import gateway_processes
@@ -60,8 +61,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="at most N questions per conversation")
     parser.add_argument("--budgets", type=lambda v: [int(b) for b in _csv(v)],
                         default=[1000, 2000, 4000], help="prompt budgets in tokens")
-    parser.add_argument("--modes", type=_csv, default=list(MODES),
-                        help="client modes: " + ",".join(MODES))
+    parser.add_argument("--modes", type=_csv, default=list(DEFAULT_MODES),
+                        help=f"client modes: {','.join(MODES)} "
+                             f"(default: {','.join(DEFAULT_MODES)})")
     parser.add_argument("--store", default=None,
                         help="redis:// or unix:// URL (default: embedded Valkey in a temp dir)")
     parser.add_argument("--concurrency", type=int, default=24,

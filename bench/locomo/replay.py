@@ -8,11 +8,14 @@ share user-level memory):
   `stateful` sends only what the gateway has not seen from the client (the new user message,
   plus a leading assistant message on the first request) under one conversation id;
   `sessions` replays each LoCoMo session as a NEW conversation, stateful style;
+  `continued` replays like `sessions`;
   the upstream answers the scripted reply, so the stored transcript equals the client's history;
 - then wait until the background recorder and memory worker have applied every turn (bounded);
 - probe: each question as a new user message with `X-Gateway-Persist: false` — `stateless`
   after the whole history, `stateful` alone in the replayed conversation, `sessions` alone in
-  a fresh conversation of the same user; the messages the gateway forwarded are scored.
+  a fresh conversation of the same user, `continued` alone in the last session's conversation
+  (its next message: what is not in that conversation only memory from the user's other ones
+  can bring); the messages the gateway forwarded are scored.
 All conversations, modes and budgets replay concurrently (each stream sequential); probes are
 independent and run concurrently, at most `concurrency` requests in flight.
 
@@ -57,7 +60,10 @@ from gateway.store.keys import KeySpace
 
 RESERVE = 1000
 MODEL = "bench"
-MODES = ("stateless", "stateful", "sessions")
+MODES = ("stateless", "stateful", "sessions", "continued")
+DEFAULT_MODES = ("stateless", "stateful", "sessions")
+SESSION_MODES = ("sessions", "continued")
+"""The modes that replay each session as a conversation of its own."""
 Key = tuple[str, str | None, int | None]
 """(strategy, mode, budget)."""
 Chat = list[dict[str, Any]]
@@ -191,7 +197,8 @@ class PromptDump:
     def write_turn(self, sample_id: str, thread: str, turn: int, key: Key,
                    messages: Chat, stable: int | None = None) -> None:
         """`thread`: the gateway conversation the request went to (a session of its own in
-        the `sessions` mode); `stable`: its `x-gateway-stable-messages` (None: not sent)."""
+        the `sessions` and `continued` modes); `stable`: its `x-gateway-stable-messages`
+        (None: not sent)."""
         strategy, mode, budget = key
         self._line({"conversation": sample_id, "qa": None, "thread": thread, "turn": turn,
                     "strategy": strategy, "mode": mode, "budget": budget, "stable": stable,
@@ -371,7 +378,7 @@ class Replayer:
     async def _replay(self, client: httpx.AsyncClient, w: _Work, mode: str,
                       budget: int) -> None:
         sample_id = w.conversation.sample_id
-        if mode == "sessions":
+        if mode in SESSION_MODES:
             for n, script in enumerate(w.sessions, start=1):
                 headers = self._headers(sample_id, mode, budget, f"s{n}")
                 await self._send_script(client, w, headers, script, mode, budget,
@@ -412,13 +419,15 @@ class Replayer:
     async def _ask(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
                    text: str, mode: str, budget: int, fresh: str) -> tuple[Chat, int, str]:
         """A probe, not persisted: `text` after the whole history (stateless), alone in the
-        replayed conversation (stateful), or alone in a new conversation `fresh` of the same
-        user (sessions)."""
+        replayed conversation (stateful), alone in a new conversation `fresh` of the same
+        user (sessions), or alone in the last session's conversation (continued)."""
         current = {"role": "user", "content": text}
         if mode == "stateless":
             messages, conversation = [*w.script.messages, current], "replay"
         elif mode == "stateful":
             messages, conversation = [current], "replay"
+        elif mode == "continued":
+            messages, conversation = [current], f"s{len(w.sessions)}"
         else:
             messages, conversation = [current], fresh
         headers = self._headers(w.conversation.sample_id, mode, budget, conversation,

@@ -34,7 +34,7 @@ from bench.locomo.replay import Key, Observation, Outcome
 
 CATEGORY_KEYS = ("1", "2", "3", "4", "5", "all")
 STRATEGY_ORDER = ("gateway", "full", "truncate", "last-n", "bm25", "dense", "hybrid")
-MODE_ORDER = ("stateless", "stateful", "sessions")
+MODE_ORDER = ("stateless", "stateful", "sessions", "continued")
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

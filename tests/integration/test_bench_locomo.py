@@ -52,6 +52,7 @@ def locomo_run(valkey_server_url, tmp_path_factory):
             out, dump = folder / "r.json", folder / "prompts.jsonl"
             assert bench_main(["locomo", "--data", str(fixture), "--store", valkey_server_url,
                                "--budgets", ",".join(map(str, BUDGETS)), "--out", str(out),
+                               "--modes", "stateless,stateful,sessions,continued",
                                "--dump-prompts", str(dump)]) == 0
             runs[fixture] = out, dump
         return runs[fixture]
@@ -346,7 +347,7 @@ def test_replay_through_the_real_gateway(fixture, locomo_run):
         rows[("full", None, None, "all")]["cost_per_turn"]
     assert all(0 < v < 1 for v in rows[("truncate", None, 60, "all")]["cost_vs_whole"].values())
     # Null probes are asked of the gateway only; what recall adds fits the budget.
-    for mode in ("stateless", "stateful", "sessions"):
+    for mode in ("stateless", "stateful", "sessions", "continued"):
         assert 0 <= rows[("gateway", mode, 60, "all")]["null_probe_recalled_tokens"] <= 60
         assert rows[("gateway", mode, 100000, "all")]["null_probe_recalled_tokens"] >= 0
     assert rows[("hybrid", None, 60, "all")]["null_probe_recalled_tokens"] is None
@@ -368,18 +369,18 @@ def test_replay_through_the_real_gateway(fixture, locomo_run):
                for line in replayed)
     assert any(line["stable"] for line in replayed)
     # And every null probe of the gateway.
-    assert len(nulls) == 3 * len(BUDGETS) * 5 and all(
+    assert len(nulls) == 4 * len(BUDGETS) * 5 and all(
         list(line) == ["conversation", "qa", "null", "strategy", "mode", "budget", "messages"]
         for line in nulls)
     (conversation,) = load(fixture)
     replays = len(build_script(conversation).requests)
-    per_budget = 2 * replays + sum(len(s.requests) for s in session_scripts(conversation))
+    per_budget = 2 * replays + 2 * sum(len(s.requests) for s in session_scripts(conversation))
     assert len(replayed) == len(BUDGETS) * per_budget
     stateless = [d for d in replayed if d["mode"] == "stateless" and d["budget"] == BUDGETS[0]]
     assert len({d["thread"] for d in stateless}) == 1
     assert sorted(d["turn"] for d in stateless) == list(build_script(conversation).requests)
     probes = {(d["strategy"], d["mode"], d["budget"], d["qa"]) for d in lines}
-    expected = {("gateway", m, b) for m in ("stateless", "stateful", "sessions")
+    expected = {("gateway", m, b) for m in ("stateless", "stateful", "sessions", "continued")
                 for b in BUDGETS}
     expected |= {(s, None, b) for s in ("truncate", "bm25", "dense", "hybrid")
                  for b in BUDGETS} | {("full", None, None), ("last-n", None, None)}
@@ -389,6 +390,14 @@ def test_replay_through_the_real_gateway(fixture, locomo_run):
     sessions = [d for d in lines if d["mode"] == "sessions" and d["budget"] == 100000]
     assert all(d["messages"][-1] == {"role": "user", "content": conversation.questions[
         d["qa"]].question} for d in sessions)
+    # `continued` asks each question as the last session's next message: that session's
+    # history (it fits the big budget) comes before it, which a fresh conversation lacks.
+    last = session_scripts(conversation)[-1].messages
+    continued = [d for d in lines if d["mode"] == "continued" and d["budget"] == 100000]
+    assert continued and all(
+        [m["content"] for m in d["messages"] if m["content"] in {x["content"] for x in last}]
+        == [m["content"] for m in last] for d in continued)
+    assert not any(m["content"] == last[0]["content"] for d in sessions for m in d["messages"])
     report = out.with_suffix(".md").read_text(encoding="utf-8")
     assert report.startswith("# LoCoMo") and "Wall time" in report
     assert "| hybrid |" in report and "| gateway | sessions |" in report

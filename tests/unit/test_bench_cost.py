@@ -140,6 +140,9 @@ def test_the_data_sets_build_from_a_folder_of_locomo_schema_files(tmp_path):
     (c,) = five.conversations
     assert len(c.sessions) == 6 and [q.question for q in c.questions] == ["early", "both"]
     assert [five.file_index("c1", q.index) for q in c.questions] == [1, 2]
+    continued = build("user-5-continued", tmp_path)
+    assert continued.mode == "continued" and continued.billed_session == 6
+    assert continued.conversations == five.conversations
     long = build("long-300k", tmp_path)
     assert long.conversations[0].sample_id.startswith("chain3-") and long.mode == "stateful"
     assert len(long.conversations[0].sessions) == 3 * 8
