@@ -162,7 +162,7 @@ class ContextConfig(Strict):
     from a 4,000-token prompt budget, rolling below (core.policy.STEPPED_FROM_TOKENS)."""
     window_share: float = Field(0.8, gt=0, le=1)
     """Stepped: the verbatim window grows to at most this share of the prompt budget."""
-    outside_share: float = Field(0.1, ge=0, le=1)
+    outside_share: float = Field(0.05, ge=0, le=1)
     """When the history is forwarded whole (it fits the window): at most this share of the
     compacted prompt's room for memory from outside it (the profile, recall from the user's
     other conversations), once the conversation has a history; its first request gets the

@@ -61,12 +61,15 @@ class ContextPolicy:
     pinned_share: float = 0.25
     """At most this much for the pinned block, granted first (before every other share):
     pinned messages are what the user or the application asked never to be dropped."""
-    outside_share: float = 0.1
+    outside_share: float = 0.05
     """When the history goes whole: at most this share of the room (the compacted prompt's)
     for memory from outside it — the profile and what is recalled from the user's other
     conversations or learned elsewhere — once the conversation has a history. A tail after the
     history is paid in full every turn, so it is kept short; a conversation's first request
-    (no history yet) gets the whole room, where memory of earlier conversations matters most."""
+    (no history yet) gets the whole room, where memory of earlier conversations matters most.
+    0.05 is the knee of the measured trade (bench/README.md, "A user's other conversations"):
+    questions about the earlier conversations asked inside a later one find 0.080 of their
+    evidence with no tail, 0.875 at 0.05, 0.919 at 0.1 for a third more cost again."""
     continuity_turns: int = 3
     """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
     always forwarded (fitted to `recent_share` of the room, never dropped), whatever recall
