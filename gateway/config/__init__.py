@@ -160,7 +160,7 @@ class ContextConfig(Strict):
     in steps, so that a provider's prompt cache serves consecutive prompts (profile and recall
     after it); `rolling`, the newest turns sliding by one exchange a request; `auto`, stepped
     from a 4,000-token prompt budget, rolling below (core.policy.STEPPED_FROM_TOKENS)."""
-    window_share: float = Field(0.8, gt=0, le=1)
+    window_share: float = Field(0.9, gt=0, le=1)
     """Stepped: the verbatim window grows to at most this share of the prompt budget."""
     outside_share: float = Field(0.05, ge=0, le=1)
     """When the history is forwarded whole (it fits the window): at most this share of the
