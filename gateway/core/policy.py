@@ -58,7 +58,7 @@ class ContextPolicy:
     window_share: float = 0.9
     """Stepped: the verbatim window grows up to this share of the prompt budget, then restarts
     at a step where it holds about half of it. The window is the cached prefix, the rest (the
-    recall tail) is paid in full every turn: 0.9 against 0.8 costs 5-10 % less and reuses
+    recall tail) is paid in full every turn: 0.9 against 0.8 costs 2-11 % less and reuses
     0.02-0.06 more of the prompt, for 0.002-0.004 less evidence recall on LoCoMo dev at 8,000
     and 16,000 (bench/README.md, "A larger window: 0.9")."""
     pinned_share: float = 0.25
