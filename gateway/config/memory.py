@@ -67,6 +67,14 @@ class TopicsConfig(Strict):
 class TenantMemoryConfig(Strict):
     enabled: bool = True
     """Off: only the transcript's recent turns are used (no recall, summaries, facts, profile)."""
+    scope: Literal["user", "conversation"] = "user"
+    """What a request of an identified user may be given: "user" — memory across the user's
+    conversations (recall from the others, the profile, facts); "conversation" — its own
+    conversation's only (recall within it, its summary chunks and pins). What is stored is
+    the same either way (the memory API lists, exports and erases it): this decides what a
+    prompt may show. For conversations that must stay apart (one per case or client), or to
+    forward a conversation that fits the window exactly as the client sent it
+    (bench/README.md, "A user's other conversations: `outside_share`")."""
     recall_top_k: int = Field(70, ge=0, le=500)
     """Older turns and chunks recalled per request (each may bring the turn after it)."""
     recall_successors: bool = True

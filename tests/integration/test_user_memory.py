@@ -373,3 +373,25 @@ def test_a_profile_learned_from_this_conversation_alone_is_not_repeated_after_it
     # there: it is shown after the history.
     say(gateway_url, "I'm new to sailing.", "two", "petra")
     assert "<profile>" in seen(gateway_url, "And the weather?", "one", "petra")
+
+
+def test_a_tenant_scoped_to_conversations_shows_each_only_its_own_memory(redis_url):
+    config = gateway_config(redis_url, tenant={"memory": {"scope": "conversation"}})
+    with running_gateway(config) as url:
+        say(url, CAT, "a", "ursula")
+        say(url, "Please answer in bullet points.", "a", "ursula")
+        say(url, "I'm new to sailing.", "b", "ursula")
+
+        other = seen(url, "What is my cat called?", "b", "ursula")
+        assert "Quixote" not in other and "bullet points" not in other
+        assert "<profile>" not in other and "<memory>" not in other
+        assert "Quixote" in seen(url, "What is my cat called?", "a", "ursula")
+        # A new conversation of the same user is forwarded as the client sent it.
+        question = "What is my cat called? Should I answer in bullet points?"
+        assert seen(url, question, "c", "ursula") == question
+    import redis
+
+    # Stored as with the default scope: the scope decides what a prompt shows, not what is
+    # kept (the memory API lists, exports and erases it).
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        assert list(r.scan_iter(match="gw:u:*recall*"))

@@ -81,12 +81,14 @@ class Namespaces:
     user_version: str | None
 
 
-def queue_namespaces(pipe: Any, keys: MemoryKeySpace, key: ConversationKey) -> None:
-    """Queue the reads `read_namespaces` decodes (2 commands, 6 for an identified user)."""
+def queue_namespaces(pipe: Any, keys: MemoryKeySpace, key: ConversationKey, *,
+                     user: bool = True) -> None:
+    """Queue the reads `read_namespaces` decodes (2 commands, 6 for an identified user);
+    `user`: False keeps recall within the conversation (the tenant's `memory.scope`)."""
     ck = keys.conversation(key)
     pipe.exists(ck.turns, ck.chunks)
     pipe.get(ck.version)
-    if key.identified:
+    if key.identified and user:
         uk = keys.user(key.tenant, key.user)
         pipe.exists(uk.recall)
         pipe.get(uk.recall_version)

@@ -81,6 +81,10 @@ class RecallSettings:
     (gateway/core/recall/relevance.py; None: all are)."""
     relevance_gate: float | None = None
     """When no recalled turn or chunk is this relevant, none is offered (None: no gate)."""
+    across_conversations: bool = True
+    """An identified user's memory from their other conversations — recall from them, the
+    profile, facts — is offered (the tenant's `memory.scope: user`); False: only the
+    conversation's own (`scope: conversation`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +143,13 @@ class MemoryService:
         on a conversation with nothing to recall yet. The snapshot must be passed to
         `context_for` or `discard`ed, which awaits or cancels that embedding."""
         embedding, need = None, search_need(query, recall)
+        user = key.identified and recall.across_conversations
         if need is not None:
             embedding = asyncio.ensure_future(self.embedding.embed_query_one(query))
         try:
             async with self.recaller.redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self.settings.key(key.tenant, key.user))
-                if key.identified:
+                if user:
                     pipe.hgetall(self.profiles.key(key.tenant, key.user))
                 if recall.summaries:
                     pipe.lrange(self.chunks.key(key), 0, -1)
@@ -152,7 +157,7 @@ class MemoryService:
                     pipe.hgetall(self.pins.key(key))
                 if recall.topics:  # one small field, in the same round trip
                     self.topics.queue_current(pipe, key)
-                queue_namespaces(pipe, self.recaller.keys, key)
+                queue_namespaces(pipe, self.recaller.keys, key, user=user)
                 replies = list(await pipe.execute())
         except BaseException:
             if embedding is not None:
@@ -160,7 +165,7 @@ class MemoryService:
             raise
         settings = self.settings.parse(replies.pop(0))
         profile = self.profiles.parse(key.tenant, key.user, replies.pop(0)) \
-            if key.identified else None
+            if user else None
         chunks = self.chunks.parse(replies.pop(0), key) if recall.summaries else ()
         pinned = self.pins.parse(replies.pop(0), key) if recall.pins else ()
         topic = self.topics.parse_current(key.tenant, replies.pop(0)) if recall.topics else None
@@ -201,7 +206,8 @@ class MemoryService:
         if need is None:
             return ()
         namespaces = snapshot.namespaces
-        facts = self.facts.get(key.tenant) if key.identified and recall.facts_k > 0 else None
+        facts = self.facts.get(key.tenant) \
+            if key.identified and recall.across_conversations and recall.facts_k > 0 else None
         if namespaces.conversation is None and namespaces.user is None and facts is None:
             return ()  # nothing to search
         if snapshot.embedding is not None and snapshot.query == query:
