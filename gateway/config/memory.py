@@ -101,7 +101,7 @@ class TenantMemoryConfig(Strict):
     relevant")."""
     recall_relevance_gate: float | None = Field(None, ge=-1, le=1)
     """When not one recalled turn or chunk is this relevant, none is forwarded (nothing stored
-    is about the message). Unset: the embedder's own gate (USE 0.25; the others: none); -1:
+    is about the message). Unset: the embedder's own gate (USE 0.3; the others: none); -1:
     no gate."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals

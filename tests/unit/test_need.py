@@ -46,6 +46,24 @@ def test_a_message_about_what_was_said_before_is_past_even_with_a_pleasantry(mes
     assert memory_need(message) is Need.PAST
 
 
+NAMING_A_DAY = [
+    "On April 27th, how long did I run?", "What did I cook on 5 May?", "Where was I on 2023-05-04?",
+    "What happened yesterday at the office?", "Where did I go last weekend?",
+    "4月27号我跑了多久？", "我昨天吃了什么？", "上周六我去了哪里？", "五月四日我们去了哪？",
+]
+
+
+@pytest.mark.parametrize("message", NAMING_A_DAY)
+def test_a_message_naming_a_day_before_asks_about_the_past(message):
+    assert memory_need(message) is Need.PAST
+
+
+@pytest.mark.parametrize("message", ["What is 17 times 23?", "May I ask you something?",
+                                     "Is 3.5 bigger than 3.25?", "17乘以23等于多少？"])
+def test_numbers_that_are_no_day_do_not_make_a_message_past(message):
+    assert memory_need(message) is Need.OPEN
+
+
 @pytest.mark.parametrize("message", ["", "   ", "???", "🙂"])
 def test_a_message_without_words_is_open(message):
     assert memory_need(message) is Need.OPEN

@@ -13,7 +13,10 @@ Three answers (`Need`):
   acknowledgements — in English or Chinese (a name may be added: "Thanks, Bob!"). Nothing is
   recalled for it; the recent turns the model needs to answer it are forwarded anyway.
 - `PAST`: it refers to what was said before ("remember", "last time", "we talked about",
-  "上次", "还记得", "我们聊过"). Recalled items skip the gate; the floor still applies.
+  "上次", "还记得", "我们聊过") or names a day ("On April 27th", "5月4号", "yesterday", "上周六":
+  a question about what happened then, which a stored turn of that day answers while being
+  little like it — the date carries the question, and a sentence encoder hardly sees dates).
+  Recalled items skip the gate; the floor still applies.
 - `OPEN`: anything else: the floor and the gate as configured.
 
 Rules, not a classifier: the formulas of each language as a phrase book would list them, not
@@ -21,7 +24,7 @@ the benchmark's probes (bench/locomo/null_probes.py); measured in bench/README.m
 that need no memory"). A general question ("How long should I boil an egg?") is `OPEN`: no
 rule of words tells it from a question about the user's own cooking.
 
-Invariants: pure; case-insensitive; a message with any word left beyond the formulas (but one
+Invariants: pure; case-insensitive (but "May", a month only capitalised); a message with any word left beyond the formulas (but one
 name), or longer than `_PLEASANTRIES_AT_MOST` characters, is not `NONE`; an empty message is
 `OPEN` (nothing to decide on); `PAST` wins over `NONE`; the time taken is bounded, whatever the
 message's length.
@@ -31,6 +34,8 @@ from __future__ import annotations
 
 import enum
 import re
+
+from gateway.core.text.days import named_days
 
 
 class Need(enum.Enum):
@@ -96,16 +101,19 @@ _PAST = re.compile(
     r"(?:i|we|you) (?:mentioned|said)|(?:i|you) told (?:you|me)|i asked you|you asked me|"
     r"did (?:i|we|you) (?:tell|mention|say|talk|discuss|share|ask)|"
     r"(?:our|the|that) (?:first|last|previous|earlier|other) "
-    r"(?:conversation|chat|talk|session|discussion)s?)\b"
+    r"(?:conversation|chat|talk|session|discussion)s?|"
+    r"yesterday|last (?:night|week|weekend|month|year|monday|tuesday|wednesday|thursday|"
+    r"friday|saturday|sunday))\b"
     r"|记得|记不记得|上次|上回|之前|以前|那天|我们聊|我们谈|我们讨论|我说过|你说过|我提到|"
-    r"我提过|我跟你说|我告诉过你|我们第一次")
+    r"我提过|我跟你说|我告诉过你|我们第一次|昨天|昨日|前天|上周|上星期|上礼拜|上个月|去年")
 
 
 def memory_need(message: str) -> Need:
     """What `message` (the current user message's text) asks of memory (see the module
     docstring)."""
-    text = message[-_PAST_READ:].translate(_APOSTROPHES).lower()
-    if _PAST.search(text):
+    tail = message[-_PAST_READ:]
+    text = tail.translate(_APOSTROPHES).lower()
+    if _PAST.search(text) or named_days(tail):
         return Need.PAST
     if len(message) > _PLEASANTRIES_AT_MOST:
         return Need.OPEN

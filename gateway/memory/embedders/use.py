@@ -40,7 +40,7 @@ MAX_CHARS = 4000
 RELEVANCE_FLOOR = 0.1
 """Recalled items less similar than this to the question (and whose neighbours are) are not
 forwarded..."""
-RELEVANCE_GATE = 0.25
+RELEVANCE_GATE = 0.3
 """...and none is when not one reaches this. Both chosen by leave-one-conversation-out on the
 dev sets (bench/README.md, "Recall only when relevant"; `python -m bench locomo-floor`)."""
 
