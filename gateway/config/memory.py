@@ -74,7 +74,7 @@ class TenantMemoryConfig(Strict):
     the same either way (the memory API lists, exports and erases it): this decides what a
     prompt may show. For conversations that must stay apart (one per case or client), or to
     forward a conversation that fits the window exactly as the client sent it
-    (bench/README.md, "A user's other conversations: `outside_share`")."""
+    (bench/README.md, "A user's other conversations (`outside_share`)")."""
     recall_top_k: int = Field(70, ge=0, le=500)
     """Older turns and chunks recalled per request (each may bring the turn after it)."""
     recall_successors: bool = True

@@ -24,10 +24,10 @@ the benchmark's probes (bench/locomo/null_probes.py); measured in bench/README.m
 that need no memory"). A general question ("How long should I boil an egg?") is `OPEN`: no
 rule of words tells it from a question about the user's own cooking.
 
-Invariants: pure; case-insensitive (but "May", a month only capitalised); a message with any word left beyond the formulas (but one
-name), or longer than `_PLEASANTRIES_AT_MOST` characters, is not `NONE`; an empty message is
-`OPEN` (nothing to decide on); `PAST` wins over `NONE`; the time taken is bounded, whatever the
-message's length.
+Invariants: pure; case-insensitive (but "May", a month only when capitalised); a message with
+any word left beyond the formulas (but one name), or longer than `_PLEASANTRIES_AT_MOST`
+characters, is not `NONE`; an empty message is `OPEN` (nothing to decide on); `PAST` wins over
+`NONE`; the time taken is bounded, whatever the message's length.
 """
 
 from __future__ import annotations
