@@ -143,7 +143,7 @@ class MemoryService:
         on a conversation with nothing to recall yet. The snapshot must be passed to
         `context_for` or `discard`ed, which awaits or cancels that embedding."""
         embedding, need = None, search_need(query, recall)
-        user = key.identified and recall.across_conversations
+        user = reads_user_memory(key, recall)
         if need is not None:
             embedding = asyncio.ensure_future(self.embedding.embed_query_one(query))
         try:
@@ -207,7 +207,7 @@ class MemoryService:
             return ()
         namespaces = snapshot.namespaces
         facts = self.facts.get(key.tenant) \
-            if key.identified and recall.across_conversations and recall.facts_k > 0 else None
+            if reads_user_memory(key, recall) and recall.facts_k > 0 else None
         if namespaces.conversation is None and namespaces.user is None and facts is None:
             return ()  # nothing to search
         if snapshot.embedding is not None and snapshot.query == query:
@@ -227,6 +227,12 @@ class MemoryService:
         # Facts are few, compact and about the user: relevant ones go first.
         return tuple(f for f in known if f.score > recall.fact_min_score) \
             + above_floor(turns, recall.relevance_floor, recall.relevance_gate, need)
+
+
+def reads_user_memory(key: ConversationKey, recall: RecallSettings) -> bool:
+    """Whether a request may be given its user's memory from outside the conversation (the
+    profile, facts, the user's recall index): an identified user, a tenant scoped to users."""
+    return key.identified and recall.across_conversations
 
 
 def search_need(query: str, recall: RecallSettings) -> Need | None:
