@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ class Turn:
     speaker: str
     text: str
     caption: str | None = None
+    role: str | None = None
+    """"user" or "assistant" when set (a chain's turns, bench/locomo/script.py); None: by the
+    conversation's speakers (`speaker_a` is the user)."""
 
     @property
     def line(self) -> str:
@@ -140,34 +143,41 @@ def _turn(data: dict[str, Any], session: int) -> Turn:
 
 def chain(conversations: list[Conversation], times: int = 1) -> Conversation:
     """The conversations one after another as one user's long history (`times` over), for the
-    cost benchmark's long rows: sessions renumbered in order, each conversation's two speakers
-    renamed to the first's (one user, one assistant), and the questions of the last pass kept
-    with their evidence renumbered to it (an earlier pass holds the same texts)."""
+    cost benchmark's long rows: sessions renumbered in order, every turn as its file has it
+    (speaker and text), each marked with its role in its own conversation (its `speaker_a` is
+    the user), and the questions of the last pass kept with their evidence renumbered to it
+    (an earlier pass holds the same texts). The questions name the people their conversation
+    names, so its speakers keep their names: a chain that renamed them to the first
+    conversation's would ask about "Jon" in lines said by someone else."""
     first = conversations[0]
     sessions: list[Session] = []
     questions: list[Question] = []
     for n in range(times):
         for conversation in conversations:
-            names = {conversation.speaker_a: first.speaker_a,
-                     conversation.speaker_b: first.speaker_b}
             renumbered: dict[int, int] = {}
             for session in conversation.sessions:
                 number = renumbered[session.number] = len(sessions) + 1
                 sessions.append(Session(number=number, date=session.date, turns=tuple(
-                    Turn(dia_id=_moved(t.dia_id, number), session=number,
-                         speaker=names.get(t.speaker, t.speaker), text=t.text,
-                         caption=t.caption) for t in session.turns)))
+                    replace(t, dia_id=_moved(t.dia_id, number), session=number,
+                            role=speaker_role(conversation, t))
+                    for t in session.turns)))
             if n < times - 1:
                 continue
             for q in conversation.questions:
                 moved = tuple(_moved(e, renumbered[int(e[1:].split(":")[0])])
                               for e in q.evidence)
-                questions.append(Question(index=len(questions), question=q.question,
-                                          answer=q.answer, category=q.category,
-                                          evidence=moved, unresolved=q.unresolved))
+                questions.append(replace(q, index=len(questions), evidence=moved))
     return Conversation(sample_id=f"chain{times}-" + "+".join(c.sample_id for c in conversations),
                         speaker_a=first.speaker_a, speaker_b=first.speaker_b,
                         sessions=tuple(sessions), questions=tuple(questions))
+
+
+def speaker_role(conversation: Conversation, turn: Turn) -> str:
+    """Who says `turn` in the chat the client replays: its own role if set, else "user" for
+    the conversation's `speaker_a` and "assistant" for anyone else."""
+    if turn.role is not None:
+        return turn.role
+    return "user" if turn.speaker == conversation.speaker_a else "assistant"
 
 
 def _moved(dia_id: str, session: int) -> str:

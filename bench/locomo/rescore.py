@@ -90,7 +90,7 @@ def first_sessions(item: dict[str, Any], count: int) -> dict[str, Any]:
 def chained(data: list[dict[str, Any]], times: int) -> dict[str, Any]:
     """The file's items as the one long history `bench locomo --chain K` replays, built here
     from the raw file: every `session_<n>` key of each item in order, renumbered one after
-    another, each item's two speakers named as the first item's, `times` over; the last pass's
+    another, every turn's speaker and text as the file has them, `times` over; the last pass's
     questions, their evidence ids moved to that pass's sessions."""
     first = data[0]["conversation"]
     conversation: dict[str, Any] = {"speaker_a": first["speaker_a"],
@@ -100,7 +100,6 @@ def chained(data: list[dict[str, Any]], times: int) -> dict[str, Any]:
     for n in range(times):
         for item in data:
             raw = item["conversation"]
-            names = {raw["speaker_a"]: first["speaker_a"], raw["speaker_b"]: first["speaker_b"]}
             moved: dict[int, int] = {}
             for old in sorted(int(k[8:]) for k in raw if _SESSION.fullmatch(k)):
                 number += 1
@@ -108,8 +107,7 @@ def chained(data: list[dict[str, Any]], times: int) -> dict[str, Any]:
                 date = raw.get(f"session_{old}_date_time", "")
                 conversation[f"session_{number}_date_time"] = date
                 conversation[f"session_{number}"] = [
-                    {**t, "speaker": names.get(t["speaker"], t["speaker"]),
-                     "dia_id": f"D{number}:{str(t['dia_id']).split(':', 1)[1]}"}
+                    {**t, "dia_id": f"D{number}:{str(t['dia_id']).split(':', 1)[1]}"}
                     for t in raw[f"session_{old}"] or []]
             if n < times - 1:
                 continue

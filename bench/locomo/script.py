@@ -1,7 +1,8 @@
 """A conversation as the chat client sees it: alternating user/assistant messages.
 
 Rendering (the same for every strategy, so they are compared on equal text):
-- speaker_a's turns are user messages, speaker_b's assistant messages; each turn is the line
+- speaker_a's turns are user messages, speaker_b's assistant messages (a chain's turns carry
+  their own role: bench/locomo/data.py `chain`); each turn is the line
   `<speaker>: <text>`, an image turn followed by ` [shares a photo: <caption>]`;
 - consecutive turns of one speaker are merged into one message, newline-joined, so roles
   alternate — also across a session boundary: a session that opens with speaker_b (common in
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from bench.locomo.data import Conversation
+from bench.locomo.data import Conversation, speaker_role
 
 Chat = list[dict[str, str]]
 
@@ -47,7 +48,7 @@ def build_script(conversation: Conversation) -> Script:
     lines: list[list[str]] = []
     for session in conversation.sessions:
         for k, turn in enumerate(session.turns):
-            role = "user" if turn.speaker == conversation.speaker_a else "assistant"
+            role = speaker_role(conversation, turn)
             line = turn.line if k or not session.date else f"[{session.date}] {turn.line}"
             if roles and roles[-1] == role:
                 lines[-1].append(line)

@@ -155,12 +155,17 @@ def test_chained_conversations_are_one_user_s_history_with_the_last_pass_s_quest
     second = parse_conversation({
         "sample_id": "other", "conversation": {
             "speaker_a": "Cy", "speaker_b": "Dee", "session_1_date_time": "2 June, 2023",
-            "session_1": [{"speaker": "Cy", "dia_id": "D1:1", "text": "I adopted a cat."}]},
+            "session_1": [{"speaker": "Cy", "dia_id": "D1:1", "text": "I adopted a cat."},
+                          {"speaker": "Dee", "dia_id": "D1:2", "text": "Which one?"}]},
         "qa": [{"question": "What did Cy adopt?", "answer": "a cat", "evidence": ["D1:1"],
                 "category": 4}]})
     once = chain([first, second])
     assert [s.number for s in once.sessions] == [1, 2]
-    assert once.sessions[1].turns[0] == Turn("D2:1", 2, "Ada", "I adopted a cat.")
+    # Each turn keeps its speaker, as the questions name them, and its role in its own chat.
+    assert once.sessions[1].turns[0] == Turn("D2:1", 2, "Cy", "I adopted a cat.", role="user")
+    assert [m["role"] for m in build_script(once).messages] == ["user", "assistant", "user",
+                                                                "assistant"]
+    assert build_script(once).messages[2]["content"] == "[2 June, 2023] Cy: I adopted a cat."
     assert [(q.index, q.question, q.evidence) for q in once.questions] == [
         (0, "When did Ben move?", ("D1:2",)), (1, "What did Ada say?", ("D1:1",)),
         (2, "What did Cy adopt?", ("D2:1",))]
