@@ -71,6 +71,7 @@ from gateway.core.recall.ranking import CANDIDATES as RANKED
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
 from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
 from gateway.core.recall.need import Need, memory_need
+from gateway.config.memory import TenantMemoryConfig
 from gateway.core.recall.relevance import above_floor, with_relevance
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
@@ -120,6 +121,8 @@ class Knobs:
     calibrated floor, as in the gateway; -1: none is dropped)."""
     relevance_gate: float | None = None
     """None is forwarded when not one item reaches this (None: the embedder's; -1: off)."""
+    per_relevant: int = TenantMemoryConfig().recall_items_per_relevant
+    """With a gate, at most this many items per one that reaches it (0: no cap)."""
 
 
 @dataclass(slots=True)
@@ -288,7 +291,7 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
                             [(p, i) for i, p in corpus.previous.items()])
     floor = corpus.relevance_floor if knobs.relevance_floor is None else knobs.relevance_floor
     gate = corpus.relevance_gate if knobs.relevance_gate is None else knobs.relevance_gate
-    return list(above_floor(marked, floor, gate, need))
+    return list(above_floor(marked, floor, gate, need, knobs.per_relevant))
 
 
 def _speakers_first(corpus: Corpus, query: str, fused: list[tuple[str, float]],

@@ -103,6 +103,12 @@ class TenantMemoryConfig(Strict):
     """When not one recalled turn or chunk is this relevant, none is forwarded (nothing stored
     is about the message). Unset: the embedder's own gate (USE 0.3; the others: none); -1:
     no gate."""
+    recall_items_per_relevant: int = Field(3, ge=0, le=1000)
+    """When the gate applies, at most this many recalled turns and chunks per one that reaches
+    it are forwarded, the best-ranked (0: no cap): a message that clears the gate by one
+    stored turn gets a few items, not every one above the floor. Chosen from the measured
+    curve of evidence against null-probe tokens (bench/README.md, "A weak licence recalls
+    little")."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
     (gateway/core/recall/ranking.py; measured on the dev sets by leave-one-conversation-out:

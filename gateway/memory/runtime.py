@@ -200,7 +200,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                    relevance_floor=_own(t.memory.recall_relevance_floor,
                                                         embedder.relevance_floor),
                                    relevance_gate=_own(t.memory.recall_relevance_gate,
-                                                       embedder.relevance_gate))
+                                                       embedder.relevance_gate),
+                                   per_relevant=t.memory.recall_items_per_relevant)
               for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
 

@@ -18,6 +18,10 @@ Two thresholds: the floor, below which an item is not forwarded, and the gate: w
 item reaches it, nothing stored is about the question and none is forwarded. Both are per
 embedder (each scores unrelated text in its own band: gateway/memory/embedders/), calibrated by
 leave-one-conversation-out on the dev sets (bench/README.md, "Recall only when relevant").
+What clears the gate also sizes the recall: at most `per_relevant` items per item that reaches
+the gate. One item barely over it (a general request that comes close to one stored turn) is a
+weak licence: without the cap every item above the floor came with it and filled the recall
+tail (bench/README.md, "A weak licence recalls little").
 
 What the message asks of memory (`gateway/core/recall/need.py`) comes first: nothing is
 forwarded for a message that needs none, and the gate does not apply to one about the past.
@@ -54,11 +58,13 @@ def with_relevance(items: Iterable[Recollection], similarity: Mapping[str, float
 
 
 def above_floor(items: Sequence[Recollection], floor: float | None,
-                gate: float | None = None, need: Need = Need.OPEN) -> tuple[Recollection, ...]:
+                gate: float | None = None, need: Need = Need.OPEN,
+                per_relevant: int = 0) -> tuple[Recollection, ...]:
     """The items worth forwarding: those whose relevance is at or above `floor` — none of
-    them when not one reaches `gate` (nothing stored is about the question) — and those whose
+    them when not one reaches `gate` (nothing stored is about the question), and of those the
+    first `per_relevant` × (how many reach `gate`) in order (0: all) — and those whose
     relevance is unknown. `need`: what the message asks of memory (`Need.NONE`: nothing is
-    forwarded; `Need.PAST`: no gate)."""
+    forwarded; `Need.PAST`: no gate, so no cap)."""
     if need is Need.NONE:
         return ()
     if need is Need.PAST:
@@ -66,6 +72,21 @@ def above_floor(items: Sequence[Recollection], floor: float | None,
     known = [r.relevance for r in items if r.relevance is not None]
     if gate is not None and known and max(known) < gate:
         return tuple(r for r in items if r.relevance is None)
-    if floor is None:
-        return tuple(items)
-    return tuple(r for r in items if r.relevance is None or r.relevance >= floor)
+    kept = tuple(r for r in items
+                 if floor is None or r.relevance is None or r.relevance >= floor)
+    if gate is None or per_relevant <= 0:
+        return kept
+    return _capped(kept, per_relevant * sum(1 for r in known if r >= gate))
+
+
+def _capped(items: Sequence[Recollection], cap: int) -> tuple[Recollection, ...]:
+    """The first `cap` items of known relevance, in order, and every item of unknown
+    relevance."""
+    out: list[Recollection] = []
+    for r in items:
+        if r.relevance is None:
+            out.append(r)
+        elif cap > 0:
+            out.append(r)
+            cap -= 1
+    return tuple(out)

@@ -81,6 +81,8 @@ class RecallSettings:
     (gateway/core/recall/relevance.py; None: all are)."""
     relevance_gate: float | None = None
     """When no recalled turn or chunk is this relevant, none is offered (None: no gate)."""
+    per_relevant: int = 0
+    """With a gate, at most this many recalled items per one that reaches it (0: no cap)."""
     across_conversations: bool = True
     """An identified user's memory from their other conversations — recall from them, the
     profile, facts — is offered (the tenant's `memory.scope: user`); False: only the
@@ -226,7 +228,8 @@ class MemoryService:
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
         return tuple(f for f in known if f.score > recall.fact_min_score) \
-            + above_floor(turns, recall.relevance_floor, recall.relevance_gate, need)
+            + above_floor(turns, recall.relevance_floor, recall.relevance_gate, need,
+                          recall.per_relevant)
 
 
 def reads_user_memory(key: ConversationKey, recall: RecallSettings) -> bool:
