@@ -65,6 +65,29 @@ def test_when_no_item_reaches_the_gate_none_is_forwarded_but_unknown_ones():
     assert above_floor(items, None, gate=None) == items
 
 
+def test_what_clears_the_gate_sizes_the_recall():
+    fact = Recollection("fact", "fact:home", "user lives in Lisbon", (), -1, 0.4)
+    ids = [f"t{n}" for n in range(1, 9)]
+    # t5 alone reaches the gate, ranked fifth of eight; the rest are above the floor.
+    items = (fact,) + with_relevance([item(i) for i in ids], {
+        "t1": 0.2, "t2": 0.15, "t3": 0.12, "t4": 0.11, "t5": 0.31, "t6": 0.2, "t7": 0.18,
+        "t8": 0.05}, [])
+    kept = above_floor(items, 0.1, gate=0.3, per_relevant=3)
+    # One item reaches the gate: the three best-ranked above the floor, and the fact (unknown
+    # relevance), in order.
+    assert [r.id for r in kept] == ["fact:home", "t1", "t2", "t3"]
+    # Two reach it: six.
+    two = with_relevance([item(i) for i in ids], {i: 0.31 if i in ("t1", "t2") else 0.2
+                                                  for i in ids}, [])
+    assert [r.id for r in above_floor(two, 0.1, gate=0.3, per_relevant=3)] == ids[:6]
+    # No cap (0), no gate, or a message about the past (no gate): every item above the floor.
+    above = ["fact:home"] + [i for i in ids if i != "t8"]
+    assert [r.id for r in above_floor(items, 0.1, gate=0.3)] == above
+    assert [r.id for r in above_floor(items, 0.1, gate=None, per_relevant=3)] == above
+    assert [r.id for r in above_floor(items, 0.1, gate=0.3, need=Need.PAST,
+                                      per_relevant=3)] == above
+
+
 def test_the_thresholds_are_strict_config_naming_the_key():
     from pydantic import ValidationError
 
@@ -72,6 +95,9 @@ def test_the_thresholds_are_strict_config_naming_the_key():
 
     assert TenantMemoryConfig().recall_relevance_floor is None  # the embedder's own
     assert TenantMemoryConfig(recall_relevance_gate=-1).recall_relevance_gate == -1
+    assert TenantMemoryConfig().recall_items_per_relevant == 3
+    with pytest.raises(ValidationError, match="recall_items_per_relevant"):
+        TenantMemoryConfig(recall_items_per_relevant=-1)
     for key in ("recall_relevance_floor", "recall_relevance_gate"):
         with pytest.raises(ValidationError, match=key):
             TenantMemoryConfig(**{key: 1.5})
