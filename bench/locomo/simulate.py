@@ -60,6 +60,7 @@ from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
 from bench.locomo.shapes import budget_list, column, shapes
 from bench.machine import machine
+from gateway.config.memory import TenantMemoryConfig
 from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
                                        with_successors)
 from gateway.core.context.blocks import MemoryContext
@@ -71,7 +72,6 @@ from gateway.core.recall.ranking import CANDIDATES as RANKED
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
 from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
 from gateway.core.recall.need import Need, memory_need
-from gateway.config.memory import TenantMemoryConfig
 from gateway.core.recall.relevance import above_floor, with_relevance
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
