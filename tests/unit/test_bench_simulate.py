@@ -65,7 +65,12 @@ def test_the_simulation_forwards_what_the_relevance_floor_and_gate_keep(tmp_path
     assert floored == [r for r in everything if r.relevance >= middle] != everything
     best = max(r.relevance for r in everything)
     assert recall(corpus, q, Knobs(relevance_gate=best + 1e-6)) == []
-    assert recall(corpus, q, Knobs(relevance_gate=best)) == everything
+    assert recall(corpus, q, Knobs(relevance_gate=best, per_relevant=0)) == everything
+    # With the cap, as the gateway's: per item that reaches the gate, that many, best-ranked.
+    reaching = sum(1 for r in everything if r.relevance >= best)
+    assert len(everything) > 2 * reaching
+    assert recall(corpus, q, Knobs(relevance_gate=best, per_relevant=2)) \
+        == everything[:2 * reaching]
 
     class Calibrated(HashEmbedder):
         relevance_floor, relevance_gate = middle, best + 1e-6
