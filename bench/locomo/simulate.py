@@ -281,7 +281,8 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     out = []
     for i, score in with_successors(ranked, following):
         e = corpus.entries[corpus.by_id[i]]
-        out.append(Recollection("turn", e.id, e.text, (e.id,), e.position, score))
+        out.append(Recollection("turn", e.id, e.text, (e.id,), e.position, score,
+                                day=corpus.extra["items"][e.id].day))  # read once a corpus
     # The recaller's dense hits: its depth (as `candidates`), their similarities.
     depth = knobs.depth or max(knobs.top_k, 20, RANKING_DEPTH if knobs.ranking == "learned"
                                else 0)

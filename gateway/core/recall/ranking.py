@@ -23,8 +23,8 @@ holds a question mark; answers — the turn before it is a candidate that asks; 
 its speaker label (`Name: ` at the start of a line) is a name the question contains; length —
 log(1 + its characters); place — where it sits between the first and the last candidate;
 fused — its fused score; similarity_gap — similarity minus the best dense hit's; named_day —
-the day it was said on (its `[date] ` anchor, `core.text.days.anchor_day`) is a day the question
-names (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
+the day it was said on (its `[date] ` anchor, else the last date it writes:
+`core.text.days.day_of`, read once per item, `Candidate.day`) is a day the question names (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
 Saturday" from the latest day among the candidates), 0 for every candidate of a question that
 names no day; own_words — the question (its end) is in the first person ("my", "I", "我")
 and the user said the turn: in an assistant chat the questions are about what the user said,
@@ -47,7 +47,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from gateway.core.recall.fusion import asks
 from gateway.core.recall.recollection import Recollection
-from gateway.core.text.days import anchor_day, day_key, day_of, mentions_day, named_days
+from gateway.core.text.days import UNREAD, Unread, day_key, day_of, mentions_day, named_days
 
 FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
             "next_lexical", "asks", "answers", "speaker_named", "length", "place", "fused",
@@ -97,6 +97,13 @@ class Candidate:
     """False (a summary chunk): kept at its place, never re-ranked."""
     role: str | None = None
     """Who said it ("user", "assistant"), when known."""
+    day: datetime.date | None | Unread = UNREAD
+    """The day it was said on (`core.text.days.day_of` of its text; None: no day): given by
+    `gather` from its item (derived once per stored item), else derived from `text` here."""
+
+    def __post_init__(self) -> None:
+        if self.day is UNREAD:
+            object.__setattr__(self, "day", day_of(self.text))
 
 
 class Neighbours(Protocol):
@@ -131,7 +138,7 @@ def gather(fused: Sequence[tuple[str, float]], items: Mapping[str, Recollection]
             i, item.text, item.position, score, similarity.get(i), dense_rank(i),
             found[0] if found else None, found[1] if found else None,
             link.previous if link else None, link.following if link else None,
-            item.kind == "turn", item.role))
+            item.kind == "turn", item.role, item.day))
     return out
 
 
@@ -216,14 +223,11 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
 
 def _on_named_day(query: str, candidates: Sequence[Candidate]) -> Callable[..., float | None]:
     """`.get` of {candidate id: 1.0} for the candidates said on a day `query` names; a
-    question that names no day (most) costs one pattern scan and reads no candidate's day."""
+    question that names no day (most) costs one pattern scan. Each candidate's day is its
+    `day` (the day the lexical index gives the turn): no candidate's text is read here."""
     if not mentions_day(query):
         return {}.get
-    known: dict[str, datetime.date | None] = {}
-    # The day the lexical index gives the turn (`day_of`): its anchor's, each distinct anchor
-    # read once; else a date it writes (only the few turns without a dated anchor).
-    days = {c.id: day for c in candidates
-            if (day := anchor_day(c.text, known) or day_of(c.text)) is not None}
+    days = {c.id: c.day for c in candidates if isinstance(c.day, datetime.date)}
     wanted = set(named_days(query, max(days.values(), default=None)))
     return {i: 1.0 for i, day in days.items() if day_key(day.month, day.day) in wanted}.get
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Literal
+
+from gateway.core.text.days import UNREAD, Unread, day_of
 
 RecollectionKind = Literal["turn", "chunk", "fact"]
 
@@ -33,3 +36,12 @@ class Recollection:
     similarity, on the embedder's scale); None: unknown (never dropped by the floor)."""
     role: str | None = None
     """Who said a turn ("user", "assistant"), when known."""
+    day: datetime.date | None | Unread = UNREAD
+    """The day a turn or chunk was said on (`core.text.days.day_of` of its text; None: no
+    day, and always for a fact). Derived from `text` once, when the item is made, unless given:
+    `dataclasses.replace` carries it, so a recall that re-places and re-scores its items never
+    reads a date again."""
+
+    def __post_init__(self) -> None:
+        if self.day is UNREAD:
+            object.__setattr__(self, "day", day_of(self.text) if self.kind != "fact" else None)

@@ -16,7 +16,9 @@ it); a key is never a token of ordinary text (it contains "@", which word tokens
 from __future__ import annotations
 
 import datetime
+import enum
 import re
+from typing import Final
 
 from gateway.core.text.dates import find_dates
 
@@ -49,6 +51,15 @@ _ANCHOR = re.compile(r"\[([^\[\]\n]{1,60})\] ")
 _DIGIT = re.compile(r"\d")
 _DIGIT_OR_MONTH = re.compile(r"\d|月")
 _RELATIVE_HINT = re.compile(r"[天日周期拜]|(?i:today|yesterday|last)")
+
+
+class Unread(enum.Enum):
+    UNREAD = "unread"
+
+
+UNREAD: Final = Unread.UNREAD
+"""A `day` not given to the object that holds it: derived from its text (`day_of`) when it is
+made (gateway/core/recall/recollection.py, gateway/core/recall/ranking.py `Candidate`)."""
 
 
 def day_key(month: int, day: int) -> str:
