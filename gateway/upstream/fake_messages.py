@@ -15,12 +15,27 @@ The model name selects the same behaviours as the chat form (gateway/upstream/fa
   none) with `{"input": <last user text>}`, stop reason `tool_use`.
 - `cached-<n>` — `echo`, its usage saying n input tokens (at most all) were read from the
   prompt cache (`cache_read_input_tokens`, which Anthropic counts apart from `input_tokens`).
+- `agent` — a step of an agent's tool loop: one `tool_use` block calling the request's first
+  tool with `{"step": <number of messages>}`, stop reason `tool_use`, its id derived from the
+  messages; when the request enables `thinking`, a `thinking` block comes first (a short
+  deterministic text and its valid `signature`). `echo` if the request sent no tools.
+- `<name>-ctx<n>` — behaviour `<name>` with a context window of n tokens (default 200,000).
+
+Requests are held to Anthropic's documented rules (gateway/upstream/provider_rules.py: the
+first message is the user's, tool_use/tool_result pairing and order, non-empty text, at most 4
+`cache_control` blocks, thinking signatures and the thinking block an open tool loop needs,
+the prompt within the window); a request that breaks one gets Anthropic's 400
+(`invalid_request_error`) in its wording, whatever the behaviour. Thinking blocks are signed by
+`signature(thinking)`, which tests use to build valid blocks.
 
 `stop_sequences`: an echoed text that holds one is cut before the first that occurs, with
 stop reason `stop_sequence` and that sequence in `stop_sequence`, as Anthropic answers.
-Streams are Anthropic's event sequence: `message_start`, `content_block_start`, `ping`, the
-block's deltas, `content_block_stop`, `message_delta` (stop reason, usage), `message_stop`.
-Tokens are counted with cl100k (not Claude's tokenizer: the counts are the fake's own).
+Streams are Anthropic's event sequence: `message_start`, then per block `content_block_start`
+(the first followed by `ping`), its deltas (`text_delta`; `thinking_delta`s then one
+`signature_delta`; `input_json_delta`), `content_block_stop`; then `message_delta` (stop
+reason, usage), `message_stop`. Tokens are counted with cl100k (not Claude's tokenizer: the
+counts are the fake's own) over the system prompt, every block's text (text, thinking, tool
+names and inputs, tool results) and the tools' JSON.
 """
 
 from __future__ import annotations
@@ -30,7 +45,10 @@ import uuid
 from typing import Any, Mapping
 
 from gateway.core.dialects.anthropic_answer import error_body as anthropic_error_body
-from gateway.upstream.fake import Behaviour, FakeModel, cut_at_stop, pieces, text_of
+from gateway.upstream.fake import Behaviour, FakeModel, call_id, cut_at_stop, pieces, text_of
+from gateway.upstream.provider_rules import ANTHROPIC_WINDOW, anthropic_problem, signature
+
+MESSAGES_PATH = "/v1/messages"
 
 
 def request_problem(body: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -80,71 +98,132 @@ class FakeMessages:
     def __init__(self, model: FakeModel) -> None:
         self._model = model
 
-    def message(self, behaviour: Behaviour, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A Messages API `message`; the caller handles `error` behaviours (`error_body`)."""
-        block, stop_reason, stop_sequence = self._reply(behaviour, body)
-        return {"id": _new_id(), "type": "message", "role": "assistant",
-                "model": f"fake/{behaviour.name}", "content": [block],
-                "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-                "usage": self._usage(body, block, behaviour.cached)}
+    def input_tokens(self, body: Mapping[str, Any]) -> int:
+        """The prompt's tokens as the fake counts them: the system prompt, per message 3 and
+        the text of its blocks, the tools' JSON."""
+        system = body.get("system")
+        total = self._model.count(text_of(system)) if system else 0
+        for message in body.get("messages") or []:
+            total += 3 + self._model.count(_message_text(message.get("content")))
+        tools = body.get("tools")
+        if tools:
+            total += self._model.count(json.dumps(tools, ensure_ascii=False))
+        return total
 
-    def events(self, behaviour: Behaviour, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def problem(self, behaviour: Behaviour, body: Mapping[str, Any]) -> tuple[int, str | None]:
+        """The prompt's tokens, and Anthropic's 400 message if `body` breaks one of its rules
+        (provider_rules.anthropic_problem) or None. `body` passed `request_problem`."""
+        tokens = self.input_tokens(body)
+        return tokens, anthropic_problem(body, tokens, behaviour.window or ANTHROPIC_WINDOW)
+
+    def message(self, behaviour: Behaviour, body: Mapping[str, Any],
+                input_tokens: int | None = None) -> dict[str, Any]:
+        """A Messages API `message`; the caller handles `error` behaviours (`error_body`)."""
+        blocks, stop_reason, stop_sequence = self._reply(behaviour, body)
+        return {"id": _new_id(), "type": "message", "role": "assistant",
+                "model": f"fake/{behaviour.name}", "content": blocks,
+                "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+                "usage": self._usage(body, blocks, behaviour.cached, input_tokens)}
+
+    def events(self, behaviour: Behaviour, body: Mapping[str, Any],
+               input_tokens: int | None = None) -> list[dict[str, Any]]:
         """The events of a streamed answer, in Anthropic's order."""
-        block, stop_reason, stop_sequence = self._reply(behaviour, body)
-        usage = self._usage(body, block, behaviour.cached)
+        blocks, stop_reason, stop_sequence = self._reply(behaviour, body)
+        usage = self._usage(body, blocks, behaviour.cached, input_tokens)
         start = {**usage, "output_tokens": 1}  # Anthropic's message_start says 1 so far
         message = {"id": _new_id(), "type": "message", "role": "assistant",
                    "model": f"fake/{behaviour.name}", "content": [], "stop_reason": None,
                    "stop_sequence": None, "usage": start}
-        if block["type"] == "text":
-            opened: dict[str, Any] = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
-        else:
-            opened = {**block, "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": p}
-                      for p in pieces(json.dumps(block["input"], ensure_ascii=False))]
-        return [{"type": "message_start", "message": message},
-                {"type": "content_block_start", "index": 0, "content_block": opened},
-                {"type": "ping"},
-                *({"type": "content_block_delta", "index": 0, "delta": d} for d in deltas),
-                {"type": "content_block_stop", "index": 0},
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
+        for index, block in enumerate(blocks):
+            opened, deltas = _streamed(block)
+            events.append({"type": "content_block_start", "index": index,
+                           "content_block": opened})
+            if index == 0:
+                events.append({"type": "ping"})
+            events += [{"type": "content_block_delta", "index": index, "delta": d}
+                       for d in deltas]
+            events.append({"type": "content_block_stop", "index": index})
+        return [*events,
                 {"type": "message_delta",
                  "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                  "usage": {"output_tokens": usage["output_tokens"]}},
                 {"type": "message_stop"}]
 
     def _reply(self, behaviour: Behaviour, body: Mapping[str, Any]
-               ) -> tuple[dict[str, Any], str, str | None]:
-        """The one content block, the stop reason and the matched stop sequence."""
+               ) -> tuple[list[dict[str, Any]], str, str | None]:
+        """The content blocks, the stop reason and the matched stop sequence."""
         messages = body.get("messages") or []
         if behaviour.kind == "echo-messages":
             system = body.get("system")
             sent = ([{"role": "system", "content": system}] if system else []) + list(messages)
-            return {"type": "text", "text": json.dumps(sent, ensure_ascii=False)}, \
+            return [{"type": "text", "text": json.dumps(sent, ensure_ascii=False)}], \
                 "end_turn", None
         text = _last_user_text(messages)
+        tools = body.get("tools") or []
+        name = tools[0].get("name") if tools and isinstance(tools[0].get("name"), str) \
+            else "echo"
         if behaviour.kind == "tool-call":
-            tools = body.get("tools") or []
-            name = tools[0].get("name") if tools and isinstance(tools[0].get("name"), str) \
-                else "echo"
-            return {"type": "tool_use", "id": "toolu_fake_" + uuid.uuid4().hex[:20],
-                    "name": name, "input": {"input": text}}, "tool_use", None
+            return [{"type": "tool_use", "id": "toolu_fake_" + uuid.uuid4().hex[:20],
+                     "name": name, "input": {"input": text}}], "tool_use", None
+        if behaviour.kind == "agent" and tools:
+            step = len(messages)
+            call = {"type": "tool_use", "id": call_id(messages, "toolu_fake_"), "name": name,
+                    "input": {"step": step}}
+            thinking = body.get("thinking")
+            if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
+                thought = f"Step {step}: the next thing to do is to call {name}."
+                return [{"type": "thinking", "thinking": thought,
+                         "signature": signature(thought)}, call], "tool_use", None
+            return [call], "tool_use", None
         text, matched = cut_at_stop(text, body.get("stop_sequences") or [])
-        return {"type": "text", "text": text}, \
+        return [{"type": "text", "text": text}], \
             "end_turn" if matched is None else "stop_sequence", matched
 
-    def _usage(self, body: Mapping[str, Any], block: Mapping[str, Any],
-               cached: int) -> dict[str, int]:
-        system = body.get("system")
-        total = self._model.count(text_of(system)) if system else 0
-        for message in body.get("messages") or []:
-            total += 3 + self._model.count(text_of(message.get("content")))
-        reply = block["text"] if block["type"] == "text" else json.dumps(block["input"])
-        usage = {"input_tokens": total, "output_tokens": self._model.count(reply)}
+    def _usage(self, body: Mapping[str, Any], blocks: list[dict[str, Any]], cached: int,
+               input_tokens: int | None) -> dict[str, int]:
+        total = self.input_tokens(body) if input_tokens is None else input_tokens
+        usage = {"input_tokens": total, "output_tokens": self._model.count(_message_text(blocks))}
         if cached:
             read = min(cached, total)
             usage.update(input_tokens=total - read, cache_read_input_tokens=read)
         return usage
+
+
+def _streamed(block: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A block as its `content_block_start` shows it, and its deltas."""
+    if block["type"] == "text":
+        return {"type": "text", "text": ""}, \
+            [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
+    if block["type"] == "thinking":
+        return {"type": "thinking", "thinking": "", "signature": ""}, \
+            [*({"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"])),
+             {"type": "signature_delta", "signature": block["signature"]}]
+    return {**block, "input": {}}, \
+        [{"type": "input_json_delta", "partial_json": p}
+         for p in pieces(json.dumps(block["input"], ensure_ascii=False))]
+
+
+def _message_text(content: Any) -> str:
+    """The text the fake counts in a message's content: text and thinking, tool names and
+    inputs, tool results' content."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            parts.append(block["thinking"])
+        elif kind == "tool_use":
+            parts += [str(block.get("name") or ""),
+                      json.dumps(block.get("input"), ensure_ascii=False)]
+        elif kind == "tool_result":
+            parts.append(_message_text(block.get("content")))
+    return "\n".join(p for p in parts if p)
 
 
 def _new_id() -> str:

@@ -6,6 +6,14 @@ The request body's `model` selects the behaviour (see `gateway.upstream.fake`, a
 dialect's error body; chat streams are SSE ending with `data: [DONE]`, Messages streams
 Anthropic's named events (`event: <type>`). Benchmarks
 put a gateway in front of it, so a request does no more work than building its answer.
+
+Both forms hold requests to the providers' documented rules (gateway/upstream/
+provider_rules.py) and answer a request that breaks one with the provider's 400.
+
+The server keeps the requests it received, oldest first, the last 1,000:
+`GET /fake/received` answers `{"requests": [{"path": "/v1/messages", "body": {...}}, ...]}`
+(`"status"` added when the answer was not 200, e.g. 400 for a rejected request; a body that is
+not JSON is kept as its text), `DELETE /fake/received` forgets them.
 """
 
 from __future__ import annotations
@@ -21,42 +29,68 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.upstream import fake_messages
-from gateway.upstream.fake import (BEHAVIOURS, Behaviour, FakeModel, bad_request_body,
-                                   behaviour_for, error_body, request_problem, stream_pause)
+from gateway.upstream.fake import (BEHAVIOURS, CHAT_PATH, Behaviour, FakeModel,
+                                   bad_request_body, behaviour_for, error_body, keep,
+                                   request_problem, stream_pause)
 
 
 def create_fake_app() -> Starlette:
     model = FakeModel()
     model.count("")  # load the tokenizer now (~0.2 s), not during the first timed request
+    received: list[dict[str, Any]] = []
+
+    def rejected(path: str, body: Any, error: dict[str, Any]) -> Response:
+        keep(received, path, body, 400)
+        return _JSON(error, status_code=400)
 
     async def chat_completions(request: Request) -> Response:
-        try:
-            body = json.loads(await request.body())
-        except (ValueError, RecursionError):
-            return _bad_request("The request body is not valid JSON.")
+        raw = await request.body()
+        body = _parsed(raw)
+        if body is None:
+            return rejected(CHAT_PATH, _text(raw), _bad_request("The request body is not "
+                                                                "valid JSON."))
         if not isinstance(body, dict):
-            return _bad_request("Expected a JSON object with a `messages` array.")
-        problem = request_problem(body)
-        if problem is not None:
-            return _JSON(bad_request_body(*problem), status_code=400)
+            return rejected(CHAT_PATH, body, _bad_request("Expected a JSON object with a "
+                                                          "`messages` array."))
         behaviour = behaviour_for(str(body.get("model") or "echo"))
-        return await _answer(behaviour, body, error_body, model.chunks, _sse, model.completion)
+        shape = request_problem(body)
+        tokens, rule = (0, None) if shape is not None else model.problem(behaviour, body)
+        problem = shape or rule
+        if problem is not None:
+            return rejected(CHAT_PATH, body, bad_request_body(*problem))
+        keep(received, CHAT_PATH, body, behaviour.status)
+        return await _answer(behaviour, body, error_body,
+                             lambda b, d: model.chunks(b, d, tokens), _sse,
+                             lambda b, d: model.completion(b, d, tokens))
 
     anthropic = fake_messages.FakeMessages(model)
+    messages_path = fake_messages.MESSAGES_PATH
 
     async def messages(request: Request) -> Response:
-        try:
-            body = json.loads(await request.body())
-        except (ValueError, RecursionError):
-            body = None
+        raw = await request.body()
+        body = _parsed(raw)
         if not isinstance(body, dict):
-            return _JSON(fake_messages.bad_request_body("The request body is not a JSON object."),
-                         status_code=400)
+            return rejected(messages_path, _text(raw) if body is None else body,
+                            fake_messages.bad_request_body("The request body is not a JSON "
+                                                           "object."))
         problem = fake_messages.request_problem(body)
         if problem is not None:
-            return _JSON(fake_messages.bad_request_body(problem[0]), status_code=400)
-        return await _answer(behaviour_for(body["model"]), body, fake_messages.error_body,
-                             anthropic.events, _named_sse, anthropic.message)
+            return rejected(messages_path, body, fake_messages.bad_request_body(problem[0]))
+        behaviour = behaviour_for(body["model"])
+        tokens, rule = anthropic.problem(behaviour, body)
+        if rule is not None:
+            return rejected(messages_path, body, fake_messages.bad_request_body(rule))
+        keep(received, messages_path, body, behaviour.status)
+        return await _answer(behaviour, body, fake_messages.error_body,
+                             lambda b, d: anthropic.events(b, d, tokens), _named_sse,
+                             lambda b, d: anthropic.message(b, d, tokens))
+
+    async def list_received(request: Request) -> Response:
+        return _JSON({"requests": received})
+
+    async def forget_received(request: Request) -> Response:
+        received.clear()
+        return _JSON({"requests": []})
 
     async def models(request: Request) -> Response:
         created = int(time.time())
@@ -73,6 +107,8 @@ def create_fake_app() -> Starlette:
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/fake/received", list_received, methods=["GET"]),
+        Route("/fake/received", forget_received, methods=["DELETE"]),
     ])
 
 
@@ -132,6 +168,17 @@ def _dumps(content: Any) -> bytes:
         return json.dumps(content).encode()
 
 
-def _bad_request(message: str) -> JSONResponse:
-    return _JSON({"error": {"message": message, "type": "invalid_request_error",
-                                   "param": None, "code": None}}, status_code=400)
+def _parsed(raw: bytes) -> Any:
+    """The JSON of a request body, or None if it is not JSON."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _bad_request(message: str) -> dict[str, Any]:
+    return bad_request_body(message, None)
