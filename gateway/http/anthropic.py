@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -21,7 +21,7 @@ from gateway.core.dialects.anthropic import MessagesRequest
 from gateway.core.dialects.anthropic_answer import anthropic_message, error_body
 from gateway.core.text.tokens import count_messages
 from gateway.errors import GatewayError
-from gateway.http.door import Door, UnicodeSafeJSON, read_body, serve
+from gateway.http.door import Door, UnicodeSafeJSON, client_disconnected, read_body, serve
 from gateway.ops.observability import RequestLog
 from gateway.pipeline.anthropic import AnthropicEncoder, error_message, parse_anthropic_request
 from gateway.pipeline.chat_request import ChatRequest, parse_body
@@ -66,8 +66,9 @@ async def count_tokens(request: Request) -> Response:
     """The prompt's tokens as the gateway counts them for the model's route (the client's own
     messages: what it would send before memory is added)."""
     gateway: Gateway = request.app.state.gateway
+    tenant: Tenant | None = None
     try:
-        tenant: Tenant = gateway.tenants.authenticate(_authorization(request))
+        tenant = gateway.tenants.authenticate(_authorization(request))
         body = parse_body(await read_body(request, gateway.config.server.max_body_bytes))
         # The Messages rules without the one field count_tokens does not take.
         _, chat = parse_anthropic_request({**body, "max_tokens": 1}, tenant.request_limits)
@@ -76,6 +77,8 @@ async def count_tokens(request: Request) -> Response:
         tools = chat.passthrough.get("tools")
         if tools:  # as the upstream gets them: JSON
             tokens += gateway.pipeline.tokenizer_for(route.model).count(json.dumps(tools))
+    except ClientDisconnect:
+        return client_disconnected(request, tenant.name if tenant else None)
     except GatewayError as exc:
         return anthropic_error(exc)
     return UnicodeSafeJSON({"input_tokens": tokens})

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from gateway.config import Config, load_config
 from gateway.errors import GatewayError
@@ -19,7 +20,13 @@ from gateway.http.admin import AdminKeys
 from gateway.http.anthropic import anthropic_routes
 from gateway.http.console import console_routes
 from gateway.http.responses import responses_routes
-from gateway.http.routes import on_gateway_error, on_http_exception, on_unexpected, routes
+from gateway.http.routes import (
+    on_client_disconnect,
+    on_gateway_error,
+    on_http_exception,
+    on_unexpected,
+    routes,
+)
 from gateway.http.state import Gateway
 from gateway.ops.logs import configure_logging
 from gateway.ops.observability import Metrics
@@ -92,6 +99,7 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
     exception_handlers: dict[Any, Any] = {
         HTTPException: on_http_exception,
         GatewayError: on_gateway_error,
+        ClientDisconnect: on_client_disconnect,
         Exception: on_unexpected,
     }
     # The console's pages exist only when it is enabled (404 otherwise, like any unknown path).

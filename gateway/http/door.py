@@ -14,18 +14,22 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.config.tenants import Tenant
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
-from gateway.ops.observability import RequestLog, request_id
+from gateway.ops.logs import JsonMessage
+from gateway.ops.observability import RequestLog, request_id, request_logger
 from gateway.pipeline.chat_request import ChatRequest, parse_body
 from gateway.pipeline.streams import StreamEncoder
 
 if TYPE_CHECKING:
     from gateway.http.state import Gateway
+
+CLIENT_CLOSED_REQUEST = 499
+"""The status of a request whose client left before it was read (nginx's; never sent)."""
 
 
 class Door:
@@ -83,6 +87,8 @@ async def serve(request: Request, door: Door) -> Response:
                                      media_type="text/event-stream",
                                      headers={**log.headers(), "cache-control": "no-cache"})
         answer = await door.answer(await gateway.pipeline.complete(prepared, log), key, persist)
+    except ClientDisconnect:
+        return client_disconnected(request, log.tenant)
     except GatewayError as exc:
         log.status, log.error = exc.status, exc.message
         gateway.pipeline.finish(log)
@@ -97,6 +103,16 @@ def request_log(request: Request, gateway: Gateway) -> RequestLog:
     if gateway.pipeline.tracing is not None:
         log.traceparent = request.headers.get("traceparent")
     return log
+
+
+def client_disconnected(request: Request, tenant: str | None = None) -> Response:
+    """Log a client that closed its connection before its request was read — a normal event:
+    one `client_disconnected` line, no traceback — and the response nobody will read."""
+    request_logger.info(JsonMessage(
+        event="client_disconnected", request_id=request_id(request.headers),
+        method=request.method, path=request.url.path,
+        **({"tenant": tenant} if tenant is not None else {})))
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 def identity(request: Request, tenant: Tenant,

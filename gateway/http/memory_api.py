@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 from redis.exceptions import ConnectionError as StoreConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as StoreTimeoutError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
-from gateway.errors import (BadRequest, Forbidden, GatewayError, NotFound, PayloadTooLarge,
-                            StoreUnavailable)
+from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, StoreUnavailable
+from gateway.http.door import client_disconnected, read_body
 from gateway.memory.control import MemoryControl
 from gateway.memory.export import Export
 from gateway.memory.records.pin_store import PinLimitReached
@@ -162,15 +162,9 @@ def _settings_json(gateway: Gateway, tenant: str, settings: UserSettings) -> JSO
 
 
 async def _settings_change(request: Request) -> dict[str, bool]:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes.")
-    raw = bytearray()
-    async for chunk in request.stream():  # bounded also without a Content-Length
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes.")
-    body = parse_body(bytes(raw))  # the chat endpoint's rules: depth, encoding, an object
+    # The chat endpoint's rules: bounded also without a Content-Length; depth, encoding,
+    # an object.
+    body = parse_body(await read_body(request, MAX_BODY_BYTES))
     for name, value in body.items():
         if name not in SETTINGS:
             raise BadRequest(f"Unknown setting `{name}`; known: {', '.join(SETTINGS)}.",
@@ -187,7 +181,10 @@ async def get_settings(request: Request) -> Response:
 
 async def patch_settings(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
-    change = await _settings_change(request)
+    try:
+        change = await _settings_change(request)
+    except ClientDisconnect:
+        return client_disconnected(request, tenant)
     settings = await _control(gateway).set_settings(
         tenant, user, memory=change.get("memory"), auto_extract=change.get("auto_extract"))
     return _settings_json(gateway, tenant, settings)

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from gateway.config.tenants import Tenant
 from gateway.errors import GatewayError
 from gateway.http.anthropic import anthropic_error
-from gateway.http.door import Door, error_response, serve
+from gateway.http.door import Door, client_disconnected, error_response, serve
 from gateway.http.memory_api import memory_routes
 from gateway.http.openapi import openapi
 from gateway.pipeline.chat_request import ChatRequest, parse_chat_request
@@ -110,6 +110,13 @@ def _allowed_methods(request: Request) -> str:
 async def on_gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     return error_response(exc)
+
+
+async def on_client_disconnect(request: Request, exc: Exception) -> Response:
+    """A client gone while a route read its body, at a route that does not name the tenant
+    itself (the doors do: gateway/http/door.py)."""
+    assert isinstance(exc, ClientDisconnect)
+    return client_disconnected(request)
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
