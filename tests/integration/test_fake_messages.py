@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.upstream.fake_messages import signature
 from gateway.upstream.fake_server import create_fake_app
 from tests.support.gateway import KEYS, conversation_key, forwarded, gateway_config, \
     running_gateway
@@ -158,3 +159,109 @@ def test_the_anthropic_upstream_gets_the_rewritten_conversation_as_blocks(claude
     sent = forwarded(message.content[0].text)
     assert sent[0]["role"] == "system" and "Be brief." in json.dumps(sent[0]["content"])
     assert sent[-1]["role"] == "user" and "what was sent?" in json.dumps(sent[-1]["content"])
+
+
+# --- the providers' rules, the agent behaviour, the requests kept ----------------------------
+
+THINK = {"type": "enabled", "budget_tokens": 1024}
+TASK = {"role": "user", "content": "Find the weather in Lima."}
+
+
+def call(id_: str, *before: dict) -> dict:
+    return {"role": "assistant", "content": [
+        *before, {"type": "tool_use", "id": id_, "name": "get_weather", "input": {}}]}
+
+
+def answer(id_: str) -> dict:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id_,
+                                         "content": "sunny"}]}
+
+
+@pytest.mark.parametrize("model, messages, extra, expected", [
+    ("echo", [call("t1"), answer("t1")], {},
+     'messages.0.role: first message must use the "user" role'),
+    ("echo", [TASK, call("t1", {"type": "thinking", "thinking": "Hm.", "signature": "sig-1"}),
+              answer("t1")], {}, "messages.1.content.0: Invalid `signature` in `thinking` block"),
+    ("agent", [TASK, call("t1"), answer("t1")], {"thinking": THINK},
+     "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+     "`tool_use`."),
+    ("echo", [TASK, call("t1"), {"role": "user", "content": "and?"}], {},
+     "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: "
+     "t1."),
+    ("echo", [{"role": "user", "content": [
+        {"type": "text", "text": f"part {n}", "cache_control": {"type": "ephemeral"}}
+        for n in range(5)]}], {},
+     "A maximum of 4 blocks with cache_control may be provided. Found 5."),
+    ("echo-ctx10", [{"role": "user", "content": "a few more words than ten tokens can hold, "
+                                                "surely more than ten"}], {},
+     "prompt is too long: "),
+])
+def test_a_request_anthropic_rejects_is_its_400_in_its_words(sdk, fake_url, model, messages,
+                                                             extra, expected):
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk.messages.create(model=model, max_tokens=32, messages=messages, tools=[TOOL],
+                            **extra)
+    assert caught.value.status_code == 400
+    assert caught.value.body["error"]["type"] == "invalid_request_error"
+    assert caught.value.body["error"]["message"].startswith(expected)
+    stream = httpx.post(fake_url + "/v1/messages", json={
+        "model": model, "max_tokens": 32, "messages": messages, "tools": [TOOL], "stream": True,
+        **extra})
+    assert stream.status_code == 400  # a stream is refused before it starts
+
+
+def test_agent_calls_the_first_tool_each_step_thinking_first_with_a_valid_signature(sdk):
+    first = sdk.messages.create(model="agent", max_tokens=2048, tools=[TOOL], thinking=THINK,
+                                messages=[TASK])
+    thought, use = first.content
+    assert (thought.type, use.type, first.stop_reason) == ("thinking", "tool_use", "tool_use")
+    assert thought.signature == signature(thought.thinking) and thought.thinking
+    assert (use.name, use.input) == ("get_weather", {"step": 1})
+
+    loop = [TASK, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                          "content": "sunny"},
+                                         {"type": "text", "text": "<reminder>Be brief."}]}]
+    with sdk.messages.stream(model="agent", max_tokens=2048, tools=[TOOL], thinking=THINK,
+                             messages=loop) as stream:
+        second = stream.get_final_message()
+    assert [b.type for b in second.content] == ["thinking", "tool_use"]
+    assert second.content[0].signature == signature(second.content[0].thinking)
+    assert second.content[1].input == {"step": 3} and second.content[1].id != use.id
+    again = sdk.messages.create(model="agent", max_tokens=2048, tools=[TOOL], thinking=THINK,
+                                messages=loop)
+    assert again.content[1].id == second.content[1].id  # ids derive from the messages
+
+    plain = sdk.messages.create(model="agent", max_tokens=32, tools=[TOOL], messages=[TASK])
+    assert [(b.type, b.input) for b in plain.content] == [("tool_use", {"step": 1})]
+    echoed = sdk.messages.create(model="agent", max_tokens=32, messages=[TASK])
+    assert echoed.content[0].text == TASK["content"] and echoed.stop_reason == "end_turn"
+
+
+def test_agent_streams_thinking_then_signature_then_the_tool_call(fake_url):
+    body = {"model": "agent", "max_tokens": 2048, "tools": [TOOL], "thinking": THINK,
+            "messages": [TASK], "stream": True}
+    with httpx.stream("POST", fake_url + "/v1/messages", json=body) as response:
+        data = [json.loads(e.split("\n")[1].removeprefix("data: "))
+                for e in response.read().decode().split("\n\n") if e]
+    deltas = [d["delta"]["type"] for d in data if d["type"] == "content_block_delta"]
+    assert deltas[0] == "thinking_delta" and "signature_delta" in deltas
+    assert deltas.index("signature_delta") < deltas.index("input_json_delta")
+    starts = [d["content_block"]["type"] for d in data if d["type"] == "content_block_start"]
+    assert starts == ["thinking", "tool_use"]
+
+
+def test_the_server_keeps_the_requests_it_received_rejected_ones_with_their_status(fake_url):
+    assert httpx.delete(fake_url + "/fake/received").json() == {"requests": []}
+    good = {"model": "echo", "max_tokens": 8, "messages": [TASK]}
+    bad = {"model": "echo", "max_tokens": 8, "messages": [call("t1")]}
+    chat = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(fake_url + "/v1/messages", json=good).status_code == 200
+    assert httpx.post(fake_url + "/v1/messages", json=bad).status_code == 400
+    assert httpx.post(fake_url + "/v1/chat/completions", json=chat).status_code == 200
+    assert httpx.get(fake_url + "/fake/received").json() == {"requests": [
+        {"path": "/v1/messages", "body": good},
+        {"path": "/v1/messages", "body": bad, "status": 400},
+        {"path": "/v1/chat/completions", "body": chat}]}
+    httpx.delete(fake_url + "/fake/received")
+    assert httpx.get(fake_url + "/fake/received").json() == {"requests": []}

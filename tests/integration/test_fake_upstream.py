@@ -13,7 +13,7 @@ import pytest
 from gateway.errors import UpstreamError
 from gateway.ports import UpstreamCall
 from gateway.upstream import RoutingUpstream
-from gateway.upstream.fake import FINGERPRINT, FakeUpstream, behaviour_for
+from gateway.upstream.fake import FINGERPRINT, FakeUpstream, behaviour_for, keep
 from gateway.upstream.fake_server import create_fake_app
 from tests.support.servers import serve
 
@@ -52,6 +52,7 @@ def content_of(chunks: list[dict]) -> str:
     ("error-400", "error", 0, 400),
     ("fake/error-999", "echo", 0, 200),
     ("fake/tool-call", "tool-call", 0, 200),
+    ("fake/agent", "agent", 0, 200),
 ])
 def test_model_name_selects_behaviour(model, kind, delay, status):
     behaviour = behaviour_for(model)
@@ -270,3 +271,99 @@ async def test_a_stop_sequence_cuts_the_echo_and_is_named_as_vllm_does():
     assert chunks[-1]["choices"][0]["stop_reason"] == "left"
     plain = await FakeUpstream().complete(call("fake/echo", stop="nowhere"))
     assert "stop_reason" not in plain["choices"][0]
+
+
+# --- the providers' rules, the agent behaviour, the requests kept ----------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+ASKED = {"role": "user", "content": "Find the flaky test."}
+CALLED = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]}
+ANSWERED = {"role": "tool", "tool_call_id": "c1", "content": "test_x.py"}
+
+
+@pytest.mark.parametrize("model, window", [("fake/agent-ctx16000", 16000),
+                                           ("echo-ctx8000", 8000), ("fake/agent", None)])
+def test_a_ctx_suffix_sets_the_window(model, window):
+    behaviour = behaviour_for(model)
+    assert (behaviour.window, behaviour.name) == (window, model.removeprefix("fake/"))
+    assert behaviour.kind == ("agent" if "agent" in model else "echo")
+
+
+@pytest.mark.parametrize("model, messages, message, param, code", [
+    ("fake/echo", [ASKED, ANSWERED],
+     "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+     "with 'tool_calls'.", "messages.[1].role", None),
+    ("fake/echo", [ASKED, CALLED, ASKED],
+     "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+     "each 'tool_call_id'. The following tool_call_ids did not have response messages: c1",
+     "messages.[1].role", None),
+    ("fake/echo-ctx10", [{"role": "user", "content": "more words than ten tokens can hold, "
+                                                     "many more words indeed"}],
+     "This model's maximum context length is 10 tokens. However, your messages resulted in ",
+     "messages", "context_length_exceeded"),
+])
+async def test_a_request_openai_rejects_is_its_400_in_its_words_and_is_kept(
+        model, messages, message, param, code):
+    upstream = FakeUpstream()
+    for answer in (upstream.complete, lambda c: anext(upstream.stream(c))):
+        with pytest.raises(UpstreamError) as caught:
+            await answer(UpstreamCall(model=model, body={"messages": messages}))
+        error = caught.value.body()["error"]
+        assert caught.value.status == 400 and error["type"] == "invalid_request_error"
+        assert error["message"].startswith(message) and (error["param"], error["code"]) == (
+            param, code)
+    assert upstream.received == [{"path": "/v1/chat/completions", "body": {"messages": messages},
+                                  "status": 400}] * 2
+
+
+async def test_a_complete_tool_loop_is_accepted_and_kept():
+    upstream = FakeUpstream()
+    body = {"messages": [ASKED, CALLED, ANSWERED], "tools": TOOLS}
+    result = await upstream.complete(UpstreamCall(model="fake/echo", body=body))
+    assert result["choices"][0]["message"]["content"] == "Find the flaky test."
+    assert upstream.received == [{"path": "/v1/chat/completions", "body": body}]
+
+
+async def test_agent_calls_the_first_tool_with_the_step_and_a_stable_id():
+    upstream = FakeUpstream()
+    body = {"messages": [ASKED, CALLED, ANSWERED], "tools": TOOLS}
+    result = await upstream.complete(UpstreamCall(model="fake/agent", body=body))
+    choice = result["choices"][0]
+    (tool_call,) = choice["message"]["tool_calls"]
+    assert choice["finish_reason"] == "tool_calls" and tool_call["function"]["name"] == "lookup"
+    assert json.loads(tool_call["function"]["arguments"]) == {"step": 3}
+
+    chunks = [c async for c in upstream.stream(UpstreamCall(model="fake/agent", body=body))]
+    deltas = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks
+              if c["choices"][0]["delta"].get("tool_calls")]
+    assert deltas[0]["id"] == tool_call["id"]  # the same request: the same id
+    assert json.loads("".join(d["function"]["arguments"] for d in deltas)) == {"step": 3}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+    plain = await upstream.complete(UpstreamCall(model="fake/agent", body={"messages": [ASKED]}))
+    assert plain["choices"][0]["message"]["content"] == "Find the flaky test."
+
+
+def test_only_the_last_thousand_requests_are_kept():
+    received: list[dict] = []
+    for n in range(1_005):
+        keep(received, "/v1/chat/completions", {"n": n})
+    assert len(received) == 1_000 and received[0]["body"] == {"n": 5}
+
+
+async def test_server_rejects_in_openais_words_and_keeps_what_it_received(fake_url):
+    client = openai.AsyncOpenAI(base_url=f"{fake_url}/v1", api_key="sk-fake", max_retries=0)
+    async with httpx.AsyncClient(base_url=fake_url) as http:
+        await http.delete("/fake/received")
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="echo-ctx5", messages=MESSAGES)
+        assert caught.value.code == "context_length_exceeded"
+        result = await client.chat.completions.create(model="agent", tools=TOOLS,
+                                                      messages=[ASKED, CALLED, ANSWERED])
+        assert json.loads(result.choices[0].message.tool_calls[0].function.arguments) == \
+            {"step": 3}
+        kept = (await http.get("/fake/received")).json()["requests"]
+    await client.close()
+    assert [(r["path"], r["body"]["model"], r.get("status")) for r in kept] == [
+        ("/v1/chat/completions", "echo-ctx5", 400), ("/v1/chat/completions", "agent", None)]
