@@ -9,6 +9,7 @@ import importlib
 import sys
 
 BENCHMARKS = {
+    "agent": "bench.agent.cli",
     "cost": "bench.cost.cli",
     "locomo": "bench.locomo.cli",
     "locomo-ablation": "bench.locomo.ablation",
