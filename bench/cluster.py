@@ -35,6 +35,7 @@ import redis
 
 from bench.machine import machine
 from bench.output import write_result
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.inprocess import serve
@@ -151,6 +152,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/results/cluster.json"))
     parser.add_argument("--users", type=int, default=20)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ab import Times, alternate, embedded_stores, history, report, running
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 
@@ -52,6 +53,7 @@ async def _run(store: str, requests: int, warmup: int) -> tuple[Times, int]:
 
 
 def main(argv: list[str]) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m bench console-overhead")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=100)

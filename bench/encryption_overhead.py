@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ab import Times, alternate, embedded_stores, report, running, worker_steps
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.store.encryption.crypto import DataKey, TenantCipher
@@ -70,6 +71,7 @@ def _cipher_cost(chars: int, calls: int) -> tuple[float, float]:
 
 
 def main(argv: list[str]) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m bench encryption-overhead")
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--warmup", type=int, default=60)

@@ -33,7 +33,7 @@ import yaml
 from bench.load.cli import redis_server
 from bench.machine import machine
 from bench.output import write_result
-from bench.overhead.processes import ChildServer, ChildServers, free_port
+from bench.overhead.processes import ChildServer, ChildServers, free_port, stop_children_on_sigterm
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ratelimit.json"
 API_KEY = "bench-ratelimit-key"
@@ -166,6 +166,7 @@ def markdown(meta: dict[str, Any], row: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_children_on_sigterm()
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-ratelimit-") as tmp:
         work = Path(tmp)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from bench.output import write_result
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.config.memory import TenantMemoryConfig
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
@@ -212,6 +213,7 @@ async def run(sizes: tuple[int, ...], queries: int, url: str,
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/results/recall-latency.json"))
     parser.add_argument("--queries", type=int, default=200)

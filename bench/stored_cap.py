@@ -34,6 +34,7 @@ from typing import Any
 
 from bench.machine import machine
 from bench.output import write_result
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
 from gateway.core.transcript import reconcile
@@ -120,6 +121,7 @@ def _markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cap", type=int, default=10_000)
     parser.add_argument("--lengths", type=int, nargs="+", default=[10_000, 40_000])

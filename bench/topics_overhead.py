@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from bench.ab import Times, alternate, embedded_stores, report, running, worker_steps
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 
@@ -67,6 +68,7 @@ async def _run(stores: dict[str, str], requests: int, warmup: int) -> Times:
 
 
 def main(argv: list[str]) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m bench topics-overhead")
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--warmup", type=int, default=60)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.ab import Times, alternate, embedded_stores, history, report, running
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.http.app import create_app
 from gateway.config import hash_key, parse_config
 from gateway.ops.observability import RequestLog
@@ -88,6 +89,7 @@ def _span_cost(calls: int) -> float:
 
 
 def main(argv: list[str]) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m bench tracing-overhead")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=100)

@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 
 from bench.machine import machine
 from bench.output import write_result
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
@@ -175,6 +176,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/results/writeback.json"))
     parser.add_argument("--conversations", type=int, default=20)

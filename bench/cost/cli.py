@@ -37,6 +37,7 @@ from bench.locomo.cli import parse_override, versions
 from bench.locomo.data import file_sha256
 from bench.machine import machine
 from bench.output import write_result
+from bench.overhead.processes import stop_children_on_sigterm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,6 +85,7 @@ def _progress(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stop_children_on_sigterm()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     started, clock = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
     models = priced_models()

@@ -33,7 +33,7 @@ import aiohttp
 import yaml
 
 from bench.output import write_result
-from bench.overhead.processes import ChildServer, ChildServers, free_port
+from bench.overhead.processes import ChildServer, ChildServers, free_port, stop_children_on_sigterm
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "load.json"
 API_KEY = "bench-load-key"
@@ -311,6 +311,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_children_on_sigterm()
     args = parse_args(argv)
     os.environ.setdefault("BENCH_FAKE_KEY", "unused")
     rows = []

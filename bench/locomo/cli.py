@@ -40,6 +40,7 @@ from bench.locomo.replay import DEFAULT_MODES, MODES, Outcome, PromptDump, Repla
 from bench.locomo.results import rows
 from bench.locomo.retrieval import RRF_K
 from bench.locomo.server import gateway_processes
+from bench.overhead.processes import stop_children_on_sigterm
 from gateway.store.embedded import EmbeddedRedis
 
 REPO = Path(__file__).resolve().parents[2]
@@ -173,6 +174,7 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stop_children_on_sigterm()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     started, clock = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
     conversations = load(args.data)

@@ -24,17 +24,16 @@ import argparse
 import asyncio
 import datetime as dt
 import os
-import signal
 import sys
 import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from bench.machine import machine
 from bench.overhead.goals import check, goals
-from bench.overhead.processes import STORE_PLACES, Pinning
+from bench.overhead.processes import STORE_PLACES, Pinning, stop_children_on_sigterm
 from bench.overhead.report import table, targets_table, write_all
 from bench.overhead.run import Plan, measure
 from bench.overhead.stack import TARGETS, Stack, default_litellm, litellm_version, \
@@ -90,7 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)  # a kill becomes an exception: children stopped
+    stop_children_on_sigterm()
     plan = Plan(targets=args.targets, concurrency=args.concurrency,
                 streams={"both": (False, True), "no": (False,), "yes": (True,)}[args.stream],
                 turns=args.turns, requests=args.requests, rounds=args.rounds,
@@ -216,10 +215,6 @@ def _targets(text: str) -> tuple[str, ...]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown target(s) {unknown}; choose from {TARGETS}")
     return tuple(t for t in TARGETS if t in names)  # canonical order
-
-
-def _terminate(signum: int, frame: object) -> NoReturn:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _remove(path: Path) -> None:

@@ -2,7 +2,9 @@
 waited for until they answer, and always stopped — politely first, then by force.
 
 Every child gets its own session (process group), so a Ctrl-C in the terminal reaches only the
-benchmark, which then stops its children in order; nothing is left running.
+benchmark, which then stops its children in order; nothing is left running. A benchmark that
+starts processes (these, embedded stores, gateway processes) calls `stop_children_on_sigterm()`
+first, so a SIGTERM stops it the same way.
 """
 
 from __future__ import annotations
@@ -12,12 +14,29 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import NoReturn
+
+
+def stop_children_on_sigterm() -> None:
+    """Make a SIGTERM stop this process as Ctrl-C does: a KeyboardInterrupt in the main thread,
+    so every `with` and `finally` that stops a child (servers, stores, gateway processes) runs
+    before it exits. Later SIGTERMs are ignored: they would cut that clean-up short (each of
+    its steps is bounded). Only the main thread can take a signal: elsewhere (a benchmark's
+    main() run on another thread) it does nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> NoReturn:
+    signal.signal(signum, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
