@@ -90,7 +90,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", "## What the client got (first error of each kind per session)", ""]
         for run, error in errors:
             lines.append(f"- {run['dialect']} {_f(run['window'] or 'default')}"
-                         f"{' stream' if run['stream'] else ''}, {error['count']}×, first at "
+                         f"{' stream' if run['stream'] else ''}, {run['steps']} steps: "
+                         f"{error['count']}×, first at "
                          f"step {error['first_step']}: `{error['error']}`")
     return "\n".join(lines) + "\n"
 

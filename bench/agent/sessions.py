@@ -85,8 +85,8 @@ def result_tokens(step: int) -> int:
 
 @lru_cache(maxsize=256)
 def tool_result_text(step: int) -> str:
-    """Tool result `step`: a file listing, source code or a test log of `result_tokens(step)`
-    tokens (within a line's tokens), the same on every call."""
+    """Tool result `step`: a file listing, source code or a test log of about
+    `result_tokens(step)` tokens (lines are counted apart), the same on every call."""
     rng = random.Random(f"agent-result-{step}")
     line = (_listing_line, _code_line, _log_line)[step % 3]
     count = tokenizer_for_encoding(CL100K).count
