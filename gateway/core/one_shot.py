@@ -16,11 +16,15 @@ Invariants (tested table-driven in tests/unit/test_one_shot.py):
   the same chained id, and reconciles with the stored placeholder instead of forking;
 - `withhold` returns as many messages as it is given, in order, differing only where one-shot;
 - instructions (system/developer) are never one-shot: they are never stored anyway;
-- nothing is mutated.
+- nothing is mutated;
+- a placeholder is never memory: `is_placeholder` recognises one, and the memory layers (turn
+  index, summaries, facts, profile, topics, pins) leave it out, as they leave out a blank
+  message (docs/memory.md, "Tool output is not user memory").
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import AbstractSet, Sequence
 
@@ -65,6 +69,16 @@ def placeholder(message: Message) -> Message:
     return Message(role=message.role,
                    content=f"[one-shot {what}, {len(message.text):,} chars, not stored]",
                    extra=message.extra)
+
+
+_PLACEHOLDER = re.compile(r"\[one-shot (?:tool result|message), [0-9]{1,3}(?:,[0-9]{3})* chars, "
+                          r"not stored\]")
+
+
+def is_placeholder(text: str) -> bool:
+    """Whether `text` is the whole text of a placeholder (`placeholder`'s content): what the
+    transcript keeps of a one-shot message says nothing of it and is not memory."""
+    return _PLACEHOLDER.fullmatch(text) is not None
 
 
 def withhold(messages: Sequence[Message], marked: AbstractSet[int],

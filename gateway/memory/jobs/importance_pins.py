@@ -9,6 +9,7 @@ a user's `auto_extract: false` switches it off.
 
 from __future__ import annotations
 
+from gateway.core.memory.content import has_content
 from gateway.core.memory.importance import importance
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import Message, StoredMessage, thaw
@@ -31,10 +32,10 @@ class ImportancePinner:
 
 
 def rule_pin(stored: StoredMessage) -> PinnedMessage | None:
-    """The pin the rule makes of a stored message (None: not a user message, or not
-    important)."""
+    """The pin the rule makes of a stored message (None: not a user message, a one-shot
+    placeholder, or not important)."""
     message = stored.message
-    if message.role != "user" or stored.incomplete:
+    if message.role != "user" or stored.incomplete or not has_content(message):
         return None
     redacted = _redacted(message)
     if importance(redacted.text) is None:

@@ -2,7 +2,8 @@
 
 Invariants:
 - only user messages teach anything, and only their redacted text reaches the extractor, the
-  fact store and the profile (the transcript keeps the verbatim text);
+  fact store and the profile (the transcript keeps the verbatim text); a one-shot placeholder
+  teaches nothing and is not shown to the extractor, nor is a tool result;
 - processing the same messages twice changes nothing the second time: facts upsert by key and
   an update whose source ids a fact has already seen is a replay (core.facts.upsert); the
   profile only moves on evidence, and the same evidence leads to the same profile;
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from gateway.core.ids import ConversationKey
+from gateway.core.memory.content import has_content
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.text.pii import redact
 from gateway.core.memory.profile import update_profile
@@ -57,14 +59,14 @@ class KnowledgeProcessor:
             return KnowledgeResult()
         # The assistant's replies among the new messages are context for the LLM too; each
         # message is redacted once (a PII scan of a long message is the costly part).
-        batch = tuple(redacted(m) for m in new if not m.incomplete
-                      and m.message.role in ("user", "assistant"))
+        batch = tuple(redacted(m) for m in new if _shown(m))
         learnable = tuple(m for m in batch if m.message.role == "user")
         if not learnable:
             return KnowledgeResult()
         new_ids = {m.id for m in new}
         first = next((i for i, m in enumerate(transcript) if m.id in new_ids), len(transcript))
-        context = tuple(redacted(m) for m in transcript[max(0, first - CONTEXT_MESSAGES):first])
+        context = tuple(redacted(m) for m in transcript[max(0, first - CONTEXT_MESSAGES):first]
+                        if has_content(m.message))
         facts = await extract_facts(batch, self.extractor, context)
         written = await self.facts.upsert(key.tenant, key.user, facts, now=self.clock())
         before = await self.profiles.get(key.tenant, key.user)
@@ -72,3 +74,10 @@ class KnowledgeProcessor:
         if after != before:
             await self.profiles.put(key.tenant, key.user, after)
         return KnowledgeResult(facts_written=len(written), profile_changed=after != before)
+
+
+def _shown(stored: StoredMessage) -> bool:
+    """Whether a new message goes to the extractor: a complete user or assistant message
+    with content (not a one-shot placeholder, not a tool-call-only assistant message)."""
+    return (not stored.incomplete and stored.message.role in ("user", "assistant")
+            and has_content(stored.message))

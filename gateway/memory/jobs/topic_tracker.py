@@ -11,7 +11,8 @@ before topics existed). All the texts a walk needs are embedded in one batch, ea
 (not in its context, as the turn index embeds them: the previous turn's words would pull a
 new topic back towards the old one).
 
-Invariants: only redacted text is embedded, sent to the classifier or used for labels; the
+Invariants: only redacted text is embedded, sent to the classifier or used for labels, never
+a one-shot placeholder's (it is no content: `core.memory.content`); the
 state is written once per walk, in one transaction, while the worker holds the
 conversation's lock; walking the same transcript again writes nothing new (idempotent).
 """
@@ -24,6 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from gateway.core.ids import ConversationKey
+from gateway.core.memory.content import has_content
 from gateway.core.text.lexical import tokens
 from gateway.core.messages import StoredMessage
 from gateway.core.text.pii import redact as redact_pii
@@ -175,12 +177,12 @@ def _still_there(state: TopicState, ids: Sequence[str]) -> bool:
 class _Redacted:
     """The transcript's texts by position, redacted (and tokenised) when first read — by this
     walk or, through the memo, an earlier one: a walk reads the new messages and the current
-    topic's, not the whole conversation. Instructions and blank messages have no text ("")."""
+    topic's, not the whole conversation. Instructions, blank messages and one-shot placeholders
+    have no text ("")."""
 
     def __init__(self, transcript: Sequence[StoredMessage], redact: Callable[[str], str],
                  memo: MessageMemo):
-        self._raw = [m.message.text if not m.message.is_instruction and m.message.text.strip()
-                     else "" for m in transcript]
+        self._raw = [m.message.text if has_content(m.message) else "" for m in transcript]
         self._ids = [m.id for m in transcript]
         self._redact = redact
         self._memo = memo

@@ -10,7 +10,8 @@ messages covered.
 
 Invariants, after `sync(key, transcript)` returns:
 - `turns` holds exactly the indexable messages of `transcript` (not system/developer, text not
-  blank), keyed by id; turns of a branch archived by a fork are gone, from `vectors` too;
+  blank, not a one-shot placeholder), keyed by id; turns of a branch archived by a fork are
+  gone, from `vectors` too;
 - an entry and its vector are written in one transaction, so a reader never sees one without
   the other; every write bumps `version` in the same transaction;
 - only redacted text is stored: `text` and `anchor_date` derive from `redact(message.text)`;
@@ -21,7 +22,8 @@ are indexed without listing the index. Correctness never rests on it: the fast p
 only when the number of entries and the entry of the last indexable message covered by the
 watermark prove that the covered prefix is unchanged (ids chain their parents, so one
 surviving id vouches for every message before it); otherwise the ids in the index are
-compared with the transcript's.
+compared with the transcript's. (So an index holding one-shot placeholders, indexed before they
+were left out, fails the count on the conversation's next run and is synced whole: they go.)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Sequence
 
 import redis.asyncio as aioredis
 
+from gateway.core.memory.content import has_content
 from gateway.core.text.dates import anchor_dates, with_anchor
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
@@ -78,8 +81,9 @@ class SyncResult:
 
 def indexable(message: StoredMessage) -> bool:
     """Turns worth recalling: not instructions, not blank (a tool-call-only assistant message
-    with no text has nothing to recall; its tool result is indexed on its own)."""
-    return not message.message.is_instruction and bool(message.message.text.strip())
+    with no text has nothing to recall; its tool result is indexed on its own), not a one-shot
+    placeholder (it says nothing of what it replaced: `core.memory.content`)."""
+    return has_content(message.message)
 
 
 def turn_entries(transcript: Sequence[StoredMessage], start: int = 0,
