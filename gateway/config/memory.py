@@ -109,6 +109,12 @@ class TenantMemoryConfig(Strict):
     stored turn gets a few items, not every one above the floor. Chosen from the measured
     curve of evidence against null-probe tokens (bench/README.md, "A weak licence recalls
     little")."""
+    recall_tool_results: bool = False
+    """Tool results (`tool`/`function` messages) are memory of the user's other conversations:
+    mirrored into the user's recall index, and part of the summary chunks (mirrored too). Off,
+    the default: they are recalled within their own conversation only, and summaries are of
+    what the user and the assistant said (docs/memory.md, "Tool output is not user memory").
+    One-shot placeholders are never memory either way."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
     (gateway/core/recall/ranking.py; measured on the dev sets by leave-one-conversation-out:

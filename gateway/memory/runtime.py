@@ -153,8 +153,9 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
             for n, c in compactors.items()}, "summarise", jobs),
         # After both: the user-level recall index copies the conversation's turns and chunks
         # (identified users only: `sync` skips the anonymous user).
-        _ForTenants("user_index", {n: lambda u: user_index.sync(u.key, u.transcript)
-                                   for n in enabled}, "user_index", jobs),
+        _ForTenants("user_index", {n: (lambda tools: lambda u: user_index.sync(
+            u.key, u.transcript, tool_results=tools))(t.memory.recall_tool_results)
+            for n, t in enabled.items()}, "user_index", jobs),
         # Facts and the profile span a user's conversations: only for identified users.
         _ForTenants("knowledge", {n: (lambda k: lambda u: k.process(
             u.key, u.transcript, u.new,
@@ -201,7 +202,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                                         embedder.relevance_floor),
                                    relevance_gate=_own(t.memory.recall_relevance_gate,
                                                        embedder.relevance_gate),
-                                   per_relevant=t.memory.recall_items_per_relevant)
+                                   per_relevant=t.memory.recall_items_per_relevant,
+                                   tool_results=t.memory.recall_tool_results)
               for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
 
@@ -255,7 +257,7 @@ def _compactor(name: str, tenant: TenantConfig, chunks: ChunkStore,
                                       topic_shift_min_rounds=c.topic_shift_min_rounds),
                      related_threshold=c.topic_shift_similarity
                      if c.topic_shift_similarity is not None else topic_shift_threshold,
-                     clock=clock, memo=memo)
+                     clock=clock, memo=memo, tool_results=tenant.memory.recall_tool_results)
 
 
 def _tracker(name: str, tenant: TenantConfig, store: TopicStore, embedding: EmbeddingService,

@@ -14,7 +14,9 @@ Invariants (tests/integration/test_compactor.py): chunks cover the branch's turn
 window
 exactly once, in order; a second run on the same transcript writes nothing (idempotent: spans
 follow from the stored chunks, and the store refuses a chunk whose span is already covered);
-no text enters a chunk unredacted. The worker holds the conversation's lock; should another
+no text enters a chunk unredacted; no one-shot placeholder enters a chunk, nor a tool result
+unless the tenant makes tool results user memory (chunks are mirrored into the user's recall
+index: docs/memory.md, "Tool output is not user memory"). The worker holds the conversation's lock; should another
 writer still interfere, `CompactionConflict` is raised and the worker retries later.
 """
 
@@ -32,6 +34,7 @@ from gateway.core.memory.compaction import (
     CompactionPolicy, Span, SummaryChunk, chunk_id, chunks_on_branch, covered_until,
     dates_of, is_topic_shift, merged_chunk, plan_compaction, plan_merge,
     recent_window_start, span_dates)
+from gateway.core.memory.content import has_content, is_tool_result
 from gateway.core.text.dates import carried, last_written
 from gateway.core.memory.extractive import Utterance, utterances_from_summary
 from gateway.core.ids import ConversationKey
@@ -75,9 +78,12 @@ class Compactor:
                  tokenizer: Tokenizer, policy: CompactionPolicy | None = None, *,
                  related_threshold: float, clock: Callable[[], float] = time.time,
                  redact: Callable[[str], str] = redact_pii, max_new_chunks: int = 10,
-                 memo: MessageMemo | None = None) -> None:
+                 memo: MessageMemo | None = None, tool_results: bool = False) -> None:
         """`memo`: the dates written in each message, kept across runs (a run dates the whole
-        transcript: searching 600 messages again each time grew with the conversation)."""
+        transcript: searching 600 messages again each time grew with the conversation).
+        `tool_results`: tool results are summarised with the rest (the tenant's
+        `memory.recall_tool_results`); otherwise a span's summary is of what the user and the
+        assistant said."""
         self.store = chunk_store
         self.summarizer = summarizer
         self.embed = embed
@@ -88,6 +94,7 @@ class Compactor:
         self.redact = redact
         self.max_new_chunks = max_new_chunks
         self.memo = memo if memo is not None else MessageMemo()
+        self.tool_results = tool_results
 
     async def process(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
                       topic_start: int | None = None) -> CompactionResult:
@@ -165,8 +172,7 @@ class Compactor:
                          chunks: tuple[SummaryChunk, ...],
                          dates: list[date | None]) -> SummaryChunk:
         messages = transcript[span.first:span.last + 1]
-        utterances = [self._utterance(m) for m in messages
-                      if not m.message.is_instruction and m.message.text.strip()]
+        utterances = [self._utterance(m) for m in messages if self._summarised(m)]
         previous = next((c.text for c in reversed(chunks) if not c.deleted), None)
         summary = await self.summarizer.summarize(
             utterances, target_tokens=self.policy.chunk_max_tokens, previous=previous)
@@ -182,6 +188,10 @@ class Compactor:
                             tokens=self.tokenizer.count(text), created_at=self.clock(),
                             method=summary.method)
 
+    def _summarised(self, message: StoredMessage) -> bool:
+        return has_content(message.message) and (self.tool_results
+                                                 or not is_tool_result(message.message))
+
     def _utterance(self, message: StoredMessage) -> Utterance:
         name = message.message.get("name")
         return Utterance(role=message.message.role, text=self.redact(message.message.text),
@@ -190,11 +200,15 @@ class Compactor:
     async def _topic_shift(self, transcript: tuple[StoredMessage, ...]) -> bool:
         """Whether the newest user message is unrelated to the rest of the recent window."""
         roles = [m.message.role for m in transcript]
-        newest = max(i for i, role in enumerate(roles) if role == "user")
+        # The newest user message that says something (a one-shot placeholder does not).
+        newest = next((i for i in range(len(transcript) - 1, -1, -1)
+                       if roles[i] == "user" and has_content(transcript[i].message)), None)
+        if newest is None:
+            return False
         start = recent_window_start(roles, self.policy.recent_window_turns)
         question = self.redact(transcript[newest].message.text)
         window = [self.redact(m.message.text) for m in transcript[start:newest]
-                  if not m.message.is_instruction and m.message.text.strip()]
+                  if has_content(m.message)]
         if not window or self.tokenizer.count(question) < MIN_TOPIC_TOKENS:
             return False
         vectors = np.asarray(await self.embed([question, *window]), dtype=np.float32)

@@ -16,9 +16,10 @@ per conversation the conversation memory version mirrored and when it started.
 
 Invariants:
 - only identified users' conversations are mirrored (the anonymous user shares nothing);
-- after `sync(key, transcript)`, the conversation's entries are exactly its turn index plus its
-  summary chunks with text (a deleted chunk's text is gone), each with its vector, written in
-  transactions that also bump `recall_version`;
+- after `sync(key, transcript)`, the conversation's entries are exactly its turn index — less
+  its tool results unless `tool_results` (docs/memory.md, "Tool output is not user memory") —
+  plus its summary chunks with text (a deleted chunk's text is gone), each with its vector,
+  written in transactions that also bump `recall_version`;
 - `remove_conversation` leaves nothing of the conversation in the namespace;
 - syncing an unchanged conversation reads two values and writes nothing.
 """
@@ -32,6 +33,7 @@ from typing import Sequence
 import redis.asyncio as aioredis
 
 from gateway.core.memory.compaction import SummaryChunk, render_chunk
+from gateway.core.memory.content import is_tool_result
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.memory.records.chunk_store import VECTOR_PREFIX as CHUNK_PREFIX
@@ -57,8 +59,11 @@ class UserRecallIndex:
         self.keys = keys
         self.encryption = encryption
 
-    async def sync(self, key: ConversationKey, transcript: Sequence[StoredMessage]) -> int:
-        """Mirror the conversation's turn index and chunks; returns how many entries changed."""
+    async def sync(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
+                   tool_results: bool = False) -> int:
+        """Mirror the conversation's turn index and chunks; returns how many entries changed.
+        `tool_results`: its tool results too (the tenant's `memory.recall_tool_results`);
+        otherwise they are left out, and removed if an earlier sync mirrored them."""
         if not key.identified:
             return 0
         ck, uk = self.keys.conversation(key), self.keys.user(key.tenant, key.user)
@@ -83,6 +88,11 @@ class UserRecallIndex:
             chunk = chunk_from_json(self.encryption.open(key.tenant, raw))
             if render_chunk(chunk):
                 chunks[CHUNK_PREFIX + chunk.id] = chunk
+        if not tool_results:
+            # The turn index's entries are the transcript's messages: their roles are known
+            # here, without reading the entries.
+            tools = {m.id for m in transcript if is_tool_result(m.message)}
+            turn_ids = [i for i in turn_ids if i not in tools]
         wanted = {qualified_id(key.conversation, i) for i in [*turn_ids, *chunks]}
         stale = sorted(m for m in members if m not in wanted)
         changed = len(stale)

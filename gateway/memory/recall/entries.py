@@ -4,9 +4,11 @@ namespace), with the links between turns, read in one pipelined round trip per c
 in process per namespace version (gateway/memory/recall/entry_cache.py).
 
 Invariants: an id whose entry is gone (deleted since the index was built) or unreadable is
-left out, never an error; the current conversation's items are never taken from the user
-namespace; entries are opened with the tenant's encryption; a turn is returned with the text
-its entry holds (redacted, date-anchored).
+left out, never an error; so is a one-shot placeholder (indexes written before placeholders
+were left out hold some: gateway/core/memory/content.py) and, unless the tenant allows it, a
+tool result of another conversation; the current conversation's items are never taken from
+the user namespace; entries are opened with the tenant's encryption; a turn is returned with
+the text its entry holds (redacted, date-anchored).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from gateway.core.memory.compaction import render_chunk
+from gateway.core.memory.content import TOOL_ROLES, is_indexed_placeholder
 from gateway.core.ids import ConversationKey
 from gateway.core.recall.recollection import Recollection
 from gateway.memory.records.chunk_store import chunk_from_json
@@ -56,13 +59,15 @@ class EntryReader:
         self.cache = EntryCache()
 
     async def others(self, key: ConversationKey, candidates: list[str], *,
-                     linked: bool = True, version: str | None = None) -> OtherItems:
+                     linked: bool = True, version: str | None = None,
+                     tool_results: bool = False) -> OtherItems:
         """The user-namespace items behind candidate ids, each with when its conversation
         started and its conversation (for ordering), and (if `linked`) the qualified ids of
         the turns before and after each turn. The current conversation's are left out (the
         indexes already leave them out; this holds even for a stale cached index). `version`:
         the user namespace's version counter as the request read it (entries known at it come
-        from the in-process cache)."""
+        from the in-process cache). `tool_results`: tool results are recalled too (mirrored
+        only when the tenant allows it, but an index mirrored before may hold some)."""
         split = {i: split_id(i) for i in candidates}
         candidates = [i for i in candidates if split[i][0] != key.conversation]
         if not candidates:
@@ -79,7 +84,8 @@ class EntryReader:
                 self.cache.grew(namespace, known)
         found, links = [], {}
         for item_id in candidates:
-            if (hit := known.turns.get(item_id)) is None:
+            if (hit := known.turns.get(item_id)) is None or not _recallable(hit[0],
+                                                                            tool_results):
                 continue
             conversation = split[item_id][0]
             found.append((known.started.get(conversation, 0.0), conversation, hit[0]))
@@ -169,7 +175,8 @@ class EntryReader:
             if item_id.startswith(CHUNK_PREFIX):
                 if (chunk := (known.chunks or {}).get(item_id)) is not None:
                     items[item_id] = chunk
-            elif (turn := known.turns.get(item_id)) is not None:
+            elif (turn := known.turns.get(item_id)) is not None \
+                    and not is_indexed_placeholder(turn[0].text):
                 items[item_id] = turn[0]
                 if linked and turn[1] is not None:
                     links[item_id] = turn[1]
@@ -229,6 +236,12 @@ class EntryReader:
             return None
         return Recollection("chunk", chunk_id(chunk.id), text, chunk.source_ids,
                             chunk.first_position, 0.0)
+
+
+def _recallable(item: Recollection, tool_results: bool) -> bool:
+    """Whether an item of the user's other conversations may be recalled."""
+    return (tool_results or item.role not in TOOL_ROLES) \
+        and not is_indexed_placeholder(item.text)
 
 
 def _role(entry: dict) -> str | None:

@@ -132,7 +132,7 @@ class Recaller:
                      successors_of: SuccessorsOf = "questions", rrf_k: int | None = None,
                      namespaces: Namespaces | None = None, topic_start: int | None = None,
                      topic_boost: float = 0.0, ranker: Ranker | None = None,
-                     chunks: bool = True) -> list[Recollection]:
+                     chunks: bool = True, tool_results: bool = False) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
@@ -143,7 +143,8 @@ class Recaller:
         `topic_start` on (its current topic) score 1 + `topic_boost` times higher
         (`core.topics`); `ranker`: re-rank the fused candidates' turns (`core.ranking`), each
         search then contributing at least `ranking.DEPTH` hits; `chunks`: false, summary
-        chunks are not recalled (turns only)."""
+        chunks are not recalled (turns only); `tool_results`: tool results of the user's other
+        conversations may be recalled (`EntryReader.others`)."""
         if k <= 0:
             return []
         if namespaces is None:
@@ -182,7 +183,7 @@ class Recaller:
         own_items, user_items = await asyncio.gather(
             self.reader.own(key, _ids(own_dense, own_lexical), version=own_version),
             self.reader.others(key, _ids(user_dense, user_lexical),
-                             version=namespaces.user_version))
+                             version=namespaces.user_version, tool_results=tool_results))
         # A dense hit also ranks the turn before it (its vector holds that turn too), and
         # each of the best k brings the turn after it: fuse first, then fetch (one more
         # round trip) only the entries of those the best k need that are not read yet.
@@ -200,7 +201,8 @@ class Recaller:
                      k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)
         if ranker is not None:
             fused = fused[:RANKED]
-            own_more, user_more = await self._unread(key, namespaces, fused, found, exclude_ids)
+            own_more, user_more = await self._unread(key, namespaces, fused, found, exclude_ids,
+                                                     tool_results)
             own_items = OwnItems(own_items.items | own_more.items, own_items.links)
             user_items = OtherItems(user_items.placed + user_more.placed, user_items.links)
             found = found | own_more.items.keys() | {r.id for _, _, r in user_more.placed}
@@ -218,7 +220,7 @@ class Recaller:
             self.reader.own(key, [i for i in wanted if not _qualified(i)], linked=False,
                         version=own_version),
             self.reader.others(key, [i for i in wanted if _qualified(i)], linked=False,
-                             version=namespaces.user_version))
+                             version=namespaces.user_version, tool_results=tool_results))
         items = _usable(_placed(own_items.items | own_more.items,
                                 user_items.placed + user_more.placed), exclude_ids)
         return list(with_relevance(
@@ -227,7 +229,8 @@ class Recaller:
 
     async def _unread(self, key: ConversationKey, namespaces: Namespaces,
                       fused: list[tuple[str, float]], found: set[str],
-                      exclude_ids: frozenset[str]) -> tuple[OwnItems, OtherItems]:
+                      exclude_ids: frozenset[str],
+                      tool_results: bool) -> tuple[OwnItems, OtherItems]:
         """The fused candidates not read yet (the turns before dense hits), with their links:
         the ranking weighs every candidate's text and neighbours."""
         unread = [i for i, _ in fused if i not in found and i not in exclude_ids]
@@ -235,7 +238,7 @@ class Recaller:
             self.reader.own(key, [i for i in unread if not _qualified(i)],
                             version=namespaces.conversation_version),
             self.reader.others(key, [i for i in unread if _qualified(i)],
-                               version=namespaces.user_version))
+                               version=namespaces.user_version, tool_results=tool_results))
 
 
 def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollection],

@@ -87,6 +87,9 @@ class RecallSettings:
     """An identified user's memory from their other conversations — recall from them, the
     profile, facts — is offered (the tenant's `memory.scope: user`); False: only the
     conversation's own (`scope: conversation`)."""
+    tool_results: bool = False
+    """Tool results of the user's other conversations may be recalled (the tenant's
+    `memory.recall_tool_results`); a conversation's own always may."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +226,7 @@ class MemoryService:
                                  namespaces=namespaces,
                                  topic_start=snapshot.topic.start if snapshot.topic else None,
                                  topic_boost=recall.topic_boost, ranker=recall.ranker,
-                                 chunks=recall.chunks),
+                                 chunks=recall.chunks, tool_results=recall.tool_results),
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
