@@ -7,12 +7,13 @@ dialect's error body; chat streams are SSE ending with `data: [DONE]`, Messages 
 Anthropic's named events (`event: <type>`). Benchmarks
 put a gateway in front of it, so a request does no more work than building its answer.
 
-Both forms hold requests to the providers' documented rules (gateway/upstream/
-provider_rules.py) and answer a request that breaks one with the provider's 400.
+Both forms hold requests to the providers' documented rules
+(gateway/upstream/provider_rules.py) and answer a request that breaks one with the provider's
+400.
 
 The server keeps the requests it received, oldest first, the last 1,000:
 `GET /fake/received` answers `{"requests": [{"path": "/v1/messages", "body": {...}}, ...]}`
-(`"status"` added when the answer was not 200, e.g. 400 for a rejected request; a body that is
+(the path as requested; `"status"` added when the answer was not 200, e.g. 400 for a rejected request; a body that is
 not JSON is kept as its text), `DELETE /fake/received` forgets them.
 """
 
@@ -29,9 +30,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.upstream import fake_messages
-from gateway.upstream.fake import (BEHAVIOURS, CHAT_PATH, Behaviour, FakeModel,
-                                   bad_request_body, behaviour_for, error_body, keep,
-                                   request_problem, stream_pause)
+from gateway.upstream.fake import (BEHAVIOURS, Behaviour, FakeModel, bad_request_body,
+                                   behaviour_for, error_body, keep, request_problem,
+                                   stream_pause)
 
 
 def create_fake_app() -> Starlette:
@@ -44,21 +45,21 @@ def create_fake_app() -> Starlette:
         return _JSON(error, status_code=400)
 
     async def chat_completions(request: Request) -> Response:
-        raw = await request.body()
+        path, raw = request.url.path, await request.body()
         body = _parsed(raw)
         if body is None:
-            return rejected(CHAT_PATH, _text(raw), _bad_request("The request body is not "
-                                                                "valid JSON."))
+            return rejected(path, _text(raw), _bad_request("The request body is not valid "
+                                                           "JSON."))
         if not isinstance(body, dict):
-            return rejected(CHAT_PATH, body, _bad_request("Expected a JSON object with a "
-                                                          "`messages` array."))
+            return rejected(path, body, _bad_request("Expected a JSON object with a "
+                                                     "`messages` array."))
         behaviour = behaviour_for(str(body.get("model") or "echo"))
         shape = request_problem(body)
         tokens, rule = (0, None) if shape is not None else model.problem(behaviour, body)
         problem = shape or rule
         if problem is not None:
-            return rejected(CHAT_PATH, body, bad_request_body(*problem))
-        keep(received, CHAT_PATH, body, behaviour.status)
+            return rejected(path, body, bad_request_body(*problem))
+        keep(received, path, body, behaviour.status)
         return await _answer(behaviour, body, error_body,
                              lambda b, d: model.chunks(b, d, tokens), _sse,
                              lambda b, d: model.completion(b, d, tokens))
