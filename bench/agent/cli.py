@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.agent.drive import Driver, Step
+from bench.agent.drive import ROW_FIELDS, Driver, Step
 from bench.agent.report import first_errors, markdown, summary
 from bench.agent.sessions import DIALECTS
 from bench.agent.stack import running
@@ -87,7 +87,7 @@ def main(argv: Sequence[str]) -> int:
                        "machine": machine(), "sessions": len(runs),
                        "seconds": time.monotonic() - started},
               "runs": runs}
-    write_result(args.out, result, markdown(result))
+    write_result(args.out, result, markdown(result), indent=None)
     return 0
 
 
@@ -106,4 +106,5 @@ def _session(dialect: str, endpoints: Any, window: int | None, steps: int,
         driver.close()
     return {"dialect": dialect, "window": window, "steps": steps, "stream": stream,
             "budget": budget(window), "conversation": name, "summary": summary(records),
-            "errors": first_errors(records), "per_step": [s.as_dict() for s in records]}
+            "errors": first_errors(records),
+            "per_step": {"fields": list(ROW_FIELDS), "rows": [s.row() for s in records]}}

@@ -68,6 +68,20 @@ class Step:
         return {**asdict(self), "rejected": self.rejected, "over_budget": self.over_budget,
                 "compacted": self.compacted}
 
+    def row(self) -> list[Any]:
+        """The values of ROW_FIELDS (costs rounded to 0.1 token, reuse to 0.001)."""
+        values = {**self.as_dict(), "reuse": None if self.reuse is None else round(self.reuse, 3),
+                  "cost": {k: round(v, 1) for k, v in self.cost.items()},
+                  "whole_cost": {k: round(v, 1) for k, v in self.whole_cost.items()}}
+        return [values[name] for name in ROW_FIELDS]
+
+
+ROW_FIELDS = ("step", "status", "upstream_status", "forwarded_count", "original_tokens",
+              "forwarded_tokens", "essential_tokens", "task_kept", "instruction_kept",
+              "results_whole", "breakpoints", "breakpoints_in_messages", "reuse", "compacted",
+              "over_budget", "cost", "whole_cost")
+"""A step's fields in the JSON dump, one list per step (its error text goes to `errors`)."""
+
 
 @dataclass
 class Endpoints:
@@ -180,6 +194,8 @@ class Driver:
         except (anthropic.APIStatusError, openai.APIStatusError) as exc:
             return None, exc.status_code, f"{exc.status_code}: {str(exc)[:300]}"
         except (anthropic.APIError, openai.APIError) as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise exc.__context__  # the SDKs wrap a Ctrl-C during a request
             return None, None, f"{type(exc).__name__}: {str(exc)[:300]}"
 
     def _send(self, body: dict[str, Any], conversation: str | None,
