@@ -26,6 +26,7 @@ from bench.agent.sessions import DIALECTS
 from bench.agent.stack import running
 from bench.machine import machine
 from bench.output import write_result
+from bench.overhead.processes import stop_children_on_sigterm
 from bench.overhead.stack import source_info
 from gateway.core.policy import ContextPolicy
 
@@ -69,6 +70,7 @@ def budget(window: int | None) -> int:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    stop_children_on_sigterm()
     started = time.monotonic()
     runs: list[dict[str, Any]] = []
     for window in args.windows:
