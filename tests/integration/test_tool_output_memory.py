@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
+import anthropic
 import openai
 import pytest
 import redis
@@ -40,6 +41,7 @@ BIG_RESULT = f"def test_invoice_rounding(): assert total() == {BIG_CANARY}\n" * 
 SMALL_RESULT = (f"FAILED tests/test_billing.py::test_invoice_rounding - the billing test failed "
                 f"with random seed {SMALL_CANARY}")
 DOCUMENT = f"Release notes, not to keep: the billing freeze word is {DOC_CANARY}. " * 5
+REMINDER = "<system-reminder>Stay on the task.</system-reminder>"
 QUESTION = "Which billing test failed before, and with which random seed?"
 
 
@@ -114,6 +116,32 @@ def test_with_the_tenant_setting_the_small_tool_result_is_recalled_never_a_place
     text = recalled(gateway_url, "globex", "next", "uma")
     assert SMALL_CANARY in text
     assert BIG_CANARY not in text
+    assert "[one-shot" not in text and "not stored]" not in text
+
+
+def test_a_claude_code_like_session_through_the_anthropic_door_is_not_recalled_either(
+        gateway_url):
+    # `tool_result` blocks (the door makes them `tool` messages), a reminder after them.
+    claude = anthropic.Anthropic(base_url=gateway_url, api_key=KEYS["acme"], max_retries=0,
+                                 default_headers={"X-Conversation-Id": "claude",
+                                                  "X-User-Id": "uma"})
+    tools = [{"name": "run", "description": "Run a shell command.",
+              "input_schema": TOOLS[0]["function"]["parameters"]}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
+    for result in (BIG_RESULT, SMALL_RESULT):
+        step = claude.messages.create(model="tool-call", max_tokens=64, tools=tools,
+                                      messages=messages)
+        call = step.content[-1]
+        assert call.type == "tool_use"
+        messages += [{"role": "assistant", "content": [b.model_dump() for b in step.content]},
+                     {"role": "user", "content": [
+                         {"type": "tool_result", "tool_use_id": call.id, "content": result},
+                         {"type": "text", "text": REMINDER}]}]
+    claude.messages.create(model="echo", max_tokens=64, tools=tools, messages=messages)
+
+    text = recalled(gateway_url, "acme", "next", "uma")
+    assert "flaky test in the billing module" in text
+    assert SMALL_CANARY not in text and BIG_CANARY not in text
     assert "[one-shot" not in text and "not stored]" not in text
 
 

@@ -16,8 +16,9 @@ exactly once, in order; a second run on the same transcript writes nothing (idem
 follow from the stored chunks, and the store refuses a chunk whose span is already covered);
 no text enters a chunk unredacted; no one-shot placeholder enters a chunk, nor a tool result
 unless the tenant makes tool results user memory (chunks are mirrored into the user's recall
-index: docs/memory.md, "Tool output is not user memory"). The worker holds the conversation's lock; should another
-writer still interfere, `CompactionConflict` is raised and the worker retries later.
+index: docs/memory.md, "Tool output is not user memory"). The worker holds the conversation's
+lock; should another writer still interfere, `CompactionConflict` is raised and the worker
+retries later.
 """
 
 from __future__ import annotations
