@@ -79,8 +79,9 @@ class RecorderConfig(Strict):
 
 
 class RequestLimitsConfig(Strict):
-    """What one chat request may carry; a request beyond a limit gets a 400 in OpenAI's error
-    shape naming the field (`messages`, `messages[3].content`), before anything else reads it."""
+    """What one chat request may carry; a request beyond a limit gets a 400 in its door's error
+    shape naming the field (`messages`, `messages[3].content`; `input[3].content`;
+    `messages.3.content`), before anything else reads it."""
 
     max_messages: int = Field(2048, ge=1, le=1_000_000)
     """Messages per request (OpenAI's own API allows 2,048)."""

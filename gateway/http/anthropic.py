@@ -20,7 +20,7 @@ from gateway.config.tenants import Tenant
 from gateway.core.dialects.anthropic import MessagesRequest
 from gateway.core.dialects.anthropic_answer import anthropic_message, error_body
 from gateway.core.text.tokens import count_messages
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Unauthorized
 from gateway.http.door import Door, UnicodeSafeJSON, client_disconnected, read_body, serve
 from gateway.ops.observability import RequestLog
 from gateway.pipeline.anthropic import AnthropicEncoder, error_message, parse_anthropic_request
@@ -38,7 +38,7 @@ class MessagesDoor(Door):
 
     parsed: MessagesRequest
 
-    def authorization(self, request: Request) -> str | None:
+    def authorization(self, request: Request) -> str:
         return _authorization(request)
 
     def parse(self, body: dict[str, Any], tenant: Tenant, request: Request) -> ChatRequest:
@@ -89,10 +89,14 @@ def anthropic_error(exc: GatewayError, headers: dict[str, str] | None = None) ->
                            headers={**(headers or {}), **exc.headers()})
 
 
-def _authorization(request: Request) -> str | None:
-    """The gateway key in the `Authorization` form, from `x-api-key` when that is sent."""
+def _authorization(request: Request) -> str:
+    """The gateway key in the `Authorization` form, from `x-api-key` when that is sent; 401
+    in Anthropic's words when neither header is."""
     key = request.headers.get("x-api-key")
-    return f"Bearer {key}" if key else request.headers.get("authorization")
+    authorization = f"Bearer {key}" if key else request.headers.get("authorization")
+    if not authorization:
+        raise Unauthorized("x-api-key header is required.", code="missing_api_key")
+    return authorization
 
 
 anthropic_routes = [

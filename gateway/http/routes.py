@@ -91,7 +91,14 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = _allowed_methods(request)
-    if request.url.path.startswith("/v1/messages"):  # the Messages door: Anthropic's shape
+    return _in_dialect(request, error, headers)
+
+
+def _in_dialect(request: Request, error: GatewayError,
+                headers: dict[str, str] | None = None) -> Response:
+    """An error outside a door's own handling in the shape of the door at its path: Anthropic's
+    under /v1/messages, OpenAI's everywhere else."""
+    if request.url.path.startswith("/v1/messages"):
         return anthropic_error(error, headers)
     return error_response(error, headers)
 
@@ -109,7 +116,7 @@ def _allowed_methods(request: Request) -> str:
 
 async def on_gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return error_response(exc)
+    return _in_dialect(request, exc)
 
 
 async def on_client_disconnect(request: Request, exc: Exception) -> Response:
@@ -120,10 +127,10 @@ async def on_client_disconnect(request: Request, exc: Exception) -> Response:
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
-    # The last line of defence: a bug must still answer in OpenAI's shape, and be logged.
+    # The last line of defence: a bug must still answer in its door's shape, and be logged.
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(GatewayError("The gateway hit an internal error.",
-                                       code="internal_error"))
+    return _in_dialect(request, GatewayError("The gateway hit an internal error.",
+                                             code="internal_error"))
 
 
 routes = [

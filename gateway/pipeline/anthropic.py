@@ -5,15 +5,15 @@ is pure, in gateway/core/dialects/), or passed through as an Anthropic upstream 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from gateway.config import RequestLimitsConfig
 from gateway.core.dialects.anthropic import MessagesRequest, parse_messages_request
 from gateway.core.dialects.anthropic_answer import resent_form
 from gateway.core.dialects.anthropic_stream import MessagesStream
 from gateway.core.dialects.events import sse
-from gateway.errors import GatewayError, UpstreamError
-from gateway.pipeline.chat_request import ChatRequest, check_lengths
+from gateway.errors import BadRequest, GatewayError, UpstreamError
+from gateway.pipeline.chat_request import ChatRequest
 from gateway.ports import NativeChunk, NativeRequest, StreamChunk, chunk_data
 
 
@@ -28,7 +28,7 @@ def parse_anthropic_request(body: dict[str, Any], limits: RequestLimitsConfig,
     naming the field at fault). `headers`: the request's, of which `PASSED_HEADERS` go with
     the body to an Anthropic upstream."""
     parsed = parse_messages_request(body, max_messages=limits.max_messages)
-    check_lengths(parsed.messages, limits.max_message_chars)
+    check_lengths(body, limits.max_message_chars)
     return parsed, ChatRequest(model=parsed.model, messages=parsed.messages,
                                stream=parsed.stream, conversation_id=None, user=parsed.user,
                                passthrough=parsed.passthrough, one_shot=parsed.one_shot,
@@ -38,8 +38,50 @@ def parse_anthropic_request(body: dict[str, Any], limits: RequestLimitsConfig,
                                    if headers is not None and headers.get(name)}))
 
 
+def check_lengths(body: dict[str, Any], max_chars: int) -> None:
+    """`BadRequest` in Anthropic's wording, naming the field (`system`, `messages.3.content`,
+    `messages.3.content.0.content` for a tool_result, which goes upstream as a message of its
+    own) whose text is longer than the tenant's `request_limits.max_message_chars`. The body
+    is parsed already: its shapes are valid."""
+    for param, chars in _texts(body):
+        if chars > max_chars:
+            raise BadRequest(f"{param}: text too long: {chars} characters > {max_chars} "
+                             "maximum.", param=param, code="string_above_max_length")
+
+
+def _texts(body: dict[str, Any]) -> Iterator[tuple[str, int]]:
+    yield "system", _chars(body.get("system"))
+    for i, message in enumerate(body["messages"]):
+        content = message["content"]
+        if not isinstance(content, list):
+            yield f"messages.{i}.content", _chars(content)
+            continue
+        for j, block in enumerate(content):
+            if block["type"] == "tool_result":
+                yield f"messages.{i}.content.{j}.content", _chars(block.get("content"))
+        yield f"messages.{i}.content", _chars(content)
+
+
+def _chars(content: Any) -> int:
+    """Characters of a string, or of the text blocks of a list together."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(b["text"]) for b in content
+                   if isinstance(b, Mapping) and b.get("type") == "text"
+                   and isinstance(b.get("text"), str))
+    return 0
+
+
+IN_ANTHROPICS_WORDS = {"invalid_api_key": "invalid x-api-key"}
+"""The gateway's own errors whose OpenAI wording names another field, by code, as Anthropic
+words them (its key header is `x-api-key`)."""
+
+
 def error_message(exc: GatewayError) -> str:
     """The error's message; an upstream's own, when it sent one."""
+    if not isinstance(exc, UpstreamError) and exc.code in IN_ANTHROPICS_WORDS:
+        return IN_ANTHROPICS_WORDS[exc.code]
     error = exc.body().get("error")
     if isinstance(error, Mapping) and isinstance(error.get("message"), str):
         return error["message"]

@@ -222,9 +222,7 @@ def _message(data: Any, index: int, max_chars: int) -> Message:
                          param=f"{where}.content")
     chars = _text_length(content)
     if chars > max_chars:
-        raise BadRequest(f"Invalid '{where}.content': string too long. Expected a string with "
-                         f"maximum length {max_chars}, but got a string with length {chars} "
-                         "instead.", param=f"{where}.content", code="string_above_max_length")
+        raise too_long(f"{where}.content", chars, max_chars)
     if role == "tool" and "tool_call_id" not in data:  # (its type: checked above)
         raise BadRequest(f"`{where}.tool_call_id` is required for tool messages.",
                          param=f"{where}.tool_call_id")
@@ -237,13 +235,9 @@ def _message(data: Any, index: int, max_chars: int) -> Message:
     return Message.from_openai(data)
 
 
-def check_lengths(messages: tuple[Message, ...], max_chars: int) -> None:
-    """`BadRequest` if a message (translated from another dialect) carries more text than the
-    tenant's `request_limits.max_message_chars`."""
-    for i, m in enumerate(messages):
-        chars = len(m.text)
-        if chars > max_chars:
-            raise BadRequest(f"Invalid 'messages[{i}].content': string too long. Expected a "
-                             f"string with maximum length {max_chars}, but got a string with "
-                             f"length {chars} instead.", param=f"messages[{i}].content",
-                             code="string_above_max_length")
+def too_long(param: str, chars: int, max_chars: int) -> BadRequest:
+    """The tenant's `request_limits.max_message_chars` exceeded at `param`, in OpenAI's own
+    wording and code for a string over its length."""
+    return BadRequest(f"Invalid '{param}': string too long. Expected a string with maximum "
+                      f"length {max_chars}, but got a string with length {chars} instead.",
+                      param=param, code="string_above_max_length")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Iterator, Mapping
 
 import anyio
 
@@ -27,7 +27,7 @@ from gateway.core.dialects.responses_answer import asked_calls, resent_form, she
 from gateway.core.dialects.responses_stream import ResponsesStream
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey
 from gateway.errors import BadRequest, NotFound, UpstreamError
-from gateway.pipeline.chat_request import ChatRequest, check_lengths
+from gateway.pipeline.chat_request import ChatRequest, too_long
 from gateway.ports import StreamChunk, chunk_data
 from gateway.store.responses import ResponseLog
 
@@ -37,11 +37,43 @@ logger = logging.getLogger("gateway.responses")
 def parse_responses(body: dict[str, Any],
                     limits: RequestLimitsConfig) -> tuple[ResponsesRequest, ChatRequest]:
     parsed = parse_responses_request(body, max_messages=limits.max_messages)
-    check_lengths(parsed.messages, limits.max_message_chars)
+    check_lengths(body, limits.max_message_chars)
     return parsed, ChatRequest(model=parsed.model, messages=parsed.messages,
                                stream=parsed.stream, conversation_id=None, user=parsed.user,
                                passthrough=parsed.passthrough, one_shot=parsed.one_shot,
                                pinned=parsed.pinned, reply_form=resent_form)
+
+
+def check_lengths(body: dict[str, Any], max_chars: int) -> None:
+    """`BadRequest` naming the Responses field (`instructions`, `input`, `input[3].content`,
+    `input[3].output`) whose text is longer than the tenant's
+    `request_limits.max_message_chars`. The body is parsed already: its shapes are valid."""
+    for param, chars in _texts(body):
+        if chars > max_chars:
+            raise too_long(param, chars, max_chars)
+
+
+def _texts(body: dict[str, Any]) -> Iterator[tuple[str, int]]:
+    yield "instructions", len(body.get("instructions") or "")
+    items = body["input"]
+    if isinstance(items, str):
+        yield "input", len(items)
+        return
+    for i, item in enumerate(items):
+        for name in ("content", "output"):  # a message's; a function_call_output's
+            value = item.get(name)
+            if isinstance(value, str):
+                yield f"input[{i}].{name}", len(value)
+            elif isinstance(value, list):
+                yield f"input[{i}].{name}", sum(map(_part_chars, value))
+
+
+def _part_chars(part: Any) -> int:
+    """Characters of a content part's text (a refusal's too; none for an image)."""
+    if not isinstance(part, Mapping):
+        return 0
+    text = part.get("text") if part.get("type") != "refusal" else part.get("refusal")
+    return len(text) if isinstance(text, str) else 0
 
 
 def new_response() -> tuple[str, int]:
