@@ -210,7 +210,11 @@ class EntryReader:
                 before = entry.get("prev")
                 if linked:
                     known.unlinked.pop(item_id, None)
+                # A turn read again for its link (it was read without one) is the same turn:
+                # its entry never changes under its id, so what was derived from it is kept.
+                seen = known.turns.get(item_id)
                 known.turns[item_id] = (
+                    seen[0] if seen is not None else
                     Recollection("turn", item_id, entry["text"], (item_id,),
                                  int(entry.get("position", -1)), 0.0, role=_role(entry)),
                     Link(before if isinstance(before, str) else None, after) if linked
