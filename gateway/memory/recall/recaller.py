@@ -41,7 +41,7 @@ propagates (the pipeline fails open around recall).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -284,7 +284,9 @@ def _placed(own: dict[str, Recollection],
 
 
 def _at(item: Recollection, position: int) -> Recollection:
-    return replace(item, position=position)
+    # The constructor, not `dataclasses.replace` (about twice as slow): ~300 items a request.
+    return Recollection(item.kind, item.id, item.text, item.source_ids, position, item.score,
+                        item.relevance, item.role, item.day)
 
 
 def _usable(items: dict[str, Recollection],
@@ -301,4 +303,5 @@ def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:
 
 
 def _scored(item: Recollection, score: float) -> Recollection:
-    return replace(item, score=score)
+    return Recollection(item.kind, item.id, item.text, item.source_ids, item.position, score,
+                        item.relevance, item.role, item.day)
