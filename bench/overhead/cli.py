@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import machine
-from bench.overhead.goals import check, goals
+from bench.overhead.goals import check, goals, ratio_goals
 from bench.overhead.processes import STORE_PLACES, Pinning, stop_children_on_sigterm
 from bench.overhead.report import table, targets_table, write_all
 from bench.overhead.run import Plan, measure
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(args, plan, pinning, started_at, time.monotonic() - started)
     meta.update(placement=placement, conversations=outcome.conversations,
                 persist=outcome.persist, errors=outcome.errors)
-    checked = check(goals(plan.turns), outcome.results)
+    checked = check(goals(plan.turns) + ratio_goals(plan.turns), outcome.results)
     paths = write_all(args.out, meta, outcome.results, checked)
     print(table(outcome.results) + "\n\n" + targets_table(checked))
     _say(f"{meta['duration_s']:.0f} s; wrote " + ", ".join(str(p) for p in paths))

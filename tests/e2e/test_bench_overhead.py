@@ -16,7 +16,7 @@ import pytest
 
 from bench.overhead.cli import parse_args
 from bench.overhead.conversation import VARIANTS, Conversation, question, seed_messages
-from bench.overhead.goals import Goal, check, goals
+from bench.overhead.goals import Goal, check, goals, ratio_goals
 from bench.overhead.load import Bodies, new_session, request_body, run_load, \
     run_stateless_client, stream_ended
 from bench.overhead.processes import Pinning, cpu_seconds, descendants, describe_process
@@ -128,6 +128,35 @@ def test_targets_are_met_or_not_by_their_own_rows_only() -> None:
         "met"] is True
     assert by_goal["gateway-memory streaming, 50 turns, c=1: added time to first byte p50"][
         "met"] is False
+
+
+def test_issue_36_targets_are_ratios_of_rows_of_the_same_run() -> None:
+    rows = [
+        fake_row("gateway-memory", p50=5.0),
+        fake_row("gateway-memory", turns=300, p50=7.0),
+        fake_row("gateway-memory", persist=True, p50=6.0),
+        fake_row("litellm-proxy", p50=20.0),
+        fake_row("gateway-memory-anthropic", p50=5.5),
+        fake_row("gateway-memory-responses", p50=6.0),
+        fake_row("gateway-memory", concurrency=10, rps=300.0),
+        fake_row("litellm-proxy", concurrency=10, rps=100.0),
+    ]
+    by_goal = {c["goal"]: c for c in check(ratio_goals((50, 300)), rows)}
+    assert {c["issue"] for c in by_goal.values()} == {36}
+    litellm = by_goal["gateway-memory, 50 turns, c=1: added p50 vs litellm-proxy's"]
+    assert (litellm["measured"], litellm["met"]) == (0.25, False)
+    flat = by_goal["gateway-memory, 300 turns, c=1: added p50 vs its own at 50 turns"]
+    assert (flat["measured"], flat["met"]) == (1.4, False)
+    persist = by_goal["gateway-memory, persistence on, 50 turns, c=1: added p50 vs persistence off"]
+    assert (persist["measured"], persist["met"]) == (1.2, True)
+    assert by_goal["gateway-memory-anthropic, 50 turns, c=1: added p50 vs the chat door"][
+        "met"] is True
+    assert by_goal["gateway-memory-responses, 50 turns, c=1: added p50 vs the chat door"][
+        "measured"] == 1.2
+    assert by_goal["gateway-memory, 50 turns, c=10: req/s vs litellm-proxy (same body)"][
+        "met"] is True
+    assert by_goal["gateway-memory, 300 turns, c=1: added p50 vs litellm-proxy's"][
+        "measured"] is None  # no litellm-proxy row at 300 turns
 
 
 def test_a_target_whose_row_had_no_successful_request_is_not_measured() -> None:
