@@ -24,6 +24,7 @@ from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.one_shot import restore, withhold
 from gateway.core.context.cache_hints import CacheHint, with_cache_hint, without_cache_marks
+from gateway.core.dialects.anthropic_outbound import kept_marks, tool_result_marks
 from gateway.core.context.pinned import marked_pins
 from gateway.core.spend import Price, TurnUsage, money, read_usage, turn_usage
 from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
@@ -183,7 +184,7 @@ class Pipeline:
         if key is not None and reconciliation is not None:
             hint = self._hint(tenant, route)
             if hint is not None:
-                body = with_cache_hint(body, hint, key, stable)
+                body = with_cache_hint(body, hint, key, stable, _marked_elsewhere(chat, messages))
         call = UpstreamCall(model=route.model, body=body,
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params),
@@ -510,8 +511,18 @@ def _usage_completion_tokens(response: Mapping[str, Any] | None) -> int | None:
 
 
 def _query(current: tuple[Message, ...]) -> str:
-    """What recall searches for: the current turn's user message."""
-    return next((m.text for m in current if m.role == "user"), "")
+    """What recall searches for: the current turn's user message; nothing for a tool loop's
+    step (`split_current`: it opens with the call, and text after the results is the client's,
+    not a question)."""
+    return current[0].text if current and current[0].role == "user" else ""
+
+
+def _marked_elsewhere(chat: ChatRequest, messages: tuple[Message, ...]) -> int:
+    """The client's breakpoints that go upstream outside the chat body: an Anthropic
+    client's marks on the `tool_result` blocks forwarded as it sent them."""
+    if chat.native is None or chat.native.dialect != "anthropic":
+        return 0
+    return kept_marks(tool_result_marks(chat.native.body), messages)
 
 
 def _resent(prepared: Prepared, reply: Message | None) -> Message | None:

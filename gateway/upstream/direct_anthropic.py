@@ -28,7 +28,8 @@ from typing import Any
 import aiohttp
 
 from gateway.core.dialects.anthropic_inbound import EventReader, completion_from_message
-from gateway.core.dialects.anthropic_outbound import anthropic_request, errored_tool_uses
+from gateway.core.dialects.anthropic_outbound import (anthropic_request, errored_tool_uses,
+                                                     tool_result_marks)
 from gateway.core.messages import Message
 from gateway.errors import UpstreamError
 from gateway.ports import NativeChunk, NativeCompletion, UpstreamCall
@@ -99,7 +100,8 @@ def request_body(call: UpstreamCall, model: str, *, stream: bool) -> bytes:
     assert call.native is not None
     native = call.native.body
     messages = [Message.from_openai(m) for m in call.body.get("messages") or []]
-    system, turns = anthropic_request(messages, errored_tool_uses(native))
+    system, turns = anthropic_request(messages, errored_tool_uses(native),
+                                      tool_result_marks(native))
     body = {**native, "model": model, "messages": turns}
     if system:
         body["system"] = system

@@ -81,12 +81,41 @@ def test_a_second_breakpoint_ends_the_stable_prefix_the_rewrite_names():
 @pytest.mark.parametrize("body", [
     {"messages": [{"role": "user", "content": "no system prompt"}]},
     {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "u"}]},
-    {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [
-        {"type": "text", "text": "u", "cache_control": EPHEMERAL}]}]},
-    {"messages": [{"role": "system", "content": "S"}],
-     "tools": [{"name": "t", "cache_control": EPHEMERAL}]},
 ])
-def test_no_breakpoint_without_a_system_prefix_or_when_the_client_placed_its_own(body):
+def test_no_breakpoint_without_a_system_prefix(body):
+    assert with_cache_hint(body, "cache_control", KEY) == body
+
+
+def marks(body: dict) -> int:
+    return json.dumps(body).count('"cache_control"')
+
+
+def test_the_client_s_breakpoints_are_kept_and_the_gateway_adds_its_own_up_to_four():
+    mark = {"type": "text", "text": "u", "cache_control": EPHEMERAL}
+    body = {"messages": [{"role": "system", "content": "S"},
+                         {"role": "user", "content": "first"},
+                         {"role": "assistant", "content": "answer"},
+                         {"role": "user", "content": [mark]}]}
+    out = with_cache_hint(body, "cache_control", KEY, stable=3)
+    # the client's mark stays; the stable prefix's end and the system prompt are marked too
+    assert out["messages"][3] == body["messages"][3]
+    assert out["messages"][2]["content"][0]["cache_control"] == EPHEMERAL
+    assert out["messages"][0]["content"][0]["cache_control"] == EPHEMERAL
+    assert marks(out) == 3
+    # the stable prefix's end first: with room for one more, only it is marked
+    two = with_cache_hint(body, "cache_control", KEY, stable=3, marked_elsewhere=2)
+    assert marks(two) == 2 and two["messages"][2]["content"][0]["cache_control"] == EPHEMERAL
+    # four already (two of them on tool results the chat body does not show): nothing added
+    assert with_cache_hint(body, "cache_control", KEY, stable=3, marked_elsewhere=3) == body
+    tools = {**body, "tools": [{"name": "t", "cache_control": EPHEMERAL}]}
+    assert marks(with_cache_hint(tools, "cache_control", KEY, stable=3,
+                                 marked_elsewhere=1)) + 1 == 4
+
+
+def test_a_place_the_client_marked_is_not_marked_again():
+    body = {"messages": [{"role": "system", "content": [
+        {"type": "text", "text": "S", "cache_control": EPHEMERAL}]},
+        {"role": "user", "content": "now"}]}
     assert with_cache_hint(body, "cache_control", KEY) == body
 
 

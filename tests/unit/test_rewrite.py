@@ -121,11 +121,25 @@ ANCIENT_IDS = ("z1", "z2")
     ((), 0),
     ((user("hi"),), 0),
     ((user("q1"), assistant("a1"), user("q2")), 2),
-    ((user("q1"), assistant("a1"), user("q2"), calls("c1"), result("c1")), 2),
     ((assistant("hello, how can I help?"), user("q1")), 1),
     ((assistant("no user at all"), calls("c1"), result("c1")), 0),
 ])
 def test_current_turn_starts_at_the_last_user_message(conversation, n_history):
+    history, current = split_current(conversation)
+    assert history == conversation[:n_history]
+    assert current == conversation[n_history:]
+
+
+@pytest.mark.parametrize("conversation, n_history", [
+    # a loop step: the newest call and its results; the instruction is history
+    ((user("q1"), assistant("a1"), user("q2"), calls("c1"), result("c1")), 3),
+    ((user("task"), calls("c1"), result("c1"), calls("c2"), result("c2")), 3),
+    # text after the results (a client's reminder) belongs to the step, not a new turn
+    ((user("task"), calls("c1"), result("c1"), user("<system-reminder>x</system-reminder>")), 1),
+    # a call still unanswered is part of the instruction's turn
+    ((user("task"), calls("c1")), 0),
+])
+def test_a_tool_loop_step_is_the_current_turn(conversation, n_history):
     history, current = split_current(conversation)
     assert history == conversation[:n_history]
     assert current == conversation[n_history:]

@@ -32,6 +32,7 @@ from gateway.core.context.pinned import pin_line, pin_text, render_pinned
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
+from gateway.core.context.tool_loop import is_tool_loop
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_message, count_messages
 from gateway.core.context.truncation import TRUNCATION_MARKER, truncate_message
 from gateway.tokenizer import tokenizer_for_encoding
@@ -146,10 +147,43 @@ def memories(draw, texts: st.SearchStrategy[str],
 # --- the invariants ---------------------------------------------------------------------------
 
 
+def check_tool_loop(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> bool:
+    """The invariants of an agent's tool loop (gateway/core/context/tool_loop.py; the rest of
+    them in tests/unit/test_tool_loop.py); True when the request is one (and then the chat
+    invariants below do not apply)."""
+    instructions, history, current = request.instructions, request.history, request.current
+    if not is_tool_loop(history, current):
+        return False
+    messages = out.messages
+    assert out.tokens_forwarded == count_messages(messages, tok)
+    assert out.tokens_original == count_messages(instructions + history + current, tok)
+    assert all(a is b for a, b in zip(messages, instructions))
+    assert all(a is b for a, b in zip(reversed(messages), reversed(current)))
+    assert len(messages) >= len(instructions) + len(current)
+    forwardable = forwardable_history(history)
+    task = next((m for m in forwardable if m.role == "user"), None)
+    if out.over_budget:
+        assert messages == instructions + ((task,) if task else ()) + current
+        assert count_messages(messages, tok) > request.policy.whole_prompt_budget
+        return True
+    assert out.tokens_forwarded <= request.policy.whole_prompt_budget
+    check_tool_calls_travel_with_their_results(messages)
+    if task is not None:
+        assert any(m is task for m in messages)  # the task is always forwarded
+    middle = messages[len(instructions):len(messages) - len(current)]
+    if count_messages(instructions + forwardable + current, tok) > \
+            request.policy.whole_prompt_budget and task is not None:
+        # compacted: the conversation opens with the task
+        assert next(m for m in middle + current if m.role != "system") is task
+    return True
+
+
 def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
     policy, budget = request.policy, request.policy.prompt_budget
     instructions, history, current = request.instructions, request.history, request.current
     messages = out.messages
+    if check_tool_loop(request, out, tok):
+        return
 
     # Counts are what they say.
     assert out.tokens_forwarded == count_messages(messages, tok)
@@ -509,6 +543,8 @@ def check_pinned(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
     """Budget, placement, share, whole items, nothing shown twice."""
     policy, budget = request.policy, request.policy.prompt_budget
     messages, instructions, current = out.messages, request.instructions, request.current
+    if check_tool_loop(request, out, tok):
+        return
     assert out.tokens_forwarded == count_messages(messages, tok)
     assert messages[:len(instructions)] == instructions
     assert messages[len(messages) - len(current):] == current

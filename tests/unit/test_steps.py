@@ -28,6 +28,7 @@ from tests.unit.test_rewrite import TOK, assistant, user
 from tests.unit.test_rewrite_properties import (
     check_kept_message,
     check_tool_calls_travel_with_their_results,
+    check_tool_loop,
     check_window_starts_at_a_turn,
     forwardable_history,
     requests,
@@ -105,7 +106,7 @@ def test_stepped_rewrite_keeps_the_rewrite_invariants(request, window_share) -> 
     out = rewrite(request, TOK)
     instructions, history, current = request.instructions, request.history, request.current
     messages, budget = out.messages, request.policy.prompt_budget
-    if check_ends(request, out):
+    if check_tool_loop(request, out, TOK) or check_ends(request, out):
         return
     assert out.tokens_forwarded <= budget
     check_tool_calls_travel_with_their_results(messages)

@@ -7,9 +7,12 @@
   messages of the rewritten prompt (the client's system prompts, then the pinned, summary
   and profile blocks), which changes only when the client's prompt or memory does; and, when
   the rewrite names a longer stable prefix (`Rewrite.stable_messages`: the history forwarded
-  whole, or the stepped window), a second one at its end, so the next request reads it back
-  and pays full price only for what follows — unless the client placed breakpoints of its own
-  (Anthropic allows four, and the client knows its prompt). Anthropic takes system prompts
+  whole, the stepped window, a compacted tool loop), one at its end first, so the next request
+  reads it back and pays full price only for what follows. The client's own breakpoints are
+  kept and counted: the gateway adds its marks (the stable prefix's first) only while the
+  request holds fewer than Anthropic's four, and never where one is already — a client mark on
+  a message the rewrite dropped or cleared is gone with it, and the gateway's mark at the end
+  of the stable prefix takes its place. Anthropic takes system prompts
   only at the top, and the translation hoists every system message there: a memory block after
   the history (the recalled block, the stepped tail) would land before the cached prefix and
   change it every request. On these routes such a block is sent as a user message (the
@@ -79,11 +82,17 @@ def prompt_cache_key(key: ConversationKey) -> str:
     return "cg-" + digest[:40]
 
 
+MAX_BREAKPOINTS = 4
+"""Anthropic's limit on `cache_control` blocks in one request (tools, system and messages)."""
+
+
 def with_cache_hint(body: Mapping[str, Any], hint: CacheHint, key: ConversationKey,
-                    stable: int | None = None) -> dict[str, Any]:
+                    stable: int | None = None, marked_elsewhere: int = 0) -> dict[str, Any]:
     """`body` (an OpenAI chat body) with the hint; the same content when the client gave its
     own or there is nowhere to put it. `stable`: how many leading messages are the prompt's
-    stable prefix (None: its system messages)."""
+    stable prefix (None: its system messages). `marked_elsewhere`: the client's breakpoints
+    the request carries where the chat body does not show them (an Anthropic client's marks
+    on `tool_result` blocks), counted against the four."""
     if hint == "prompt_cache_key":
         if body.get("prompt_cache_key") is not None:
             return dict(body)
@@ -97,11 +106,15 @@ def with_cache_hint(body: Mapping[str, Any], hint: CacheHint, key: ConversationK
             and messages[end].get("role") in _SYSTEM_ROLES:
         end += 1
     out = [*messages[:end], *(_as_user(m) for m in messages[end:])]
-    if _has_breakpoint(messages) or (isinstance(tools, list) and _has_breakpoint(tools)):
-        return {**body, "messages": out} if out != messages else dict(body)
-    for place in (end - 1, _last_markable(messages, end, stable)):
-        if place is not None and place >= 0 and (marked := _marked(out[place])) is not None:
+    free = MAX_BREAKPOINTS - marked_elsewhere - _breakpoints(messages) \
+        - (_breakpoints(tools) if isinstance(tools, list) else 0)
+    for place in (_last_markable(messages, end, stable), end - 1):
+        if free <= 0:
+            break
+        if place is not None and place >= 0 and not _breakpoints([out[place]]) \
+                and (marked := _marked(out[place])) is not None:
             out[place] = marked
+            free -= 1
     return {**body, "messages": out} if out != messages else dict(body)
 
 
@@ -140,15 +153,15 @@ def _marked(message: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _has_breakpoint(messages: list[Any]) -> bool:
+def _breakpoints(messages: list[Any]) -> int:
+    """The `cache_control` marks on `messages` (or tools) and their content parts."""
+    count = 0
     for message in messages:
         if not isinstance(message, Mapping):
             continue
-        if message.get("cache_control") is not None:
-            return True
+        count += message.get("cache_control") is not None
         content = message.get("content")
-        if isinstance(content, list) and any(isinstance(p, Mapping)
-                                             and p.get("cache_control") is not None
-                                             for p in content):
-            return True
-    return False
+        if isinstance(content, list):
+            count += sum(1 for p in content
+                         if isinstance(p, Mapping) and p.get("cache_control") is not None)
+    return count

@@ -92,6 +92,8 @@ from gateway.core.context.packing import (
 )
 from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.context.steps import estimated_costs, step_points, window_starts
+from gateway.core.context.tool_loop import (allowances, exchanges, is_tool_loop,
+                                            loop_window, split_loop)
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
@@ -171,17 +173,20 @@ class Rewrite:
     breakpoint goes at its end): the instructions, the blocks before the history and the
     history forwarded whole or the stepped window; None: the rolling window slides, only the
     leading system messages are stable."""
+    tool_results_cleared: int = 0
+    """Tool results of a compacted tool loop forwarded as placeholders."""
+    exchanges_dropped: int = 0
+    """Exchanges of a compacted tool loop left out."""
 
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
     """(history, current) of a conversation without instructions: the current turn starts at
-    the last user message. Without any user message nothing is history: there is no turn
-    boundary to cut at, so the whole conversation is the current turn, forwarded verbatim."""
-    messages = tuple(conversation)
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].role == "user":
-            return messages[:i], messages[i:]
-    return (), messages
+    the last user message — in a tool loop, at the last user instruction (text attached to
+    tool results is part of their step), or at the newest loop step when the conversation
+    ends in one (`tool_loop.split_loop`). Without any user message nothing is history: there
+    is no turn boundary to cut at, so the whole conversation is the current turn, forwarded
+    verbatim."""
+    return split_loop(conversation)
 
 
 def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
@@ -198,6 +203,8 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     if costs is None:
         costs = count_each(request.history, tokenizer)
     tokens_original = _total(fixed_cost + sum(costs), bool(fixed or request.history))
+    if is_tool_loop(request.history, request.current):
+        return _tool_loop(request, costs, fixed_cost, tokens_original, tokenizer)
 
     if _total(fixed_cost, bool(fixed)) > policy.prompt_budget:
         return Rewrite(messages=fixed, tokens_original=tokens_original,
@@ -276,6 +283,80 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     )
     return _assembled(messages, tokens_original, fixed_cost, window, pinned, summary, profile,
                       recalled, message_limit=limit if fitted else None)
+
+
+def _tool_loop(request: RewriteRequest, costs: tuple[int, ...], fixed_cost: int,
+               tokens_original: int, tokenizer: Tokenizer) -> Rewrite:
+    """An agent's tool loop (gateway/core/context/tool_loop.py): forwarded whole while it fits
+    the window, with memory from outside it after it; beyond, compacted within the window —
+    the task and user instructions whole, older exchanges' results cleared, the oldest
+    exchanges dropped, in steps — with the pinned block first and the profile and recalled
+    blocks after it (at most `outside_share` of the compacted room, a tail paid every turn).
+    The newest exchange goes whole; when it does not fit beside the task, it goes anyway with
+    the instructions and the task, and `over_budget` says so."""
+    policy, memory = request.policy, request.memory
+    framing = framing_for(m.text for m in request.current if m.role == "user")
+    start = _first_forwardable(request.history)
+    history, costs = request.history[start:], costs[start:]
+    ceiling = policy.whole_prompt_budget - REPLY_PRIMING - fixed_cost
+    room = max(0, policy.prompt_budget - REPLY_PRIMING - fixed_cost)
+    fixed_texts = shown_texts(request.instructions + request.current)
+    pinned: Packed[PinnedMessage] = Packed()
+    if memory.pinned:
+        ids = frozenset(i for i in request.history_ids if i is not None)
+        pinned = pack_pinned(not_shown(memory.pinned, ids, fixed_texts | shown_texts(history)),
+                             share(policy.pinned_share, room), tokenizer, framing)
+    tail = share(policy.outside_share, room)
+    if sum(costs) + pinned.cost <= ceiling:
+        left = min(ceiling - sum(costs), pinned.cost + (tail if history else room))
+        return _whole_history(request, history, left, tokens_original,
+                              fixed_cost + sum(costs), tokenizer, pinned, framing)
+    profile = pack_profile(memory.profile, min(share(policy.profile_share, room), tail),
+                           tokenizer, framing)
+    offered = recalled_lines(memory.recalled, tokenizer)
+    reserved = recall_reservation(offered, tail - profile.cost, tokenizer, framing)
+    beside = policy.whole_prompt_budget - REPLY_PRIMING \
+        - _sum_cost(request.instructions, tokenizer)
+    points = allowances(beside, policy.prompt_budget)
+    window = loop_window(history, costs, ceiling - pinned.cost - profile.cost - reserved,
+                         *points, tokenizer)
+    if window is None and pinned.cost + profile.cost + reserved:
+        # Memory gives way before the task does.
+        pinned, profile, offered = Packed(), Packed(), ()
+        window = loop_window(history, costs, ceiling, *points, tokenizer)
+    if window is None:
+        return _loop_over_budget(request, history, costs, fixed_cost, tokens_original)
+    pinned_ids, pinned_texts = _pins_shown(pinned.items)
+    shown = frozenset(i for i, m in zip(request.history_ids[start:], history)
+                      if i is not None and any(m is w for w in window.messages)) \
+        if request.history_ids else frozenset()
+    offered = drop_redundant(offered, pinned_ids | shown, (),
+                             pinned_texts | shown_texts(window.messages))
+    recalled = pack_recalled(offered, min(tail - profile.cost,
+                                          ceiling - pinned.cost - profile.cost - window.cost),
+                             tokenizer, framing)
+    stable = request.instructions + tuple(b for b in (pinned.block,) if b is not None) \
+        + window.messages
+    messages = stable + tuple(b for b in (profile.block, recalled.block) if b is not None) \
+        + request.current
+    return _assembled(messages, tokens_original, fixed_cost, window, pinned, Packed(),
+                      profile, recalled, stable_messages=len(stable),
+                      tool_results_cleared=window.cleared,
+                      exchanges_dropped=window.dropped)
+
+
+def _loop_over_budget(request: RewriteRequest, history: tuple[Message, ...],
+                      costs: tuple[int, ...], fixed_cost: int, tokens_original: int) -> Rewrite:
+    """A tool loop whose newest exchange does not fit beside its task: the instructions, the
+    task (the first user message) and the newest exchange, whole."""
+    task = next((i for i, m in enumerate(history) if m.role == "user"), None)
+    kept = history[task:task + 1] if task is not None else ()
+    cost = fixed_cost + (costs[task] if task is not None else 0)
+    messages = request.instructions + kept + request.current
+    return Rewrite(messages=messages, tokens_original=tokens_original,
+                   tokens_forwarded=_total(cost, bool(messages)), recent_turns=len(kept),
+                   history_kept=len(kept), truncated=0, over_budget=True,
+                   exchanges_dropped=len(exchanges(history)) - len(kept))
 
 
 def _head_blocks(request: RewriteRequest, room: int, fixed_texts: frozenset[str],
