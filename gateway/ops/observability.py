@@ -61,6 +61,10 @@ class RequestLog:
     None: only its system messages (the rolling window)."""
     truncated: int | None = None
     over_budget: bool | None = None
+    tool_results_cleared: int | None = None
+    """A compacted tool loop's results forwarded as placeholders (set when it was compacted)."""
+    exchanges_dropped: int | None = None
+    """A compacted tool loop's exchanges left out."""
     persisted: bool | None = None
     record_buffered: bool | None = None
     """The turn waits in the in-process record buffer (the store could not take it)."""

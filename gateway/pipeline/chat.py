@@ -184,7 +184,8 @@ class Pipeline:
         if key is not None and reconciliation is not None:
             hint = self._hint(tenant, route)
             if hint is not None:
-                body = with_cache_hint(body, hint, key, stable, _marked_elsewhere(chat, messages))
+                body = with_cache_hint(body, hint, key, stable,
+                                       _marked_elsewhere(chat, messages))
         call = UpstreamCall(model=route.model, body=body,
                             api_base=route.api_base, api_key=route.api_key,
                             timeout=route.timeout, extra=dict(route.litellm_params),
@@ -250,6 +251,9 @@ class Pipeline:
         log.recent_turns, log.truncated = result.recent_turns, result.truncated
         log.stable_messages = result.stable_messages
         log.over_budget = result.over_budget
+        if result.tool_results_cleared or result.exchanges_dropped:
+            log.tool_results_cleared = result.tool_results_cleared
+            log.exchanges_dropped = result.exchanges_dropped
         if self.history is not None:  # the console's diagnostics; nothing to do without it
             log.memory_blocks = result.memory_blocks
             log.recalled_items = recalled_items(memory, result.recalled_ids)

@@ -92,8 +92,7 @@ from gateway.core.context.packing import (
 )
 from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.context.steps import estimated_costs, step_points, window_starts
-from gateway.core.context.tool_loop import (allowances, exchanges, is_tool_loop,
-                                            loop_window, split_loop)
+from gateway.core.context.tool_loop import allowances, is_tool_loop, loop_window, split_loop
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
@@ -292,8 +291,8 @@ def _tool_loop(request: RewriteRequest, costs: tuple[int, ...], fixed_cost: int,
     the task and user instructions whole, older exchanges' results cleared, the oldest
     exchanges dropped, in steps — with the pinned block first and the profile and recalled
     blocks after it (at most `outside_share` of the compacted room, a tail paid every turn).
-    The newest exchange goes whole; when it does not fit beside the task, it goes anyway with
-    the instructions and the task, and `over_budget` says so."""
+    The newest exchange goes whole; when it does not fit beside the task and the user's
+    instructions, it goes with them anyway, and `over_budget` says so."""
     policy, memory = request.policy, request.memory
     framing = framing_for(m.text for m in request.current if m.role == "user")
     start = _first_forwardable(request.history)
@@ -320,12 +319,17 @@ def _tool_loop(request: RewriteRequest, costs: tuple[int, ...], fixed_cost: int,
     points = allowances(beside, policy.prompt_budget)
     window = loop_window(history, costs, ceiling - pinned.cost - profile.cost - reserved,
                          *points, tokenizer)
-    if window is None and pinned.cost + profile.cost + reserved:
+    if not window.fits and pinned.cost + profile.cost + reserved:
         # Memory gives way before the task does.
         pinned, profile, offered = Packed(), Packed(), ()
         window = loop_window(history, costs, ceiling, *points, tokenizer)
-    if window is None:
-        return _loop_over_budget(request, history, costs, fixed_cost, tokens_original)
+    if not window.fits:
+        messages = request.instructions + window.messages + request.current
+        return Rewrite(messages=messages, tokens_original=tokens_original,
+                       tokens_forwarded=_total(fixed_cost + window.cost, bool(messages)),
+                       recent_turns=sum(1 for m in window.messages if m.role == "user"),
+                       history_kept=len(window.messages), truncated=0, over_budget=True,
+                       exchanges_dropped=window.dropped)
     pinned_ids, pinned_texts = _pins_shown(pinned.items)
     shown = frozenset(i for i, m in zip(request.history_ids[start:], history)
                       if i is not None and any(m is w for w in window.messages)) \
@@ -343,20 +347,6 @@ def _tool_loop(request: RewriteRequest, costs: tuple[int, ...], fixed_cost: int,
                       profile, recalled, stable_messages=len(stable),
                       tool_results_cleared=window.cleared,
                       exchanges_dropped=window.dropped)
-
-
-def _loop_over_budget(request: RewriteRequest, history: tuple[Message, ...],
-                      costs: tuple[int, ...], fixed_cost: int, tokens_original: int) -> Rewrite:
-    """A tool loop whose newest exchange does not fit beside its task: the instructions, the
-    task (the first user message) and the newest exchange, whole."""
-    task = next((i for i, m in enumerate(history) if m.role == "user"), None)
-    kept = history[task:task + 1] if task is not None else ()
-    cost = fixed_cost + (costs[task] if task is not None else 0)
-    messages = request.instructions + kept + request.current
-    return Rewrite(messages=messages, tokens_original=tokens_original,
-                   tokens_forwarded=_total(cost, bool(messages)), recent_turns=len(kept),
-                   history_kept=len(kept), truncated=0, over_budget=True,
-                   exchanges_dropped=len(exchanges(history)) - len(kept))
 
 
 def _head_blocks(request: RewriteRequest, room: int, fixed_texts: frozenset[str],

@@ -135,6 +135,8 @@ class LoopWindow:
     stable: bool = True
     """Whether the points are the history's own (False: moved for this request only, to fit
     a newest exchange larger than usual)."""
+    fits: bool = True
+    """Whether it fits the room it was given (False: the task and the instructions alone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +160,14 @@ def allowances(window: int, compacted: int) -> tuple[int, int]:
 
 
 def loop_window(history: Sequence[Message], costs: Sequence[int], room: int, verbatim: int,
-                cleared: int, tokenizer: Tokenizer) -> LoopWindow | None:
+                cleared: int, tokenizer: Tokenizer) -> LoopWindow:
     """The compacted history of a tool loop that fits `room`: the task and the user
     instructions whole, exchanges before the verbatim point with their results cleared,
     those before the drop point left out (see the module docstring). `verbatim` and
     `cleared`: the allowances that fix the points (the verbatim exchanges take at most
     `verbatim` tokens, the cleared ones `cleared`); when the result does not fit `room`, the
-    points move further for this request. None: not even the task fits."""
+    points move further for this request; when not even the task and the instructions fit
+    beside what is kept of the rest, they alone (`LoopWindow.fits` false)."""
     history = tuple(history)
     # The task opens the compacted history: what came before it (a greeting) is left out.
     first = next((i for i, m in enumerate(history) if m.role == "user"), None)
@@ -175,22 +178,34 @@ def loop_window(history: Sequence[Message], costs: Sequence[int], room: int, ver
     task_cost = costs[first] if first is not None else 0
     keep = _point([x.cost for x in items], verbatim)
     drop = _point([x.cleared_cost for x in items[:keep]], cleared)
+    window = _assemble(history, task, task_cost, items, drop, keep, _told(items, drop, cleared))
+    if window.cost <= room:
+        return LoopWindow(window.messages, window.cost, cleared=window.cleared,
+                          dropped=window.dropped)
+    # Too large beside this request's newest exchange: for this request only, clear more
+    # (each further exchange, priced from running sums), then drop more (in steps of half the
+    # cleared allowance, as the drop point moves).
     told = _told(items, drop, cleared)
-    stable = True
-    while True:
-        window = _assemble(history, task, task_cost, items, drop, keep, told)
-        if window.cost <= room:
-            return LoopWindow(window.messages, window.cost, cleared=window.cleared,
-                              dropped=window.dropped, stable=stable)
-        stable = False
-        if keep < len(items):
-            keep += 1
-        elif drop < keep:
-            drop += 1
-        elif told:
-            told = frozenset()
-        else:
-            return None
+    head = task_cost + sum(x.dropped_cost for k, x in enumerate(items) if k in told)
+    middle = sum(x.cleared_cost for x in items[drop:keep])
+    tail = sum(x.cost for x in items[keep:])
+    while keep < len(items) and head + middle + tail > room:
+        middle += items[keep].cleared_cost
+        tail -= items[keep].cost
+        keep += 1
+    if head + middle + tail > room:
+        totals = (0, *accumulate(x.cleared_cost for x in items))
+        step = max(1, cleared // 2)
+        for point in (*range(drop + 1, keep), keep):
+            if point < keep and totals[point] - totals[drop] < step:
+                continue
+            drop, told = point, _told(items, point, cleared)
+            head = task_cost + sum(x.dropped_cost for k, x in enumerate(items) if k in told)
+            if head + totals[keep] - totals[drop] <= room:
+                break
+    window = _assemble(history, task, task_cost, items, drop, keep, told)
+    return LoopWindow(window.messages, window.cost, cleared=window.cleared,
+                      dropped=window.dropped, stable=False, fits=window.cost <= room)
 
 
 def _told(items: Sequence[_Exchange], drop: int, allowance: int) -> frozenset[int]:
