@@ -82,6 +82,8 @@ def anthropic_request(messages: Iterable[Message], errored: frozenset[str] = fro
                 if isinstance(content, list) else []
             if lifted:
                 result["cache_control"] = lifted[-1]
+                if len(content) == 1:  # one text, as the chat form holds it: a string again
+                    result["content"] = content[0]["text"]
             elif marks and _keeps_mark(marks, data):
                 result["cache_control"] = marks[result["tool_use_id"]][0]
             results.append(result)
