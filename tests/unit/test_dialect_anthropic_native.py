@@ -8,7 +8,9 @@ import pytest
 
 from gateway.core.dialects.anthropic import parse_messages_request
 from gateway.core.dialects.anthropic_inbound import EventReader, completion_from_message
-from gateway.core.dialects.anthropic_outbound import anthropic_request, errored_tool_uses
+from gateway.core.dialects.anthropic_outbound import (OPENING, anthropic_request,
+                                                     errored_tool_uses, kept_marks,
+                                                     tool_result_marks)
 from gateway.core.messages import Message
 from gateway.core.reply import StreamAssembler, reply_from_completion
 
@@ -42,6 +44,52 @@ def test_a_parsed_request_translates_back_to_what_the_client_sent(history):
     system, messages = anthropic_request(parsed.messages, errored_tool_uses(body))
     assert system == [{"type": "text", "text": "Be brief."}]
     assert messages == history
+
+
+MARK = {"type": "ephemeral"}
+MARKED = [{"role": "user", "content": "task"},
+          {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read",
+                                             "input": {}}]},
+          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                        "content": "file text", "cache_control": MARK},
+                                       {"type": "text", "text": "<system-reminder>r"
+                                                                "</system-reminder>"}]}]
+
+
+def test_a_client_s_mark_on_a_tool_result_goes_back_with_the_result_as_sent():
+    body = {"model": "m", "max_tokens": 5, "messages": MARKED}
+    parsed = parse_messages_request(body, max_messages=100)
+    marks = tool_result_marks(body)
+    assert marks == {"t1": (MARK, "file text")} and kept_marks(marks, parsed.messages) == 1
+    _, messages = anthropic_request(parsed.messages, marks=marks)
+    assert messages == MARKED
+    # a result the rewrite cleared is not the client's: its mark is gone with its text
+    cleared = [m.with_content("[tool result cleared]") if m.role == "tool" else m
+               for m in parsed.messages]
+    assert kept_marks(marks, cleared) == 0
+    _, messages = anthropic_request(cleared, marks=marks)
+    assert "cache_control" not in messages[2]["content"][0]
+
+
+def test_a_mark_the_gateway_put_in_a_result_s_text_goes_on_the_result():
+    result = Message.of("tool", [{"type": "text", "text": "out", "cache_control": MARK}],
+                        tool_call_id="t1")
+    _, messages = anthropic_request([
+        Message.plain("user", "task"),
+        Message.of("assistant", None, tool_calls=[{"id": "t1", "type": "function",
+                                                   "function": {"name": "Read",
+                                                                "arguments": "{}"}}]),
+        result])
+    assert messages[2]["content"] == [{"type": "tool_result", "tool_use_id": "t1",
+                                       "content": "out", "cache_control": MARK}]
+
+
+def test_a_conversation_the_rewrite_left_opening_with_the_model_opens_with_the_user():
+    _, messages = anthropic_request([Message.plain("assistant", "the last answer"),
+                                     Message.plain("user", "yes, do that")])
+    assert messages == [{"role": "user", "content": OPENING},
+                        {"role": "assistant", "content": "the last answer"},
+                        {"role": "user", "content": "yes, do that"}]
 
 
 def test_memory_system_messages_anywhere_join_the_system_blocks_in_order():
