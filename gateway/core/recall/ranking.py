@@ -24,7 +24,8 @@ its speaker label (`Name: ` at the start of a line) is a name the question conta
 log(1 + its characters); place — where it sits between the first and the last candidate;
 fused — its fused score; similarity_gap — similarity minus the best dense hit's; named_day —
 the day it was said on (its `[date] ` anchor, else the last date it writes:
-`core.text.days.day_of`, read once per item, `Candidate.day`) is a day the question names (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
+`core.text.days.day_of`, read once per item, `Candidate.day`) is a day the question names
+(`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
 Saturday" from the latest day among the candidates), 0 for every candidate of a question that
 names no day; own_words — the question (its end) is in the first person ("my", "I", "我")
 and the user said the turn: in an assistant chat the questions are about what the user said,
