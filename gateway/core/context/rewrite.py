@@ -331,8 +331,9 @@ def _tool_loop(request: RewriteRequest, costs: tuple[int, ...], fixed_cost: int,
                        history_kept=len(window.messages), truncated=0, over_budget=True,
                        exchanges_dropped=window.dropped)
     pinned_ids, pinned_texts = _pins_shown(pinned.items)
+    forwarded = {id(m) for m in window.messages}  # verbatim messages are the history's own
     shown = frozenset(i for i, m in zip(request.history_ids[start:], history)
-                      if i is not None and any(m is w for w in window.messages)) \
+                      if i is not None and id(m) in forwarded) \
         if request.history_ids else frozenset()
     offered = drop_redundant(offered, pinned_ids | shown, (),
                              pinned_texts | shown_texts(window.messages))
