@@ -8,7 +8,8 @@ Invariants:
   remembered (by its sha1) and the same payload again is not enqueued twice.
 - `load` returns the active branch *as it will be* once every pending turn is applied: the
   stored transcript plus the pending turns applied in seq order with the same pure
-  `apply_turn` the recorder uses. The reads are one script (atomic), so a recorder applying a
+  `apply_turn` the recorder uses (each pending turn decoded and applied once while it waits:
+  `PendingCache`). The reads are one script (atomic), so a recorder applying a
   turn concurrently can never make it appear twice or not at all. The decoded transcript is
   cached in process (`TranscriptCache`); the script sends nothing when the cached one is
   still current, only the new elements when it was appended to, and all of it otherwise
@@ -26,22 +27,20 @@ The client must be created with `decode_responses=True` (see `gateway.store.conn
 
 from __future__ import annotations
 
-import logging
-
 import redis.asyncio as aioredis
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
-from gateway.core.transcript import TurnRecord, apply_turn
+from gateway.core.transcript import TurnRecord
 from gateway.store.archive import TranscriptArchive
 from gateway.store.cluster import primary_targets
-from gateway.store.codec import (ArchivedBranch, CodecError, decode_branch, decode_record,
+from gateway.store.codec import (ArchivedBranch, decode_branch, decode_record,
                                  encode_record)
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.keys import KeySpace
+from gateway.store.pending_cache import PendingCache
 from gateway.store.transcript_cache import TRANSCRIPT_LUA, TranscriptCache
 
-log = logging.getLogger("gateway.store")
 
 LATER_TOMBSTONE_LUA = """
 local function later_tombstone(user_key, conversation_key)
@@ -149,6 +148,8 @@ class RedisStore:
         self.keys = keys or KeySpace()
         self.encryption = encryption
         self.cache = cache if cache is not None else TranscriptCache(encryption=encryption)
+        self.pending = PendingCache()
+        """Pending turns decoded and applied by earlier loads (only new ones cost a load)."""
         self.archive = TranscriptArchive(client, self.keys, encryption=encryption)
         self._load_script = client.register_script(_LOAD_LUA)
         self._record_script = client.register_script(_RECORD_LUA)
@@ -172,20 +173,10 @@ class RedisStore:
         messages, flat_pending, applied, erased, _offset = await self._read(key)
         pending = dict(zip(flat_pending[::2], flat_pending[1::2]))
         erased = erased or None
-        done = int(applied or 0)
-        for seq in sorted(int(s) for s in pending):
-            if seq <= done:
-                continue  # cannot happen with our writers; never apply a turn twice
-            try:
-                turn = decode_record(self.encryption.open(key.tenant, pending[str(seq)]))
-            except CodecError:
-                # A poison job: the recorder will dead-letter it; the conversation stays usable.
-                log.warning("skipping undecodable pending turn %s of %s", seq, key)
-                continue
-            if erased_before(erased, turn.created_at):
-                continue  # its user erased their memory since; the recorder drops it
-            messages = apply_turn(messages, turn).applied_to(messages)
-        return messages
+        return self.pending.applied(
+            key, messages, pending, int(applied or 0), erased,
+            lambda text: decode_record(self.encryption.open(key.tenant, text)),
+            lambda created_at: erased_before(erased, created_at))
 
     async def applied(self, key: ConversationKey) -> tuple[StoredMessage, ...]:
         """The whole active branch as the recorder has applied it (no pending turn): its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import redis.asyncio
@@ -147,6 +148,31 @@ async def test_an_undecodable_pending_turn_is_skipped_by_load(store, store_clien
     await store_client.set(ck.seq, 1)
     await store.record(KEY, turn(user("fine")))
     assert [m.message.text for m in await store.load(KEY)] == ["fine"]
+
+
+async def test_a_pending_turn_is_decoded_once_while_it_waits(store, store_client):
+    # No recorder runs: every turn stays pending, and each load shows them all.
+    texts = [f"turn {i}" for i in range(3)]
+    for text in texts:
+        await store.record(KEY, turn(user(text), mode="append"))
+    for _ in range(3):
+        assert [m.message.text for m in await store.load(KEY)] == texts
+    assert store.pending.decoded == 3
+    await store.record(KEY, turn(user("turn 3"), mode="append"))
+    loaded = await store.load(KEY)
+    assert store.pending.decoded == 4
+    # The same as a store that never loaded it.
+    assert loaded == await RedisStore(store_client).load(KEY)
+
+
+async def test_a_seq_used_again_after_a_delete_shows_the_new_turn(store):
+    await store.record(KEY, turn(user("before the delete")))
+    assert [m.message.text for m in await store.load(KEY)] == ["before the delete"]
+    await store.delete(KEY)
+    # Created after the delete (its tombstone drops turns created before it): seq 1 again.
+    await store.record(KEY, TurnRecord("after", None, (user("after the delete"),),
+                                       created_at=time.time() + 60))
+    assert [m.message.text for m in await store.load(KEY)] == ["after the delete"]
 
 
 async def test_ping_succeeds_on_a_live_server_and_raises_on_a_dead_one(store, tmp_path):
