@@ -33,7 +33,6 @@ relevance is never dropped (but for a message that needs no memory); no floor an
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable, Mapping, Sequence
 
 from gateway.core.recall.need import Need
@@ -43,17 +42,26 @@ from gateway.core.recall.recollection import Recollection
 def with_relevance(items: Iterable[Recollection], similarity: Mapping[str, float],
                    adjacent: Iterable[tuple[str, str]]) -> tuple[Recollection, ...]:
     """`items` with `relevance` set. `similarity`: the dense hits' similarities by id;
-    `adjacent`: pairs of ids of consecutive turns (earlier, later), where known."""
+    `adjacent`: pairs of ids of consecutive turns (earlier, later), where known — only the
+    pairs that hold one of `items` are weighed (a recall's links hold every turn it read)."""
     if not similarity:
         return tuple(items)
+    items = tuple(items)
     lowest = min(similarity.values())
+    sim = similarity.get
+    wanted = {item.id for item in items}
     best: dict[str, float] = {}
     for earlier, later in adjacent:  # a neighbour's similarity counts for both
-        shared = max(similarity.get(earlier, lowest), similarity.get(later, lowest))
+        if earlier not in wanted and later not in wanted:
+            continue
+        shared = max(sim(earlier, lowest), sim(later, lowest))
         for i in (earlier, later):
-            best[i] = max(best.get(i, shared), shared)
-    return tuple(replace(item, relevance=max(similarity.get(item.id, lowest),
-                                             best.get(item.id, lowest)))
+            if best.get(i, shared) <= shared:
+                best[i] = shared
+    # The constructor, not `dataclasses.replace` (about twice as slow): ~140 items a request.
+    return tuple(Recollection(item.kind, item.id, item.text, item.source_ids, item.position,
+                              item.score, max(sim(item.id, lowest), best.get(item.id, lowest)),
+                              item.role, item.day)
                  for item in items)
 
 
