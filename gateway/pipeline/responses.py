@@ -48,24 +48,27 @@ def check_lengths(body: dict[str, Any], max_chars: int) -> None:
     """`BadRequest` naming the Responses field (`instructions`, `input`, `input[3].content`,
     `input[3].output`) whose text is longer than the tenant's
     `request_limits.max_message_chars`. The body is parsed already: its shapes are valid."""
-    for param, chars in _texts(body):
+    for index, name, chars in _texts(body):
         if chars > max_chars:
-            raise too_long(param, chars, max_chars)
+            raise too_long(name if index is None else f"input[{index}].{name}", chars,
+                           max_chars)
 
 
-def _texts(body: dict[str, Any]) -> Iterator[tuple[str, int]]:
-    yield "instructions", len(body.get("instructions") or "")
+def _texts(body: dict[str, Any]) -> Iterator[tuple[int | None, str, int]]:
+    """(the input item's index, None for a top-level field; the field; its characters). A
+    field's name is written only for the one refused: a body holds hundreds of items."""
+    yield None, "instructions", len(body.get("instructions") or "")
     items = body["input"]
     if isinstance(items, str):
-        yield "input", len(items)
+        yield None, "input", len(items)
         return
     for i, item in enumerate(items):
         for name in ("content", "output"):  # a message's; a function_call_output's
             value = item.get(name)
-            if isinstance(value, str):
-                yield f"input[{i}].{name}", len(value)
+            if type(value) is str:
+                yield i, name, len(value)
             elif isinstance(value, list):
-                yield f"input[{i}].{name}", sum(map(_part_chars, value))
+                yield i, name, sum(map(_part_chars, value))
 
 
 def _part_chars(part: Any) -> int:
