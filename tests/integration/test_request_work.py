@@ -129,6 +129,35 @@ def work(url: str, counts: Counts, turns: int, door: str = "chat") -> Counter[st
     return counted
 
 
+def test_a_turn_waiting_to_be_applied_is_decoded_once_not_by_every_request(redis_url,
+                                                                          monkeypatch):
+    # Nobody applies the turns here (`external`: the recorder runs elsewhere, and lags): a
+    # continuing conversation's turns all stay pending, and each request's load shows them.
+    # Each is decoded (and applied) by the first load that finds it; the loads after it
+    # start from there (gateway/store/pending_cache.py), however long the backlog.
+    from gateway.store import redis_store
+    decoded = Counter()
+    original = redis_store.decode_record
+
+    def counting(text: Any) -> Any:
+        decoded["pending_turns"] += 1
+        return original(text)
+
+    monkeypatch.setattr(redis_store, "decode_record", counting)
+    config = gateway_config(redis_url, context=CONTEXT, recorder={"mode": "external"})
+    with running_gateway(config) as url:
+        messages = history(50)[:-1]
+        post(url, "chat", messages, "backlog", persist=True)  # one pending turn, 99 messages
+        for k in range(8):
+            # The echo model's reply: the user's message, resent as the client received it.
+            messages = messages + [{"role": "assistant", "content": messages[-1]["content"]},
+                                   {"role": "user", "content": QUESTION.format(k=k)}]
+            before = decoded["pending_turns"]
+            post(url, "chat", messages, "backlog", persist=True)
+            # The turn the request before recorded (1 + k pending turns in all).
+            assert decoded["pending_turns"] - before == 1, (k, dict(decoded))
+
+
 def test_a_warm_request_does_the_same_work_at_50_and_300_turns(gateway_url, monkeypatch):
     counts = Counts(monkeypatch)
     short = work(gateway_url, counts, 50)
