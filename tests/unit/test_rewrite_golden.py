@@ -31,7 +31,8 @@ Both files were re-recorded on purpose for issue 37 (agent tool loops): a reques
 assistant calls tools at least as often as its user speaks is laid out as a tool loop
 (gateway/core/context/tool_loop.py) once it is over its budget — the task kept, old results
 cleared, no summary block. Only such cases changed (5 of 250 with the word tokenizer, 7 with
-cl100k, 8 with o200k, and the pinned file's loop cases); every other case is byte-identical.
+cl100k, 8 with o200k; in the pinned file 2, 3 and 3 of 120); every other case is
+byte-identical.
 """
 
 from __future__ import annotations

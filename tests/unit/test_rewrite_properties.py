@@ -163,7 +163,10 @@ def check_tool_loop(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> bo
     forwardable = forwardable_history(history)
     task = next((m for m in forwardable if m.role == "user"), None)
     if out.over_budget:
-        assert messages == instructions + ((task,) if task else ()) + current
+        # the newest exchange with the task and the user's instructions only
+        middle = messages[len(instructions):len(messages) - len(current)]
+        assert middle[:1] == ((task,) if task else ())
+        assert all(m.role == "user" for m in middle)
         assert count_messages(messages, tok) > request.policy.whole_prompt_budget
         return True
     assert out.tokens_forwarded <= request.policy.whole_prompt_budget

@@ -23,7 +23,8 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_messages
 from tests.unit.test_rewrite import TOK
 from tests.unit.test_rewrite_properties import (check_tool_calls_travel_with_their_results,
-                                                forwardable_history, requests, word_texts)
+                                                check_tool_loop, forwardable_history, requests,
+                                                word_texts)
 from tests.unit.test_steps import check_ends, grown
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -83,8 +84,8 @@ def test_the_rewrite_invariants_hold_with_a_larger_window(request, extra, assemb
     out = rewrite(request, TOK)
     instructions, current = request.instructions, request.current
     messages = out.messages
-    if check_ends(request, out):
-        return
+    if check_tool_loop(request, out, TOK) or check_ends(request, out):
+        return  # a tool loop is compacted within the window (tests/unit/test_tool_loop.py)
     check_tool_calls_travel_with_their_results(messages)
     forwardable = forwardable_history(request.history)
     if count_messages(instructions + forwardable + current, TOK) <= policy.whole_prompt_budget \
