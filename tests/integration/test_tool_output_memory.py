@@ -21,14 +21,9 @@ import redis
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, StoredMessage, chain
 from gateway.core.one_shot import MARKER, placeholder
-from gateway.memory.embedders.hashing import HashEmbedder
-from gateway.memory.jobs.turn_index import TurnEntry, TurnIndexer
-from gateway.memory.jobs.user_index import UserRecallIndex
-from gateway.memory.recall.recaller import Recaller
+from gateway.memory.jobs.turn_index import TurnEntry
 from gateway.memory.records.keys import MemoryKeySpace
-from gateway.memory.search.embedding import EmbeddingService
-from gateway.memory.search.lexical_index import Bm25LexicalIndex
-from gateway.memory.search.vector_index import FaissVectorIndex
+from tests.integration.test_user_memory import Memory as UserMemory
 from tests.support.gateway import KEYS, forwarded, gateway_config, running_gateway
 
 SMALL_CANARY, BIG_CANARY, DOC_CANARY = "Kp3SeedCanary", "Qx7FileCanary", "Vz9DocCanary"
@@ -191,17 +186,8 @@ def loop(created_at: float) -> tuple[StoredMessage, ...]:
                  created_at=created_at)
 
 
-class Memory:
+class Memory(UserMemory):
     """What the memory worker writes (turn index, user recall index) and recall reads."""
-
-    def __init__(self, redis: Any) -> None:
-        self.redis = redis
-        self.embedding = EmbeddingService(HashEmbedder())
-        self.vectors = FaissVectorIndex(redis, self.embedding.dim, space=self.embedding.space)
-        self.lexical = Bm25LexicalIndex(redis)
-        self.indexer = TurnIndexer(redis, self.embedding)
-        self.user_index = UserRecallIndex(redis)
-        self.recaller = Recaller(self.embedding, self.vectors, self.lexical, redis)
 
     async def index_as_before(self, key: ConversationKey,
                               transcript: tuple[StoredMessage, ...]) -> None:
@@ -215,11 +201,6 @@ class Memory:
                           embed_text=f"{TASK}\n{spot.message.text}")
         await self.indexer._add(key.tenant, self.indexer.keys.conversation(key), [entry])
         await self.user_index.sync(key, transcript, tool_results=True)
-
-    def close(self) -> None:
-        self.embedding.close()
-        self.vectors.close()
-        self.lexical.close()
 
 
 @pytest.fixture
