@@ -29,6 +29,7 @@ from gateway.core.context.pinned import marked_pins
 from gateway.core.spend import Price, TurnUsage, money, read_usage, turn_usage
 from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
 from gateway.core.context.rewrite import RewriteRequest, rewrite, split_current
+from gateway.core.context.tool_loop import instruction_text
 from gateway.core.text.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import BadRequest, UpstreamError
@@ -229,7 +230,7 @@ class Pipeline:
         if kept is not incoming:
             conversation = restore(conversation, incoming)
         history, current = split_current(conversation)
-        memory = await self._recall(key, tenant, current, snapshot, log)
+        memory = await self._recall(key, tenant, instruction_text(conversation), snapshot, log)
         started = time.perf_counter()
         history_ids = reconciliation.conversation_ids[:len(history)]
         # The ids name the kept form: restored one-shot messages are counted as they are.
@@ -268,16 +269,17 @@ class Pipeline:
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:
             return None
-        return await self.memory.snapshot(key, settings, _query(split_current(chat.incoming)[1]))
+        return await self.memory.snapshot(key, settings, instruction_text(chat.incoming))
 
-    async def _recall(self, key: ConversationKey, tenant: Tenant, current: tuple[Message, ...],
+    async def _recall(self, key: ConversationKey, tenant: Tenant, query: str,
                       snapshot: MemorySnapshot | BaseException | None,
                       log: RequestLog) -> MemoryContext:
-        """What memory offers for this request; nothing (logged) if it cannot be read."""
+        """What memory offers for this request (`query`: the user's instruction it answers —
+        the current message, or in a tool loop's step the instruction the loop works on);
+        nothing (logged) if it cannot be read."""
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:
             return MemoryContext()
-        query = _query(current)
         started = time.perf_counter()
         try:
             if isinstance(snapshot, BaseException):
@@ -512,13 +514,6 @@ def _usage_completion_tokens(response: Mapping[str, Any] | None) -> int | None:
     usage = response.get("usage") if isinstance(response, Mapping) else None
     tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
     return tokens if isinstance(tokens, int) and tokens >= 0 else None
-
-
-def _query(current: tuple[Message, ...]) -> str:
-    """What recall searches for: the current turn's user message; nothing for a tool loop's
-    step (`split_current`: it opens with the call, and text after the results is the client's,
-    not a question)."""
-    return current[0].text if current and current[0].role == "user" else ""
 
 
 def _marked_elsewhere(chat: ChatRequest, messages: tuple[Message, ...]) -> int:
