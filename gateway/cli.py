@@ -205,8 +205,15 @@ def _serve(args: argparse.Namespace) -> None:
         _fail(f"gateway: {exc}")
     os.environ[STORE_URL_ENV] = url
     os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
+    supervisor = None
     if embedded is not None:
+        from gateway.store.supervisor import StoreSupervisor
+
         logging.getLogger("gateway").info(JsonMessage(event="embedded_store", url=url))
+        # This process started the store, so it alone can reap it: it restarts it after a
+        # crash; the serving processes and the worker reconnect to the same socket.
+        supervisor = StoreSupervisor(embedded)
+        supervisor.start()
     worker = None
     if config.recorder.mode == "process":
         from gateway.wiring import WORKER_ENV
@@ -236,6 +243,8 @@ def _serve(args: argparse.Namespace) -> None:
             # After the server: the last requests' turns are enqueued; the worker applies
             # what it can within its drain timeout, then the store may go.
             worker.stop(config.recorder.drain_timeout_seconds * 2 + 15)
+        if supervisor is not None:
+            supervisor.stop()  # before the store's stop: no restart behind it
         if embedded is not None:
             embedded.stop()
     if signalled is not None:
@@ -281,9 +290,17 @@ def _worker(args: argparse.Namespace) -> None:
         url, embedded = store_url(config)
     except EmbeddedRedisError as exc:
         _fail(f"gateway: {exc}")
+    supervisor = None
+    if embedded is not None:  # started here, not by a `gateway serve`: supervised here
+        from gateway.store.supervisor import StoreSupervisor
+
+        supervisor = StoreSupervisor(embedded)
+        supervisor.start()
     try:
         serve_worker(config, url, routing_upstream(config))
     finally:
+        if supervisor is not None:
+            supervisor.stop()
         if embedded is not None:
             embedded.stop()
 

@@ -21,6 +21,9 @@ Invariants:
   (another process, or another object in this one) is shared and never stopped by us.
 - `stop()` stops only a server this object started or adopted (SIGTERM: Valkey flushes the
   AOF and removes its socket and pid file).
+- `ended()` tells (once) that a server this object started or adopted has died, reaping it;
+  `start()` may then be called again: it clears the leftovers and starts a fresh server on
+  the same socket and AOF. `gateway.store.supervisor` does so when the store crashes.
 
 The methods block (subprocess, sockets, sleeps); async callers run them in a thread.
 """
@@ -221,6 +224,23 @@ class EmbeddedRedis:
             return False
         return os.fsencode(self.socket_path) in argv and any(
             a.endswith(b"valkey-server") or a.endswith(b"redis-server") for a in argv[:1])
+
+    def ended(self) -> str | None:
+        """If the server this object started or adopted has ended: reap it (a child of ours
+        leaves no zombie), forget it and say how it ended. None while it runs, or if this
+        object neither started nor adopted a server."""
+        proc = self._proc
+        if proc is not None:
+            code = proc.poll()  # waitpid: reaps the child once it has exited
+            if code is None:
+                return None
+            self._proc = None
+            return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        adopted = self._adopted
+        if adopted is not None and not (_alive(adopted) and self._is_ours(adopted)):
+            self._adopted = None  # not our child: its parent (init) reaps it
+            return "ended (an adopted server: its exit status is not ours to read)"
+        return None
 
     # -- stopping ---------------------------------------------------------------------------
 
