@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable
@@ -145,3 +146,27 @@ def test_a_shared_store_that_goes_away_is_started_again_by_its_sharer(data_dir, 
         _until(_restarted(supervisor, 1))
         assert sharer.owns
         assert _server_pid(data_dir) not in (None, first)
+
+
+def test_an_adopted_store_that_dies_is_started_again_by_its_adopter(data_dir, stores):
+    first = EmbeddedRedis(data_dir)
+    first.start()
+    dead = _finished_pid()
+    (data_dir / "redis.owner").write_text(f"{dead} 1\n")  # its owner is gone: an orphan
+    adopter = EmbeddedRedis(data_dir)
+    stores.append(adopter)
+    assert adopter.start() is False and adopter.owns and adopter.pid is None
+    orphan = _server_pid(data_dir)
+    assert orphan is not None
+    with StoreSupervisor(adopter, check_seconds=0.05) as supervisor:
+        os.kill(orphan, signal.SIGKILL)
+        first.ended()  # the orphan's parent reaps it (here: the test, which started it)
+        _until(_restarted(supervisor, 1))
+        assert adopter.pid is not None and adopter.pid != orphan
+
+
+def _finished_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
