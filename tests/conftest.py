@@ -9,7 +9,7 @@ os.environ.setdefault("DISABLE_AIOHTTP_TRANSPORT", "True")
 
 import gateway  # noqa: E402,F401  (sets the offline environment before litellm is imported)
 
-pytest_plugins = ["tests.support.redis", "tests.support.cluster"]
+pytest_plugins = ["tests.support.redis", "tests.support.cluster", "tests.support.embedded"]
 
 from tests.support.tls import share_default_ssl_context  # noqa: E402
 

@@ -11,27 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 
 from gateway.store.embedded import EmbeddedRedis, EmbeddedRedisError
-
-
-@pytest.fixture
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("emb")  # short: the socket path must fit in 107 bytes
-
-
-@pytest.fixture
-def servers() -> list[EmbeddedRedis]:
-    """Servers a test started; stopped even when the test fails."""
-    started: list[EmbeddedRedis] = []
-    yield started
-    for server in started:
-        server.stop()
-
-
-def _client(server: EmbeddedRedis) -> redis.Redis:
-    return redis.Redis(unix_socket_path=str(server.socket_path), decode_responses=True)
+from tests.support.embedded import client_of
 
 
 def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
@@ -52,7 +34,7 @@ def test_start_serves_on_the_socket_only_with_append_only_persistence(data_dir, 
     servers.append(server)
     assert server.start() is True
     assert server.url == f"unix://{data_dir.resolve()}/redis.sock"
-    with _client(server) as client:
+    with client_of(server) as client:
         assert client.ping()
         assert client.config_get("port") == {"port": "0"}
         assert client.config_get("appendonly") == {"appendonly": "yes"}
@@ -75,14 +57,14 @@ def test_stop_ends_the_server_and_removes_its_socket(data_dir):
 def test_data_survives_a_restart_on_the_same_dir(data_dir):
     first = EmbeddedRedis(data_dir)
     first.start()
-    with _client(first) as client:
+    with client_of(first) as client:
         client.rpush("gw:test", "one", "two")
     first.stop()
 
     second = EmbeddedRedis(data_dir)
     assert second.start() is True
     try:
-        with _client(second) as client:
+        with client_of(second) as client:
             assert client.lrange("gw:test", 0, -1) == ["one", "two"]
     finally:
         second.stop()
@@ -125,7 +107,7 @@ def test_a_server_killed_hard_leaves_files_and_the_next_start_replaces_it(data_d
     assert fresh.start() is True
     assert fresh.pid != pid
     assert int((data_dir / "redis.pid").read_text()) == fresh.pid
-    with _client(fresh) as client:
+    with client_of(fresh) as client:
         assert client.ping()
 
 

@@ -16,28 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-import redis
 
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.supervisor import StoreSupervisor
-
-
-@pytest.fixture
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("sup")  # short: the socket path must fit in 107 bytes
-
-
-@pytest.fixture
-def stores() -> list[EmbeddedRedis]:
-    """Stores a test started; stopped even when the test fails."""
-    started: list[EmbeddedRedis] = []
-    yield started
-    for store in started:
-        store.stop()
-
-
-def _client(store: EmbeddedRedis) -> redis.Redis:
-    return redis.Redis(unix_socket_path=str(store.socket_path), decode_responses=True)
+from tests.support.embedded import client_of
 
 
 def _state(pid: int) -> str | None:
@@ -81,13 +63,13 @@ def _restarted(supervisor: StoreSupervisor, count: int) -> Callable[[], bool]:
     return lambda: supervisor.restarts == count and supervisor.store.probe() == "ready"
 
 
-def test_a_store_killed_with_9_is_reaped_and_restarted_with_its_data(data_dir, stores,
+def test_a_store_killed_with_9_is_reaped_and_restarted_with_its_data(data_dir, servers,
                                                                      caplog):
     caplog.set_level(logging.INFO, logger="gateway.store.embedded")
     store = EmbeddedRedis(data_dir)
-    stores.append(store)
+    servers.append(store)
     store.start()
-    with _client(store) as client:
+    with client_of(store) as client:
         client.rpush("gw:acked", *[f"turn-{n}" for n in range(100)])
     old = store.pid
     assert old is not None
@@ -96,7 +78,7 @@ def test_a_store_killed_with_9_is_reaped_and_restarted_with_its_data(data_dir, s
         _until(_restarted(supervisor, 1))
         assert store.pid not in (None, old)
         assert _state(old) is None  # reaped: no zombie left behind
-        with _client(store) as client:
+        with client_of(store) as client:
             assert client.lrange("gw:acked", 0, -1) == [f"turn-{n}" for n in range(100)]
         ended = _events(caplog, "embedded_store_ended")
         assert len(ended) == 1 and ended[0]["how"] == "killed by SIGKILL"
@@ -105,10 +87,10 @@ def test_a_store_killed_with_9_is_reaped_and_restarted_with_its_data(data_dir, s
 
 
 def test_a_store_that_dies_again_soon_after_its_restart_waits_longer_each_time(
-        data_dir, stores, caplog):
+        data_dir, servers, caplog):
     caplog.set_level(logging.INFO, logger="gateway.store.embedded")
     store = EmbeddedRedis(data_dir)
-    stores.append(store)
+    servers.append(store)
     store.start()
     with StoreSupervisor(store, check_seconds=0.05, backoff_initial_seconds=0.1,
                          stable_seconds=600) as supervisor:
@@ -134,11 +116,11 @@ def test_a_stopped_supervisor_leaves_a_stopped_store_stopped(data_dir, caplog):
     assert _events(caplog, "embedded_store_ended") == []
 
 
-def test_a_shared_store_that_goes_away_is_started_again_by_its_sharer(data_dir, stores):
+def test_a_shared_store_that_goes_away_is_started_again_by_its_sharer(data_dir, servers):
     owner = EmbeddedRedis(data_dir)
     owner.start()
     sharer = EmbeddedRedis(data_dir)
-    stores.append(sharer)
+    servers.append(sharer)
     assert sharer.start() is False and not sharer.owns
     first = _server_pid(data_dir)
     with StoreSupervisor(sharer, check_seconds=0.05) as supervisor:
@@ -148,13 +130,13 @@ def test_a_shared_store_that_goes_away_is_started_again_by_its_sharer(data_dir, 
         assert _server_pid(data_dir) not in (None, first)
 
 
-def test_an_adopted_store_that_dies_is_started_again_by_its_adopter(data_dir, stores):
+def test_an_adopted_store_that_dies_is_started_again_by_its_adopter(data_dir, servers):
     first = EmbeddedRedis(data_dir)
     first.start()
     dead = _finished_pid()
     (data_dir / "redis.owner").write_text(f"{dead} 1\n")  # its owner is gone: an orphan
     adopter = EmbeddedRedis(data_dir)
-    stores.append(adopter)
+    servers.append(adopter)
     assert adopter.start() is False and adopter.owns and adopter.pid is None
     orphan = _server_pid(data_dir)
     assert orphan is not None

@@ -96,7 +96,6 @@ from gateway.core.context.tool_loop import allowances, is_tool_loop, loop_window
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
-from gateway.core.context.truncation import shorten
 from gateway.core.context.window import (ANSWER_ROLES, Window, fitted_length, recent_window,
                                          served_start, window_from)
 

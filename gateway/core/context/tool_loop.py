@@ -36,7 +36,7 @@ kept verbatim is byte-identical to the input (thinking blocks and signatures inc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Sequence
 
@@ -132,9 +132,6 @@ class LoopWindow:
     """Messages forwarded shortened: none (a loop's messages go whole or cleared)."""
     dropped: int = 0
     """Exchanges left out."""
-    stable: bool = True
-    """Whether the points are the history's own (False: moved for this request only, to fit
-    a newest exchange larger than usual)."""
     fits: bool = True
     """Whether it fits the room it was given (False: the task and the instructions alone)."""
 
@@ -178,14 +175,13 @@ def loop_window(history: Sequence[Message], costs: Sequence[int], room: int, ver
     task_cost = costs[first] if first is not None else 0
     keep = _point([x.cost for x in items], verbatim)
     drop = _point([x.cleared_cost for x in items[:keep]], cleared)
-    window = _assemble(history, task, task_cost, items, drop, keep, _told(items, drop, cleared))
+    told = _told(items, drop, cleared)
+    window = _assemble(history, task, task_cost, items, drop, keep, told)
     if window.cost <= room:
-        return LoopWindow(window.messages, window.cost, cleared=window.cleared,
-                          dropped=window.dropped)
+        return window
     # Too large beside this request's newest exchange: for this request only, clear more
     # (each further exchange, priced from running sums), then drop more (in steps of half the
     # cleared allowance, as the drop point moves).
-    told = _told(items, drop, cleared)
     head = task_cost + sum(x.dropped_cost for k, x in enumerate(items) if k in told)
     middle = sum(x.cleared_cost for x in items[drop:keep])
     tail = sum(x.cost for x in items[keep:])
@@ -204,8 +200,7 @@ def loop_window(history: Sequence[Message], costs: Sequence[int], room: int, ver
             if head + totals[keep] - totals[drop] <= room:
                 break
     window = _assemble(history, task, task_cost, items, drop, keep, told)
-    return LoopWindow(window.messages, window.cost, cleared=window.cleared,
-                      dropped=window.dropped, stable=False, fits=window.cost <= room)
+    return replace(window, fits=window.cost <= room)
 
 
 def _told(items: Sequence[_Exchange], drop: int, allowance: int) -> frozenset[int]:
@@ -284,17 +279,9 @@ def _without_thinking(message: Message) -> Message:
     return Message.from_openai(data)
 
 
-@dataclass(frozen=True, slots=True)
-class _Assembled:
-    messages: tuple[Message, ...]
-    cost: int
-    cleared: int
-    dropped: int
-
-
 def _assemble(history: tuple[Message, ...], task: Span | None, task_cost: int,
               items: list[_Exchange], drop: int, keep: int, told: frozenset[int]
-              ) -> _Assembled:
+              ) -> LoopWindow:
     messages: list[Message] = list(history[task[0]:task[1]]) if task else []
     cost, cleared, dropped = task_cost, 0, 0
     for k, item in enumerate(items):
@@ -311,7 +298,7 @@ def _assemble(history: tuple[Message, ...], task: Span | None, task_cost: int,
         else:
             messages.extend(item.verbatim)
             cost += item.cost
-    return _Assembled(tuple(messages), cost, cleared, dropped)
+    return LoopWindow(tuple(messages), cost, cleared=cleared, dropped=dropped)
 
 
 def _point(costs: Sequence[int], allowance: int) -> int:

@@ -45,3 +45,14 @@ class Recollection:
     def __post_init__(self) -> None:
         if self.day is UNREAD:
             object.__setattr__(self, "day", day_of(self.text) if self.kind != "fact" else None)
+
+    def changed(self, *, position: int | None = None, score: float | None = None,
+                relevance: float | None = None) -> Recollection:
+        """This item at another `position`, with another `score` or `relevance` (the ones
+        given); everything else, its day included, as it is. Built by the constructor directly:
+        recall re-places and re-scores every candidate of every request."""
+        return Recollection(self.kind, self.id, self.text, self.source_ids,
+                            self.position if position is None else position,
+                            self.score if score is None else score,
+                            self.relevance if relevance is None else relevance,
+                            self.role, self.day)
