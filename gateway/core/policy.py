@@ -12,7 +12,7 @@ STEPPED_FROM_TOKENS = 4000
 below it: a small prompt's stable part is mostly under the providers' 1,024-token cache
 minimum, so steps buy little, and the rolling layout recalls more there (LoCoMo dev at 2,000
 tokens: 0.914 against 0.886 evidence recall at about the same cost; at 4,000 the stepped one
-costs 16-37 % less for 0.011 less; bench/README.md, "What a turn costs")."""
+costs 16-37 % less for 0.011 less; bench/NOTEBOOK.md, "The stepped assembly")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ class ContextPolicy:
     at a step where it holds about half of it. The window is the cached prefix, the rest (the
     recall tail) is paid in full every turn: 0.9 against 0.8 costs 2-11 % less and reuses
     0.02-0.06 more of the prompt, for 0.002-0.004 less evidence recall on LoCoMo dev at 8,000
-    and 16,000 (bench/README.md, "A larger window: 0.9")."""
+    and 16,000 (bench/NOTEBOOK.md, "A larger window: 0.9")."""
     pinned_share: float = 0.25
     """At most this much for the pinned block, granted first (before every other share):
     pinned messages are what the user or the application asked never to be dropped."""

@@ -1,7 +1,7 @@
 """The documentation cites only what the repository holds: every file path and local link in
-README.md, docs/*.md, bench/README.md and deploy/README.md exists (and every `#anchor` names a
-heading of its page), and no file of the repository cites the planning documents that live
-outside it. Pure: reads files, nothing else."""
+README.md, docs/*.md, bench/README.md, bench/NOTEBOOK.md and deploy/README.md exists (and every
+`#anchor` names a heading of its page), and no file of the repository cites the planning
+documents that live outside it. Pure: reads files, nothing else."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "bench" / "README.md",
-               ROOT / "deploy" / "README.md"])
+               ROOT / "bench" / "NOTEBOOK.md", ROOT / "deploy" / "README.md"])
 
 OUTSIDE = tuple(f"{name}.md" for name in ("STYLE", "ENVIRONMENT", "DESIGN"))
 """Documents kept outside the repository: the repository states their facts instead of citing
