@@ -136,6 +136,12 @@ class TenantMemoryConfig(Strict):
     """The user's facts offered with each request (identified users); 0, the default: facts
     are extracted, listed and exportable but not offered.
     (why: docs/decisions.md#facts_k--0-gatewayconfigmemorypy)"""
+    brief_tokens: int = Field(400, ge=0, le=8000)
+    """The most tokens of a conversation's memory brief (`scope: user`): what the user's other
+    conversations, profile and facts say that matters to the conversation's opening message,
+    made at its first request and forwarded unchanged after the client's system prompt
+    (gateway/core/context/brief.py); 0: no brief.
+    (why this default: docs/decisions.md#brief_tokens-gatewayconfigmemorypy)"""
     summarizer_model: str | None = None
     """A model alias of this tenant summarising older turns; none: extractive summaries."""
     extractor_model: str | None = None
