@@ -6,7 +6,9 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.config import Config, HeaderConfig, RequestLimitsConfig, hash_key
+from gateway.config.access import hash_key
+from gateway.config.request import HeaderConfig, RequestLimitsConfig
+from gateway.config.root import Config
 from gateway.core.one_shot import OneShotPolicy
 from gateway.core.policy import ContextPolicy
 from gateway.errors import ModelNotFound, Unauthorized

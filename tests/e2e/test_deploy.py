@@ -32,7 +32,8 @@ import pytest
 import yaml
 
 from gateway import cli
-from gateway.config import _ENV_REF, load_config
+from gateway.config import load_config
+from gateway.config.loader import ENV_REF
 from gateway.http.routes import routes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def container() -> dict[str, Any]:
 def config_variables() -> tuple[set[str], set[str]]:
     """(required, optional) environment variables that deploy/config.example.yaml reads."""
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-    references = [m for value in _strings(data) for m in _ENV_REF.finditer(value)]
+    references = [m for value in _strings(data) for m in ENV_REF.finditer(value)]
     required = {m.group(1) for m in references if m.group(2) is None}
     optional = {m.group(1) for m in references if m.group(2) is not None}
     for tenant in data["tenants"].values():
