@@ -31,6 +31,7 @@ BENCHMARKS = {
     "topics-overhead": "bench.topics_overhead",
     "usage-overhead": "bench.usage_overhead",
     "cluster": "bench.cluster",
+    "soak": "bench.soak.cli",
 }
 
 

@@ -1,0 +1,1 @@
+"""`python -m bench soak`: a long steady mixed load and the resident memory it leaves."""

@@ -1,0 +1,101 @@
+"""The soak's load: every client sends its next turn on its own steady beat (together
+`rate` requests per second), and a sampler reads the resident memory of the gateway's
+processes every `sample_seconds` until the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import aiohttp
+
+from bench.soak.traffic import Client
+
+
+@dataclass
+class Tally:
+    """What the run saw: latencies and outcomes per door, errors, RSS samples."""
+
+    latencies_ms: dict[str, list[float]] = field(default_factory=dict)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    error_examples: list[str] = field(default_factory=list)
+    rss: list[dict[str, float]] = field(default_factory=list)
+    """{"t": seconds since the warm-up ended (negative before), process name: MB ...}."""
+
+    def error(self, text: str) -> None:
+        self.outcomes["error"] += 1
+        if len(self.error_examples) < 10:
+            self.error_examples.append(text)
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident set size of `pid` in MB (VmRSS), None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+async def drive(base_url: str, clients: list[Client], rate: float, warmup_s: float,
+                duration_s: float, sample_s: float, processes: Callable[[], dict[str, int]],
+                tally: Tally) -> None:
+    """Run the load for `warmup_s + duration_s`; latencies count from the end of the warm-up."""
+    started = time.monotonic()
+    measure_from = started + warmup_s
+    stop_at = measure_from + duration_s
+    interval = len(clients) / rate
+
+    async def client_loop(client: Client, session: aiohttp.ClientSession) -> None:
+        await asyncio.sleep(interval * client.index / len(clients))
+        beat = time.monotonic()
+        while beat < stop_at:
+            body, headers, stream = client.next_request()
+            t0 = time.monotonic()
+            try:
+                async with session.post(base_url + client.path, json=body,
+                                        headers=headers) as response:
+                    payload = await response.read()
+                if response.status != 200:
+                    client.history.pop()
+                    tally.error(f"{client.door} HTTP {response.status}: {payload[:160]!r}")
+                elif not client.read_answer(payload, stream):
+                    tally.error(f"{client.door}: incomplete answer {payload[-160:]!r}")
+                else:
+                    tally.outcomes[client.door] += 1
+                    if t0 >= measure_from:
+                        tally.latencies_ms.setdefault(client.door, []).append(
+                            (time.monotonic() - t0) * 1000)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                client.history.pop()
+                tally.error(f"{client.door} {type(exc).__name__}: {exc}")
+            beat += interval
+            await asyncio.sleep(max(0.0, beat - time.monotonic()))
+
+    async def sampler() -> None:
+        next_at = started
+        while True:
+            now = time.monotonic()
+            sample = {"t": round(now - measure_from, 1)}
+            for name, pid in processes().items():
+                mb = rss_mb(pid)
+                if mb is not None:
+                    sample[name] = round(mb, 1)
+            tally.rss.append(sample)
+            if now >= stop_at:
+                return
+            # One sample at the end of the warm-up exactly, then every sample_s.
+            next_at = measure_from if next_at < measure_from <= next_at + sample_s \
+                else next_at + sample_s
+            await asyncio.sleep(max(0.0, min(next_at, stop_at) - time.monotonic()))
+
+    connector = aiohttp.TCPConnector(limit=len(clients))
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+        await asyncio.gather(sampler(), *(client_loop(c, session) for c in clients))
