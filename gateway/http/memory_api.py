@@ -23,11 +23,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.core.history_import import ImportConflict, ImportProblem, parse_messages
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, StoreUnavailable
 from gateway.http.door import client_disconnected, read_body
 from gateway.memory.control import MemoryControl
 from gateway.memory.export import Export
+from gateway.memory.importing import HistoryImport, ImportErased
 from gateway.memory.records.pin_store import PinLimitReached
 from gateway.memory.records.settings_store import UserSettings
 from gateway.pipeline.chat_request import parse_body
@@ -45,8 +47,12 @@ STORE_FAILURES = (StoreTimeoutError, StoreConnectionError, RedisClusterException
 TENANT_HEADER = "X-Gateway-Tenant"
 """Which tenant an admin key acts for (a tenant key may send its own tenant's name)."""
 MAX_BODY_BYTES = 4096
-"""A settings change is a few bytes; nothing else here takes a body."""
+"""A settings change is a few bytes (an import has its own limit, MAX_IMPORT_BYTES)."""
 MAX_NAME_LENGTH = 256
+MAX_IMPORT_BYTES = 16 * 1024 * 1024
+"""An import's body at most (a 128k-token history is ~0.6 MB); larger: split it in several
+imports of the same conversation, oldest first (each skips what is already stored)."""
+MAX_IMPORT_MESSAGES = 20_000
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
 """Items of a list answer unless `limit` names another number, and at most."""
 SETTINGS = ("memory", "auto_extract")
@@ -361,6 +367,40 @@ async def get_conversation_usage(request: Request) -> Response:
                          "conversation": key.conversation, **usage.as_json()})
 
 
+async def import_conversation(request: Request) -> Response:
+    """Messages with their times appended to the conversation as if recorded live
+    (docs/user-control-api.md#import); idempotent."""
+    gateway, tenant, user = _owner(request)
+    key = _conversation(request, tenant, user)
+    try:
+        body = parse_body(await read_body(request, MAX_IMPORT_BYTES))
+    except ClientDisconnect:
+        return client_disconnected(request, tenant)
+    if unknown := sorted(set(body) - {"messages"}):
+        raise BadRequest(f"Unknown field `{unknown[0]}`; an import has `messages`.",
+                         param=unknown[0])
+    inline = gateway.pipeline.inline_recorder
+    importer = HistoryImport(gateway.store,
+                             apply=inline.process_available if inline is not None else None)
+    try:
+        messages = parse_messages(body.get("messages"), limit=MAX_IMPORT_MESSAGES)
+        result = await importer.run(key, messages)
+    except ImportProblem as exc:
+        raise BadRequest(f"Not imported: {exc}", param=exc.param) from None
+    except ImportConflict as exc:
+        raise GatewayError(f"Not imported: conversation `{key.conversation}` already holds "
+                           f"other messages (they differ from the import at message "
+                           f"{exc.position}); import into a new conversation id.",
+                           param=f"messages[{exc.position}]", code="conversation_differs",
+                           status=409, type="invalid_request_error") from None
+    except ImportErased:
+        raise GatewayError("Not imported: this user's memory was erased (or the conversation "
+                           "deleted) after some of these messages were written; they would "
+                           "not be kept.", param="messages", code="erased_after_messages",
+                           status=409, type="invalid_request_error") from None
+    return JSONResponse(result.to_json())
+
+
 def _no_conversation(key: ConversationKey) -> NotFound:
     return NotFound(f"No conversation `{key.conversation}` is stored for this user.",
                     param="conversation_id")
@@ -403,6 +443,7 @@ memory_routes = [
     Route("/v1/memory/usage", _guarded(get_usage), methods=["GET"]),
     Route("/v1/usage", _guarded(get_tenant_usage), methods=["GET"]),
     Route(_CONVERSATION + "/usage", _guarded(get_conversation_usage), methods=["GET"]),
+    Route(_CONVERSATION + "/import", _guarded(import_conversation), methods=["POST"]),
     Route(_CONVERSATION + "/pins", _guarded(list_pins), methods=["GET"]),
     Route(_CONVERSATION + "/pins/{message_id}", _guarded(put_pin), methods=["PUT"]),
     Route(_CONVERSATION + "/pins/{message_id}", _guarded(delete_pin), methods=["DELETE"]),
