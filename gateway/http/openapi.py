@@ -161,6 +161,24 @@ _PAGING = (
     {"name": "after", "in": "query", "required": False,
      "schema": {"type": "string", "minLength": 1, "maxLength": 256},
      "description": "The `last_id` of the page before: the items after it."})
+_IMPORT = {
+    "type": "object", "required": ["messages"], "additionalProperties": False,
+    "properties": {"messages": {"type": "array", "minItems": 1, "maxItems": 20_000, "items": {
+        "type": "object", "required": ["role", "content", "created_at"],
+        "additionalProperties": False,
+        "properties": {
+            "role": {"enum": ["user", "assistant"]},
+            "content": {"oneOf": [{"type": "string"}, {
+                "type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["type", "text"],
+                    "additionalProperties": False,
+                    "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]},
+            "created_at": {"oneOf": [
+                {"type": "number", "minimum": 0, "maximum": 253_402_300_799,
+                 "description": "Epoch seconds"},
+                {"type": "string", "description": "ISO 8601 (UTC unless it names an offset)"}]},
+            "name": {"type": "string", "minLength": 1, "maxLength": 64}}}}}}
+"""An import's body (gateway/core/history_import.py checks the same)."""
 _MESSAGE_ID = {"name": "message_id", "in": "path", "required": True,
                "schema": {"type": "string", "minLength": 1, "maxLength": 256}}
 
@@ -294,6 +312,10 @@ def openapi() -> Json:
             conversation + "/topics": {"get": _memory(
                 "The conversation's current topic and its topics so far, oldest first",
                 path=(_CONVERSATION,), not_found=True, anonymous=True)},
+            conversation + "/import": {"post": {
+                **_memory("Import messages with their times, as if recorded live (idempotent)",
+                          path=(_CONVERSATION,), body=_IMPORT),
+                "responses": {**_ok(), **_errors(400, 401, 403, 409, 413, 503)}}},
             conversation + "/pins": {"get": _memory(
                 "The conversation's pinned messages, oldest first", path=(_CONVERSATION,),
                 not_found=True)},
