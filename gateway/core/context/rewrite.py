@@ -20,6 +20,9 @@ where everything before the profile repeats the previous request's prompt betwee
 (gateway/core/context/steps.py; tests/unit/test_steps.py). `Rewrite.stable_messages` says how
 many leading messages are that stable prefix (a provider's cache breakpoint goes at its end).
 
+A conversation's memory brief (`MemoryContext.brief`, gateway/core/context/brief.py), when it
+has one, goes right after [instructions] in each of these, unchanged (`rewrite`).
+
 Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrite_properties.py):
 - instructions and the current turn are forwarded verbatim and never dropped, even when they
   alone exceed the budget (then `over_budget` is set and nothing else is added);
@@ -188,7 +191,26 @@ def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conver
 
 
 def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
-    """The messages to forward upstream for `request` (see the module docstring).
+    """The messages to forward upstream for `request` (see the module docstring), with the
+    conversation's memory brief (`MemoryContext.brief`) right after the instructions: placed
+    and budgeted as one of them, so it is part of the stable prefix in every assembly; when
+    the instructions, the brief and the current turn alone exceed the budget, the request is
+    rewritten without the brief."""
+    brief = request.memory.brief
+    if brief is None:
+        return _rewrite(request, tokenizer)
+    plain = replace(request, memory=replace(request.memory, brief=None, brief_tokens=0))
+    briefed = _rewrite(replace(plain, instructions=request.instructions + (brief,)), tokenizer)
+    if briefed.over_budget:
+        return _rewrite(plain, tokenizer)
+    cost = count_message(brief, tokenizer)
+    return replace(briefed, tokens_original=briefed.tokens_original - cost
+                   if request.instructions or request.history or request.current else 0,
+                   memory_blocks=("brief",) + briefed.memory_blocks)
+
+
+def _rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
+    """The rewrite of `request` without a brief (see `rewrite`).
 
     Each history message is counted once (`count_each`; the tokenizer may cache counts by
     text, so a message seen before costs a lookup) unless the request brings the counts, and
