@@ -36,6 +36,7 @@ from typing import Any, Awaitable, Callable
 
 from bench.output import write_result
 from bench.overhead.processes import stop_children_on_sigterm
+from gateway.config.context import ContextConfig
 from gateway.config.memory import TenantMemoryConfig
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message, chain
@@ -195,8 +196,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 async def run(sizes: tuple[int, ...], queries: int, url: str,
-              settings: RecallSettings) -> dict[str, Any]:
+              memory: TenantMemoryConfig) -> dict[str, Any]:
     embedder = build_embedder("use")
+    settings = RecallSettings.from_config(memory, ContextConfig(), embedder)
     embedding = EmbeddingService(embedder)
     try:
         await embedding.warm_up()
@@ -218,22 +220,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/recall-latency.json"))
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--k", type=int, default=RecallSettings().top_k,
+    parser.add_argument("--k", type=int, default=TenantMemoryConfig().recall_top_k,
                         help="turns recalled (default: the gateway's recall_top_k)")
     parser.add_argument("--successors-of", choices=("questions", "all"),
-                        default=RecallSettings().successors_of,
+                        default=TenantMemoryConfig().recall_successors_of,
                         help="which recalled turns bring the next (default: the gateway's)")
     parser.add_argument("--ranking", choices=("learned", "fusion"), default="learned",
                         help="re-rank the fused candidates with the shipped learned ranking "
                              "(the gateway's default) or not")
     args = parser.parse_args(argv)
-    ranker = TenantMemoryConfig(recall_ranking=args.ranking).ranker()
-    settings = RecallSettings(top_k=args.k, successors_of=args.successors_of, ranker=ranker)
+    # Only top_k, successors_of, ranker and chunks reach Recaller.recall here (`measure`);
+    # the rest of the tenant's recall is the shipped default's and is not read.
+    memory = TenantMemoryConfig(recall_top_k=args.k, recall_successors_of=args.successors_of,
+                                recall_ranking=args.ranking)
     with tempfile.TemporaryDirectory(prefix="cgrecall-") as tmp:
         server = EmbeddedRedis(Path(tmp))
         server.start()
         try:
-            result = asyncio.run(run(tuple(args.sizes), args.queries, server.url, settings))
+            result = asyncio.run(run(tuple(args.sizes), args.queries, server.url, memory))
         finally:
             server.stop()
     write_result(args.out, result, markdown(result))

@@ -187,31 +187,9 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                                                    redis, keys, **sealed),
                             vector_index=vectors, chunks=chunks, profiles=profiles,
                             settings=settings, facts=facts, pins=pins, topics=topic_store)
-    recall = {name: RecallSettings(top_k=t.memory.recall_top_k, facts_k=t.memory.facts_k,
-                                   successors=t.memory.recall_successors,
-                                   successors_of=t.memory.recall_successors_of,
-                                   rrf_k=t.memory.recall_rrf_k,
-                                   ranker=t.memory.ranker(),
-                                   chunks=t.memory.recall_chunks,
-                                   summaries=t.context.summary_share > 0,
-                                   pins=t.context.pinned_share > 0,
-                                   topics=t.memory.topics.enabled,
-                                   topic_boost=t.memory.topics.boost,
-                                   across_conversations=t.memory.scope == "user",
-                                   relevance_floor=_own(t.memory.recall_relevance_floor,
-                                                        embedder.relevance_floor),
-                                   relevance_gate=_own(t.memory.recall_relevance_gate,
-                                                       embedder.relevance_gate),
-                                   per_relevant=t.memory.recall_items_per_relevant,
-                                   tool_results=t.memory.recall_tool_results)
+    recall = {name: RecallSettings.from_config(t.memory, t.context, embedder)
               for name, t in enabled.items()}
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
-
-
-def _own(tenant: float | None, embedder: float | None) -> float | None:
-    """A tenant's recall threshold: its own if set (-1: none), else the embedder's."""
-    value = tenant if tenant is not None else embedder
-    return None if value is None or value <= -1 else value
 
 
 async def _compact(compactor: Compactor, update: MemoryUpdate, redis: aioredis.Redis,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.config.context import ContextConfig
+from gateway.config.memory import TenantMemoryConfig
 from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.need import Need
 from gateway.core.recall.relevance import above_floor, with_relevance
+from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.recall.service import RecallSettings, search_need
 
 
@@ -91,8 +94,6 @@ def test_what_clears_the_gate_sizes_the_recall():
 def test_the_thresholds_are_strict_config_naming_the_key():
     from pydantic import ValidationError
 
-    from gateway.config.memory import TenantMemoryConfig
-
     assert TenantMemoryConfig().recall_relevance_floor is None  # the embedder's own
     assert TenantMemoryConfig(recall_relevance_gate=-1).recall_relevance_gate == -1
     assert TenantMemoryConfig().recall_items_per_relevant == 3
@@ -114,9 +115,11 @@ def test_what_the_message_asks_comes_before_floor_and_gate():
 
 
 def test_no_search_is_made_for_a_message_that_needs_no_memory():
-    recall = RecallSettings()
+    recall = RecallSettings.from_config(TenantMemoryConfig(), ContextConfig(), HashEmbedder())
+    no_recall = RecallSettings.from_config(TenantMemoryConfig(recall_top_k=0), ContextConfig(),
+                                           HashEmbedder())
     assert search_need("Thanks so much!", recall) is None
     assert search_need("   ", recall) is None
-    assert search_need("Where is my boat?", RecallSettings(top_k=0)) is None
+    assert search_need("Where is my boat?", no_recall) is None
     assert search_need("Where is my boat?", recall) is Need.OPEN
     assert search_need("Do you remember my boat?", recall) is Need.PAST

@@ -12,17 +12,17 @@ the transcript alone would make it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
+from gateway.config.context import ContextConfig
+from gateway.config.memory import TenantMemoryConfig
 from gateway.core.memory.compaction import SummaryChunk, render_chunk
-from gateway.core.recall.fusion import RRF_K
 from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.memory.profile import Profile, render_profile
-from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import Ranker
 from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.need import Need, memory_need
@@ -32,7 +32,7 @@ from gateway.memory.records.chunk_store import ChunkStore
 from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.records.facts_store import FactStore
 from gateway.memory.records.pin_store import PinStore
-from gateway.memory.ports import VectorIndex
+from gateway.memory.ports import Embedder, VectorIndex
 from gateway.memory.records.profile_store import ProfileStore
 from gateway.memory.recall.recaller import (Namespaces, Recaller, SuccessorsOf, queue_namespaces,
                                      read_namespaces)
@@ -42,54 +42,79 @@ from gateway.memory.records.topic_store import TopicStore
 
 @dataclass(frozen=True, slots=True)
 class RecallSettings:
-    top_k: int = 70
-    """Older turns and chunks offered to the rewrite (it packs what its budget allows)."""
-    facts_k: int = 0
-    """The user's facts offered with each request, most relevant first (0: none). A user has
-    few facts and each costs ~10 tokens; question-to-statement similarity is weak with small
-    embedders ("Where do I live?" vs "user location: Lisbon" scores 0.16 with USE), so a
-    threshold would hide exactly the facts long-term memory is for. Off by default: on the
-    LoCoMo dev split 6 facts per request cost ~3 % of a 2,000-token budget and kept no more
-    evidence or answers (0.898 vs 0.900 evidence recall) — the turns they were learned from
-    are recalled themselves, across the user's conversations too."""
-    fact_min_score: float = 0.0
-    """Facts scoring at or below this (similarity × decayed importance) are left out."""
-    successors: bool = True
-    """A recalled turn brings the turn after it."""
-    successors_of: SuccessorsOf = "questions"
-    """Which recalled turns bring the turn after them: those that ask something (the
-    default), or "all"."""
-    summaries: bool = True
+    """A tenant's recall, as the request path reads it. Built only by `from_config`: every
+    value comes from the tenant's config (its defaults are the config model's), the embedder
+    filling in the thresholds the tenant leaves unset."""
+
+    top_k: int
+    """Older turns and chunks offered to the rewrite (`memory.recall_top_k`; 0: no search)."""
+    facts_k: int
+    """The user's facts offered with each request, most relevant first (`memory.facts_k`;
+    0: none)."""
+    successors: bool
+    """A recalled turn brings the turn after it (`memory.recall_successors`)."""
+    successors_of: SuccessorsOf
+    """Which recalled turns bring the turn after them (`memory.recall_successors_of`)."""
+    summaries: bool
     """Read the conversation's summary chunks for the summary block (false when the tenant's
-    `summary_share` is 0: the block could never be shown)."""
-    rrf_k: int = RRF_K
-    """The k of the reciprocal-rank fusion."""
-    ranker: Ranker | None = field(default_factory=lambda: Ranker.of(DEV_WEIGHTS))
-    """The learned re-ranking of the fused candidates' turns (None: the fused order); by
-    default the shipped weights, as the tenants' config."""
-    chunks: bool = False
-    """Recall summary chunks beside turns."""
-    pins: bool = True
-    """Read the conversation's pinned messages (false when the tenant's `pinned_share` is 0:
-    the block could never be shown)."""
-    topics: bool = False
-    """Read the conversation's current topic (the tenant tracks topics)."""
-    topic_boost: float = 0.0
-    """Recall scores of the current topic's items are multiplied by 1 + this."""
-    relevance_floor: float | None = None
+    `context.summary_share` is 0: the block could never be shown)."""
+    rrf_k: int
+    """The k of the reciprocal-rank fusion (`memory.recall_rrf_k`)."""
+    ranker: Ranker | None
+    """The learned re-ranking of the fused candidates' turns (None: the fused order;
+    `memory.recall_ranking` and `memory.recall_ranker_weights`)."""
+    chunks: bool
+    """Recall summary chunks beside turns (`memory.recall_chunks`)."""
+    pins: bool
+    """Read the conversation's pinned messages (false when the tenant's
+    `context.pinned_share` is 0: the block could never be shown)."""
+    topics: bool
+    """Read the conversation's current topic (`memory.topics.enabled`)."""
+    topic_boost: float
+    """Recall scores of the current topic's items are multiplied by 1 + this
+    (`memory.topics.boost`)."""
+    relevance_floor: float | None
     """Recalled turns and chunks less relevant than this are not offered
     (gateway/core/recall/relevance.py; None: all are)."""
-    relevance_gate: float | None = None
+    relevance_gate: float | None
     """When no recalled turn or chunk is this relevant, none is offered (None: no gate)."""
-    per_relevant: int = 0
-    """With a gate, at most this many recalled items per one that reaches it (0: no cap)."""
-    across_conversations: bool = True
+    per_relevant: int
+    """With a gate, at most this many recalled items per one that reaches it (0: no cap;
+    `memory.recall_items_per_relevant`)."""
+    across_conversations: bool
     """An identified user's memory from their other conversations — recall from them, the
-    profile, facts — is offered (the tenant's `memory.scope: user`); False: only the
-    conversation's own (`scope: conversation`)."""
-    tool_results: bool = False
-    """Tool results of the user's other conversations may be recalled (the tenant's
-    `memory.recall_tool_results`); a conversation's own always may."""
+    profile, facts — is offered (`memory.scope: user`); False: only the conversation's own
+    (`scope: conversation`)."""
+    tool_results: bool
+    """Tool results of the user's other conversations may be recalled
+    (`memory.recall_tool_results`); a conversation's own always may."""
+
+    @classmethod
+    def from_config(cls, memory: TenantMemoryConfig, context: ContextConfig,
+                    embedder: Embedder) -> RecallSettings:
+        """A tenant's recall from its `memory` and `context` sections; the floor and the gate
+        are the tenant's own if set (-1: none), else the embedder's."""
+        return cls(top_k=memory.recall_top_k, facts_k=memory.facts_k,
+                   successors=memory.recall_successors,
+                   successors_of=memory.recall_successors_of,
+                   summaries=context.summary_share > 0,
+                   rrf_k=memory.recall_rrf_k,
+                   ranker=memory.ranker(),
+                   chunks=memory.recall_chunks,
+                   pins=context.pinned_share > 0,
+                   topics=memory.topics.enabled,
+                   topic_boost=memory.topics.boost,
+                   relevance_floor=_own(memory.recall_relevance_floor, embedder.relevance_floor),
+                   relevance_gate=_own(memory.recall_relevance_gate, embedder.relevance_gate),
+                   per_relevant=memory.recall_items_per_relevant,
+                   across_conversations=memory.scope == "user",
+                   tool_results=memory.recall_tool_results)
+
+
+def _own(tenant: float | None, embedder: float | None) -> float | None:
+    """A tenant's recall threshold: its own if set (-1: none), else the embedder's."""
+    value = tenant if tenant is not None else embedder
+    return None if value is None or value <= -1 else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +255,7 @@ class MemoryService:
             facts.recall(key.tenant, key.user, vector, recall.facts_k, self.vector_index)
             if facts is not None else _nothing())
         # Facts are few, compact and about the user: relevant ones go first.
-        return tuple(f for f in known if f.score > recall.fact_min_score) \
+        return tuple(f for f in known if f.score > 0) \
             + above_floor(turns, recall.relevance_floor, recall.relevance_gate, need,
                           recall.per_relevant)
 
