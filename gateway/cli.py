@@ -1,4 +1,5 @@
-"""The `gateway` command: serve, worker, reindex, check-config, rotate-key, fake-upstream."""
+"""The `gateway` command: serve, worker, reindex, import, check-config, rotate-key,
+fake-upstream."""
 
 from __future__ import annotations
 
@@ -51,6 +52,20 @@ def main(argv: list[str] | None = None) -> None:
                          help="print each tenant's re-index progress and exit")
     reindex.add_argument("--log-level", default="warning")
 
+    importing = commands.add_parser(
+        "import", help="import a history file (ChatGPT's conversations.json, or the LoCoMo "
+                       "schema) into a user's conversations, as if recorded live")
+    importing.add_argument("file", help="the JSON file")
+    importing.add_argument("--config", default="config.yaml", help="default: ./config.yaml")
+    importing.add_argument("--tenant", required=True)
+    importing.add_argument("--user", required=True)
+    importing.add_argument("--conversation", help="the conversation id (a file of several: "
+                                                  "their prefix, `C.<id in the file>`); "
+                                                  "default: the file's ids")
+    importing.add_argument("--format", choices=("chatgpt", "locomo"),
+                           help="default: chatgpt if the file's conversations have a `mapping`")
+    importing.add_argument("--log-level", default="warning")
+
     fake = commands.add_parser("fake-upstream",
                                help="run the fake OpenAI-compatible upstream on its own")
     fake.add_argument("--host", default="127.0.0.1")
@@ -77,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(_rotate_key(args.config, args.tenant))
     if args.command == "reindex":
         sys.exit(_reindex(args))
+    if args.command == "import":
+        sys.exit(_import(args))
     _serve(args)
 
 
@@ -348,6 +365,90 @@ def _reindex(args: argparse.Namespace) -> int:
         return asyncio.run(run())
     finally:
         embedding.close()
+        if embedded is not None:
+            embedded.stop()
+
+
+def _import(args: argparse.Namespace) -> int:
+    """`gateway import`: one JSON line per conversation; exit 0 if every one was imported, 1
+    if one was refused (it says why), 2 on a bad config, tenant, id or file.
+
+    In process, through the endpoint's service (gateway/memory/importing.py): it needs the
+    config the operator has (store, encryption keys), not a tenant's API key, and no size
+    limit. The turns wait durably in the store's record queue until a gateway or
+    `gateway worker` applies them and derives their memory."""
+    import asyncio
+    import json
+
+    from gateway.core.history_import import ImportConflict, ImportProblem, parse_messages
+    from gateway.core.ids import ConversationKey, valid_id
+    from gateway.memory.import_formats import FileConversation, guess_format, read_history
+    from gateway.memory.importing import HistoryImport, ImportErased
+    from gateway.store import RedisStore, connect
+    from gateway.store.cluster import key_space
+    from gateway.store.embedded import EmbeddedRedisError
+    from gateway.store.encryption.keyring import load_encryption
+    from gateway.wiring import store_url
+
+    config = _config_and_logging(args)
+    problem = (f"no tenant {args.tenant!r} in {args.config}" if args.tenant not in config.tenants
+               else f"not a valid user id: {args.user!r}" if not valid_id(args.user)
+               else None)
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            data = json.load(f)
+        conversations = read_history(data, args.format or guess_format(data))
+        batches = [(c, parse_messages(list(c.messages), limit=max(1, len(c.messages))))
+                   for c in conversations if c.messages]
+    except (OSError, ValueError) as exc:
+        problem = problem or f"{args.file}: {exc}" + (
+            f" (at {exc.param})" if isinstance(exc, ImportProblem) and exc.param else "")
+    if problem is not None:
+        print(f"gateway import: {problem}", file=sys.stderr)
+        return 2
+
+    def conversation_id(c: FileConversation) -> str:
+        if args.conversation is None:
+            return c.id
+        return args.conversation if len(batches) == 1 else f"{args.conversation}.{c.id}"
+
+    ids = [conversation_id(c) for c, _ in batches]
+    if bad := [i for i in ids if not valid_id(i)]:
+        print(f"gateway import: not a valid conversation id: {bad[0]!r}", file=sys.stderr)
+        return 2
+    try:
+        url, embedded = store_url(config)
+    except EmbeddedRedisError as exc:
+        sys.exit(f"gateway: {exc}")
+
+    async def run() -> int:
+        redis = connect(url, max_connections=4, cluster=config.store_cluster.enabled)
+        refused = 0
+        try:
+            store = RedisStore(redis, key_space(config),
+                               encryption=await load_encryption(config, redis))
+            importer = HistoryImport(store)
+            for (_, messages), conversation in zip(batches, ids):
+                key = ConversationKey(args.tenant, args.user, conversation)
+                try:
+                    line = (await importer.run(key, messages)).to_json()
+                except ImportConflict as exc:
+                    refused += 1
+                    line = {"conversation": conversation, "refused": f"{exc}; import into "
+                                                                     "another conversation id"}
+                except ImportErased:
+                    refused += 1
+                    line = {"conversation": conversation, "refused": "the user's memory was "
+                            "erased (or the conversation deleted) after some of its messages "
+                            "were written"}
+                print(json.dumps(line, ensure_ascii=False), flush=True)
+        finally:
+            await redis.aclose()
+        return 1 if refused else 0
+
+    try:
+        return asyncio.run(run())
+    finally:
         if embedded is not None:
             embedded.stop()
 
