@@ -40,10 +40,13 @@ class ConversationMemoryKeys:
     topics: str
     """Hash: "current" -> the current topic segment, "history" -> every segment, "through"
     -> transcript messages walked (JSON, sealed); see gateway/memory/records/topic_store.py."""
+    brief: str
+    """String: the conversation's memory brief (sealed JSON); see
+    gateway/memory/records/brief_store.py."""
 
     def all(self) -> tuple[str, ...]:
         return (self.turns, self.watermark, self.vectors, self.version, self.chunks, self.lock,
-                self.processed, self.following, self.pins, self.topics)
+                self.processed, self.following, self.pins, self.topics, self.brief)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +94,7 @@ class MemoryKeySpace:
             vectors=f"{base}:m:vectors", version=f"{base}:m:version",
             chunks=f"{base}:m:chunks", lock=f"{base}:m:lock", processed=f"{base}:m:processed",
             following=f"{base}:m:next", pins=f"{base}:m:pins",
-            topics=f"{base}:m:topics")
+            topics=f"{base}:m:topics", brief=f"{base}:m:brief")
 
     def user(self, tenant: str, user: str) -> UserMemoryKeys:
         base = f"{self.store.user_head(tenant, user)}:u:{_part(tenant)}:{_part(user)}"
