@@ -36,6 +36,8 @@ def test_the_shipped_config_is_valid_and_has_the_demo_tenant():
     tenant = TenantDirectory(config).authenticate("Bearer demo-key")
     assert tenant.name == "demo" and tenant.route("demo").model == "fake/echo"
     assert config.store == "embedded"
+    # The demo tenant runs on the shipped defaults the README's figures describe.
+    assert config.tenants["demo"].context == ContextConfig()
 
 
 @pytest.mark.parametrize("data, key", [
