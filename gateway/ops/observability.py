@@ -73,6 +73,9 @@ class RequestLog:
     summary_chunks: int | None = None
     memory_tokens: dict[str, int] | None = None
     """Tokens each memory layer used: summary, profile, recalled."""
+    brief_tokens: int | None = None
+    """Tokens of the conversation's memory brief forwarded (set when the tenant makes briefs:
+    0 when none was forwarded)."""
     memory_error: str | None = None
     pinned: int | None = None
     """Pinned messages forwarded in the pinned block (set when the conversation has pins)."""
