@@ -30,6 +30,7 @@ from gateway.http.routes import (
 from gateway.http.state import Gateway
 from gateway.ops.logs import configure_logging
 from gateway.ops.observability import Metrics
+from gateway.pipeline.brief import serving_briefs
 from gateway.pipeline.chat import Pipeline
 from gateway.pipeline.ratelimit import RateLimiter
 from gateway.pipeline.record_buffer import RecordBuffer
@@ -131,7 +132,8 @@ async def _serving(app: Starlette, config: Config, services: Services, upstream:
                         memory=memory.service if memory else None,
                         recall_settings=memory.recall if memory else None, buffer=buffer,
                         tracing=services.tracing, limiter=limiter, history=history,
-                        prices=route_prices(config))
+                        prices=route_prices(config),
+                        briefs=serving_briefs(config, redis, store) if memory else None)
     disk = DiskRewrites(redis, store.keys.disk_rewrite_owed())
     app.state.gateway = Gateway(config, services.tenants, AdminKeys(config), limiter, pipeline,
                                 store, recorder, metrics, memory, buffer,

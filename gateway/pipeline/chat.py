@@ -33,6 +33,7 @@ from gateway.core.context.tool_loop import instruction_text
 from gateway.core.text.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import BadRequest, UpstreamError
+from gateway.pipeline.brief import Briefs
 from gateway.pipeline.history_costs import HistoryCosts
 from gateway.memory.recall.service import MemorySnapshot, RecallSettings
 from gateway.ops.observability import Metrics, RequestLog
@@ -103,7 +104,7 @@ class Pipeline:
                  limiter: RateLimiter | None = None,
                  history: RequestHistory | None = None,
                  prices: Mapping[tuple[str, str], Price | None] | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, briefs: Briefs | None = None):
         self.store = store
         self.upstream = upstream
         self.tokenizer_for = tokenizer_for
@@ -126,6 +127,8 @@ class Pipeline:
         self.prices = prices or {}
         """(tenant, model alias) → its price (gateway/upstream/prices.py); absent: unknown."""
         self._hints: dict[tuple[str, str], CacheHint | None] = {}
+        self.briefs = briefs
+        """None: no conversation has a memory brief (gateway/pipeline/brief.py)."""
 
     async def prepare(self, chat: ChatRequest, tenant: Tenant, key: ConversationKey | None,
                       persist: bool, log: RequestLog,
@@ -164,7 +167,7 @@ class Pipeline:
             else:
                 log.load_ms = log.step("load", started)
                 reconciliation, messages, stable = await self._rewrite(
-                    chat, incoming, kept, tenant, key, stored, snapshot, tokenizer, log)
+                    chat, incoming, kept, tenant, key, stored, snapshot, tokenizer, log, persist)
                 if chat.pinned and persist and isinstance(snapshot, MemorySnapshot) \
                         and snapshot.memory:
                     pins = marked_pins(chat.messages, chat.pinned, reconciliation, self.clock())
@@ -206,7 +209,7 @@ class Pipeline:
                        kept: tuple[Message, ...], tenant: Tenant, key: ConversationKey,
                        stored: tuple[StoredMessage, ...],
                        snapshot: MemorySnapshot | BaseException | None, tokenizer: Tokenizer,
-                       log: RequestLog
+                       log: RequestLog, persist: bool = True
                        ) -> tuple[Reconciliation, tuple[Message, ...], int | None]:
         """(reconciliation, messages to forward, how many of them are the stable prefix:
         `Rewrite.stable_messages`). `kept`: the client's messages (`incoming`) with one-shot
@@ -231,6 +234,10 @@ class Pipeline:
             conversation = restore(conversation, incoming)
         history, current = split_current(conversation)
         memory = await self._recall(key, tenant, instruction_text(conversation), snapshot, log)
+        if self.briefs is not None:
+            memory = await self.briefs.apply(key, self.recall_settings.get(tenant.name), memory,
+                                             instruction_text(conversation), snapshot, persist,
+                                             tokenizer, log)
         started = time.perf_counter()
         history_ids = reconciliation.conversation_ids[:len(history)]
         # The ids name the kept form: restored one-shot messages are counted as they are.
@@ -245,6 +252,8 @@ class Pipeline:
         log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
         log.memory_tokens = {"summary": result.summary_tokens, "profile": result.profile_tokens,
                              "recalled": result.recalled_tokens}
+        if log.brief_tokens is not None:
+            log.brief_tokens = memory.brief_tokens if "brief" in result.memory_blocks else 0
         if memory.pinned:
             log.pinned = result.pinned
             log.memory_tokens["pinned"] = result.pinned_tokens

@@ -107,6 +107,12 @@ def test_outside_items_only_when_the_message_asks_about_the_past():
     assert plain.profile is None and asked.profile is None
 
 
+def test_a_profile_learned_here_alone_is_kept_as_without_a_brief():
+    memory = MemoryContext(profile="language: English", profile_elsewhere=False)
+    kept = with_brief(memory, Brief(), asks_past=False, outside=outside)
+    assert kept.profile == "language: English" and kept.brief is None
+
+
 def test_what_the_brief_shows_is_not_recalled_again():
     brief = make_brief(None, ITEMS[:2], 200, TOK)
     same_line = Recollection("turn", "c2/t7", "[9 May 2023] I adopted a dog named Rex.",
