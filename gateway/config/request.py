@@ -35,8 +35,8 @@ class RequestLimitsConfig(Strict):
     """Messages per request (OpenAI's own API allows 2,048)."""
     max_message_chars: int = Field(1_000_000, ge=1)
     """Characters of one message's text (its string content, or its text parts together).
-    Characters, not tokens: counted by `len` before the request is validated, while a token
-    count needs the model's tokenizer and costs ~0.3 s of CPU for a 4 MiB body."""
+    Characters, not tokens: counted by `len` before the request is validated, with no
+    tokenizer. (why: docs/decisions.md#max_message_chars-counts-characters-gatewayconfigrequestpy)"""
     max_stored_messages: int = Field(10_000, ge=4, le=10_000_000)
     """Messages of a conversation kept in its live transcript (what every request loads and
     reconciles). Beyond it the oldest are not refused and never lost: once memory has indexed
