@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -12,8 +15,9 @@ from hypothesis import strategies as st
 from gateway.config import parse_config
 from gateway.core.spend import (NANO, Price, TurnUsage, Usage, cost, read_usage, turn_usage,
                                 whole_history_usage)
-from gateway.upstream.prices import litellm_cost_map, map_price, route_prices
+from gateway.upstream.prices import map_price, route_prices
 
+ROOT = Path(__file__).resolve().parents[2]
 GPT4O = Price.per_million(2.5, 10, cached_input=1.25)
 
 
@@ -97,8 +101,12 @@ def test_turn_usage_counters_and_round_trip():
         "requests": 1, "tokens_original": 9000, "tokens_forwarded": 1400,
         "tokens_prompt": 1500, "tokens_cached": 1280, "tokens_cache_write": 0,
         "tokens_completion": 40, "requests_without_usage": 0, "requests_priced": 1,
-        "spend_nano": counted.spend, "whole_cost_nano": counted.whole_cost}
-    assert counted.whole_cost == (9100 - 1280) * 2500 + 1280 * 1250 + 40 * 10_000
+        # GPT4O by hand: $2.50 / $1.25 (cached) / $10 a million tokens are 2,500 / 1,250 /
+        # 10,000 nano-units a token; 220 uncached + 1,280 cached prompt tokens, 40 completion.
+        "spend_nano": 220 * 2500 + 1280 * 1250 + 40 * 10_000,
+        # The whole history: 7,600 tokens more of prompt (9,000 sent, 1,400 forwarded).
+        "whole_cost_nano": (9100 - 1280) * 2500 + 1280 * 1250 + 40 * 10_000}
+    assert counted.spend == 2_550_000
     assert TurnUsage.from_dict(counted.to_dict()) == counted
     with pytest.raises(ValueError):
         TurnUsage.from_dict({**counted.to_dict(), "tokens_prompt": -1})
@@ -123,12 +131,17 @@ def test_litellm_map_prices_by_name_and_provider():
 
 
 def test_the_installed_litellm_map_is_read_without_importing_litellm():
-    import sys
-
-    had = "litellm" in sys.modules
-    price = map_price("openai/gpt-4o-mini", litellm_cost_map())
-    assert price is not None and cost(Usage(10 ** 6, 0), price) > 0
-    assert ("litellm" in sys.modules) == had
+    # In a fresh interpreter: this one may have imported litellm for another test already.
+    script = ("import sys\n"
+              "from gateway.core.spend import Usage, cost\n"
+              "from gateway.upstream.prices import litellm_cost_map, map_price\n"
+              "price = map_price('openai/gpt-4o-mini', litellm_cost_map())\n"
+              "print(cost(Usage(10 ** 6, 0), price), 'litellm' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    nano, imported = done.stdout.split()
+    assert int(nano) > 0 and imported == "False"
 
 
 def _config(models):
