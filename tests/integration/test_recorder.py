@@ -178,17 +178,24 @@ async def test_usage_is_counted_once_with_its_turn_a_duplicate_adds_nothing(stor
 
 
 async def test_an_entry_left_pending_by_a_vanished_consumer_is_reclaimed(store, store_client):
-    crashed = Recorder(store_client, consumer_prefix="crashed", claim_idle_ms=100, block_ms=10)
+    crashed = Recorder(store_client, consumer_prefix="crashed", block_ms=10)
     await crashed.ensure_group()
-    await store.record(KEY, append(user("survives")))
+    entry = await store.record(KEY, append(user("survives")))
     # The crashed consumer read the job and died before applying or acking it.
     await store_client.xreadgroup("recorders", "crashed-0", {"gw:records": ">"}, count=10)
     assert (await store_client.xpending("gw:records", "recorders"))["pending"] == 1
 
-    restarted = Recorder(store_client, consumer_prefix="elsewhere", claim_idle_ms=100,
-                         block_ms=10)
+    restarted = Recorder(store_client, consumer_prefix="elsewhere", block_ms=10)
     assert await restarted.process_available() == 0  # not idle long enough: its owner may live
-    await asyncio.sleep(0.15)
+
+    async def idle_for(ms: int) -> None:
+        # The idle time is the store's to measure: set it (XCLAIM IDLE, to the same owner).
+        await store_client.xclaim("gw:records", "recorders", "crashed-0", 0, [entry],
+                                  idle=ms, justid=True)
+
+    await idle_for(restarted.claim_idle_ms - 10_000)
+    assert await restarted.process_available() == 0
+    await idle_for(restarted.claim_idle_ms + 10_000)
     assert await restarted.process_available() == 1
     assert restarted.reclaimed == 1
     assert texts(await store.load(KEY)) == ["survives"]
@@ -274,13 +281,17 @@ async def test_a_lost_seq_is_skipped_instead_of_blocking_the_conversation(store,
 
 async def test_a_pending_turn_whose_stream_entry_vanished_is_enqueued_again(store,
                                                                            store_client):
-    recorder = Recorder(store_client, consumer_prefix="t", gap_timeout_ms=50, block_ms=10,
-                        claim_idle_ms=1000)
+    now = [0.0]
+    recorder = Recorder(store_client, consumer_prefix="t", gap_timeout_ms=1000, block_ms=10,
+                        claim_idle_ms=60_000, gap_clock=lambda: now[0])
     vanished = await store.record(KEY, append(user("one")))
     await store.record(KEY, append(user("two")))
     await store_client.xdel("gw:records", vanished)  # still in the pending hash
     assert await recorder.process_available() == 0  # job 2 waits for job 1
-    await asyncio.sleep(0.06)
+    now[0] = 0.999
+    assert await recorder.process_available() == 0  # not waited gap_timeout_ms yet
+    assert recorder.reenqueued == 0
+    now[0] = 1.0
     assert await recorder.process_available() == 2
     assert recorder.reenqueued == 1
     assert texts(await store.load(KEY)) == ["one", "two"]

@@ -93,9 +93,11 @@ class Recorder:
                  backoff_seconds: float = 0.2, claim_idle_ms: int = 30_000,
                  block_ms: int = 1000, batch: int = 16, gap_poll_ms: int = 50,
                  gap_timeout_ms: int | None = None, clock: Callable[[], float] = time.time,
+                 gap_clock: Callable[[], float] = time.monotonic,
                  jobs: JobMetrics | None = None,
                  encryption: Encryption = NO_ENCRYPTION, shard: int = 0):
-        """`jobs`: where apply latency and retries are counted for /metrics (none: nowhere).
+        """`gap_clock`: the seconds `gap_timeout_ms` is measured on (a test steps it).
+        `jobs`: where apply latency and retries are counted for /metrics (none: nowhere).
         `shard`: the shard whose record stream this recorder consumes (a cluster has one
         stream per shard, each consumed by a recorder of its own: see ShardedRecorder)."""
         require_decoded(client)
@@ -124,6 +126,7 @@ class Recorder:
         self.gap_poll_ms = gap_poll_ms
         self.gap_timeout_ms = gap_timeout_ms if gap_timeout_ms is not None else 2 * claim_idle_ms
         self._clock = clock
+        self._gap_clock = gap_clock
         self._jobs = jobs
         self._state: dict[str, dict[str, EntryState]] = {c: {} for c in self.consumers}
         self._tasks: list[asyncio.Task[None]] = []
@@ -481,7 +484,7 @@ class Recorder:
                             missing, resume - 1)
                 self.skipped += resume - missing
                 return _Outcome.AGAIN
-        now = time.monotonic()
+        now = self._gap_clock()
         if state.gap_since is None:
             state.gap_since = now
         elif (now - state.gap_since) * 1000 >= self.gap_timeout_ms:
