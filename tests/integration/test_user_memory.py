@@ -365,14 +365,19 @@ def test_the_summary_block_is_shown_only_with_a_summary_share(redis_url,
     assert ("<summary>" in forwarded_text) is shown
 
 
-def test_a_profile_learned_from_this_conversation_alone_is_not_repeated_after_it(gateway_url):
-    # The request is in the history forwarded whole: the profile learned from it says it again.
-    say(gateway_url, "Please answer in bullet points.", "one", "petra")
-    assert "<profile>" not in seen(gateway_url, "And the weather?", "one", "petra")
-    # Once another conversation of the user is indexed, the profile may hold what was said
-    # there: it is shown after the history.
-    say(gateway_url, "I'm new to sailing.", "two", "petra")
-    assert "<profile>" in seen(gateway_url, "And the weather?", "one", "petra")
+def test_a_profile_learned_from_this_conversation_alone_is_not_repeated_after_it(redis_url):
+    # Without memory briefs (with them, the profile of a conversation's start is in its brief:
+    # tests/integration/test_memory_brief.py).
+    config = gateway_config(redis_url, tenant={"memory": {"brief_tokens": 0}})
+    with running_gateway(config) as gateway_url:
+        # The request is in the history forwarded whole: the profile learned from it says it
+        # again.
+        say(gateway_url, "Please answer in bullet points.", "one", "petra")
+        assert "<profile>" not in seen(gateway_url, "And the weather?", "one", "petra")
+        # Once another conversation of the user is indexed, the profile may hold what was said
+        # there: it is shown after the history.
+        say(gateway_url, "I'm new to sailing.", "two", "petra")
+        assert "<profile>" in seen(gateway_url, "And the weather?", "one", "petra")
 
 
 def test_a_tenant_scoped_to_conversations_shows_each_only_its_own_memory(redis_url):
