@@ -227,7 +227,8 @@ def encoding_for_model(model: str) -> str:
 
 @functools.cache
 def tokenizer_for_encoding(encoding_name: str) -> TiktokenTokenizer:
-    """One shared tokenizer per encoding: building an encoding is expensive (~0.1-1 s)."""
+    """One shared tokenizer per encoding: building an encoding is expensive (it reads and parses
+    the encoding's rank file)."""
     return TiktokenTokenizer(encoding_name)
 
 

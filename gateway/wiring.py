@@ -65,7 +65,7 @@ def store_url(config: Config) -> tuple[str, EmbeddedRedis | None]:
 
 def routing_upstream(config: Config) -> RoutingUpstream:
     """The fake upstream in-process; the direct client's pool if a model speaks the OpenAI
-    chat API; litellm (a ~3 s import) only if a model needs it, and then at start-up rather
+    chat API; litellm (a slow import) only if a model needs it, and then at start-up rather
     than on the first request. The caller closes it (`aclose`)."""
     models = [m for t in config.tenants.values() for m in t.models.values()
               if not m.model.startswith(FAKE_PREFIX)]

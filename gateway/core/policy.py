@@ -10,9 +10,8 @@ Assembly = Literal["auto", "rolling", "stepped"]
 STEPPED_FROM_TOKENS = 4000
 """`assembly: auto` lays a compacted prompt out `stepped` from this prompt budget, `rolling`
 below it: a small prompt's stable part is mostly under the providers' 1,024-token cache
-minimum, so steps buy little, and the rolling layout recalls more there (LoCoMo dev at 2,000
-tokens: 0.914 against 0.886 evidence recall at about the same cost; at 4,000 the stepped one
-costs 16-37 % less for 0.011 less; bench/NOTEBOOK.md, "The stepped assembly")."""
+minimum, so steps buy little, and the rolling layout recalls more there (why 4,000:
+docs/decisions.md, "STEPPED_FROM_TOKENS")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +57,8 @@ class ContextPolicy:
     window_share: float = 0.9
     """Stepped: the verbatim window grows up to this share of the prompt budget, then restarts
     at a step where it holds about half of it. The window is the cached prefix, the rest (the
-    recall tail) is paid in full every turn: 0.9 against 0.8 costs 2-11 % less and reuses
-    0.02-0.06 more of the prompt, for 0.002-0.004 less evidence recall on LoCoMo dev at 8,000
-    and 16,000 (bench/NOTEBOOK.md, "A larger window: 0.9")."""
+    recall tail) is paid in full every turn, so a larger window costs less and recalls a little
+    less (why 0.9: docs/decisions.md, "context.window_share")."""
     pinned_share: float = 0.25
     """At most this much for the pinned block, granted first (before every other share):
     pinned messages are what the user or the application asked never to be dropped."""
@@ -69,11 +67,8 @@ class ContextPolicy:
     for memory from outside it — the profile and what is recalled from the user's other
     conversations or learned elsewhere — once the conversation has a history. A tail after the
     history is paid in full every turn, so it is kept short; a conversation's first request
-    (no history yet) gets the whole room, where memory of earlier conversations matters most.
-    0.05 is the knee of the measured trade (bench/README.md, "A user's other conversations"):
-    questions about the earlier conversations asked inside a later one find 0.080 of their
-    evidence with no tail, 0.875 at 0.05, 0.919 at 0.1 for a third more cost again (measured
-    with the recall gate at 0.25; at 0.3, 0.869 at 0.05)."""
+    (no history yet) gets the whole room, where memory of earlier conversations matters most
+    (why 0.05: docs/decisions.md, "context.outside_share")."""
     continuity_turns: int = 3
     """At prompt budgets of at least `continuity_budget`, the newest this many user turns are
     always forwarded (fitted to `recent_share` of the room, never dropped), whatever recall

@@ -1,9 +1,9 @@
 """A user's export (`GET /v1/memory/export`) written as it is read: chunked JSON in constant
 memory, however much the user holds, with no store call larger than a page.
 
-Built in one piece, a user holding ~100 MB took 2.5-2.9 s to export, over the store's timeout:
-the answer was a 500. Here every list is read a page at a time (gateway/memory/pages.py) and
-each message is written out before the next page is read;
+Every list is read a page at a time (gateway/memory/pages.py), so no store call nears the
+store's timeout however much a user holds (why: docs/decisions.md, "Exports and the memory API
+read a page at a time"), and each message is written out before the next page is read;
 what needs the messages — the sources of facts and summary chunks — is collected on the way,
 for the ids it names only, and written after them (`facts` comes last in the document).
 

@@ -1,6 +1,6 @@
 """A conversation's stored messages read a page at a time: what the memory API reads for a user
 of any size without a store call near the store's timeout (a message may hold a million
-characters; read whole, a 100 MB conversation was one call of ~0.7 s on an idle machine).
+characters; docs/decisions.md, "Exports and the memory API read a page at a time").
 
 Reads the lists as stored (the recorder's applied messages: archive, then transcript, then the
 archived branches); turns received and not yet applied are in the pending hash, read by whoever
@@ -19,7 +19,8 @@ from gateway.store.codec import ArchivedBranch, decode_branch, decode_stored
 from gateway.store.redis_store import RedisStore
 
 PAGE = 16
-"""List elements per store call: at 1 M characters a message, ~16 MB at most per call."""
+"""List elements per store call: at 1 M characters a message, at most 16 M characters a
+call."""
 
 
 class MessagePages:

@@ -4,9 +4,8 @@ Every request's rewrite needs `count_message` of every history message: the newe
 fill the recent window, all of them for the original history's size (`tokens_original`, and
 whether the whole history fits). Counting them again is one cached count per message — but
 on the strings of this request's body (a stateless client resends the whole history), so
-each text is hashed and compared afresh: at 600 messages the lookups alone take ~0.11 ms and
-counting them all ~0.25 ms, about what the whole rewrite costs at 50 turns
-(bench/rewrite_cost.py).
+each text would be hashed and compared afresh on every request (what that cost:
+docs/decisions.md, "History costs carried between requests").
 
 A history message's id is chained over its parent's and its canonical content
 (gateway/core/messages.chain_id), so the id of a history's last message names the whole

@@ -21,8 +21,9 @@ class RoutingUpstream:
     `anthropic/` route to the Anthropic direct path over the same pool, all others to litellm.
 
     Without `direct`, OpenAI-compatible calls go to litellm too, which sends them the same
-    body. Pass `litellm` (a LitellmUpstream, whose construction imports litellm, ~2–4 s) when
-    the config names models that need it; left out, it is built on the first such call.
+    body. Pass `litellm` (a LitellmUpstream, whose construction imports litellm: seconds,
+    docs/decisions.md, "litellm and tokenizers are built once") when the config names
+    models that need it; left out, it is built on the first such call.
     """
 
     def __init__(self, *, fake: Upstream | None = None, direct: Upstream | None = None,

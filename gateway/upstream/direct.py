@@ -18,9 +18,10 @@ provider). It does what LitellmUpstream does for them, minus litellm's per-call 
   OPENAI_API_KEY from the environment, as litellm's openai provider does — a config that
   worked through litellm works unchanged on this path. Neither: no Authorization header.
 
-The client is an aiohttp session (under half of httpx's client CPU per call, measured on a 32 KB
-body; litellm depends on aiohttp already). It is made on first use, inside the serving
-event loop it is bound to, and closed with `aclose` (the app's lifespan).
+The client is an aiohttp session (cheaper per call than httpx's client: docs/decisions.md,
+"The direct upstream uses aiohttp"; litellm depends on aiohttp already). It is made on first
+use, inside the serving event loop it is bound to, and closed with `aclose` (the app's
+lifespan).
 """
 
 from __future__ import annotations

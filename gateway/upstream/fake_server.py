@@ -37,7 +37,7 @@ from gateway.upstream.fake import (BEHAVIOURS, Behaviour, FakeModel, bad_request
 
 def create_fake_app() -> Starlette:
     model = FakeModel()
-    model.count("")  # load the tokenizer now (~0.2 s), not during the first timed request
+    model.count("")  # load the tokenizer now, not during the first timed request
     received: list[dict[str, Any]] = []
 
     def rejected(path: str, body: Any, error: dict[str, Any]) -> Response:

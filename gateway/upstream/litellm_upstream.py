@@ -54,7 +54,7 @@ _PASSTHROUGH_PROVIDERS = frozenset(("openai",))
 class LitellmUpstream:
     """Calls any litellm-supported model; OpenAI-compatible upstreams get the body untouched.
 
-    Construction imports litellm (~2–4 s), so build it once, in the app's lifespan.
+    Construction imports litellm, which takes seconds, so build it once, in the app's lifespan.
     """
 
     def __init__(self) -> None:

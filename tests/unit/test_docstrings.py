@@ -13,11 +13,13 @@ A **measured figure** is any of:
 - an approximate quantity with a unit (`~1 s`, `~32 MB`, `~3 %`): what a run observed;
 - a range of seconds (`2.5-2.9 s`): what several runs observed;
 - a percentage (`16-37 % less`) — not URL escapes such as `%E5`;
-- a report of a measurement: "measured on", "measured with", "measured in", "(measured".
+- a report of a measurement: "measured on/with/in" followed by what it was measured on,
+  "(measured".
 
 Not figures: defaults and limits ("60 s", "20 s", `0.5` in an invariant), thresholds with two
 decimals, RFC and version numbers, sizes of a format ("4 MiB"), and "measured" in the sense of
-counting tokens ("measured as rendered"). Pure: reads files."""
+counting tokens ("measured as rendered") or of a clock ("the seconds it is measured on (…)").
+Pure: reads files."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ MEASURED = {
         rf"~\s?{_NUMBER}(?:\s?[-–]\s?{_NUMBER})?\s?(?:s|ms|µs|[KMG]i?B|%|×|x)(?![\w/])"),
     "range of seconds": re.compile(rf"{_NUMBER}\s?[-–]\s?{_NUMBER}\s?s\b"),
     "percentage": re.compile(r"\d\s?%(?![0-9A-Fa-f]{2})"),
-    "measurement report": re.compile(r"\bmeasured (?:on|with|in)\b|\(measured\b", re.I),
+    "measurement report": re.compile(r"\bmeasured (?:on|with|in) [\w`\"'-]|\(measured\b", re.I),
 }
 """What counts as a measured figure (see the module docstring), by name."""
 
@@ -119,6 +121,7 @@ def test_a_measured_figure_is_caught(text, kind):
     "A body over 4 MiB is refused; a 300-turn conversation is one request.",
     "Each candidate is measured as rendered: the budget holds exactly what the tokenizer counts.",
     "Priced, not measured: the block costs exactly its price.",
+    "`gap_clock`: the seconds `gap_timeout_ms` is measured on (a test steps it).",
     "Why this default: docs/decisions.md, \"Relevance floor and gate\".",
 ])
 def test_what_is_not_a_measurement_passes(text):

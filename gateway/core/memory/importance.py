@@ -8,7 +8,7 @@ before. A user message is important when it
   that…", "keep in mind…", "for future reference…", "记住…", "请记得…", "别忘了…", "不要忘记…"
   — at the start of a sentence, and not as a question, a shared memory ("remember when we…",
   "do you remember…", "你还记得…吗") or a reminder to do something ("don't forget to…", which
-  in conversations between people is advice: LoCoMo's only two hits before it was left out);
+  in conversations between people is advice);
 - sets a standing rule for the assistant: "from now on…", "always/never answer|reply|use|…",
   "don't ever…", "never give … advice", "从现在开始…", "以后请…", "永远不要…", "请始终…";
 - states an identifier: a code mixing capitals and at least three digits ("HT-2023-118",
@@ -17,9 +17,11 @@ before. A user message is important when it
 
 The rule reads the message after PII redaction (gateway/core/text/pii.py): phone, card and ID
 numbers are never a reason to pin (and a pin made by the rule stores the redacted text).
-Dates alone are not a reason either: a third of everyday messages mention one ("on 7 May",
+Dates alone are not a reason either: everyday messages often mention one ("on 7 May",
 "yesterday", "in 2022") and recall already dates every turn — pinning them would fill the
-block with small talk. Measured on tables of examples in tests/unit/test_importance.py.
+block with small talk. The rule is pinned down by tables of examples in
+tests/unit/test_importance.py; why it is this conservative: docs/decisions.md, "The importance
+rule pins little".
 """
 
 from __future__ import annotations

