@@ -7,6 +7,7 @@ provider's caching rules at litellm's prices (issue 23).
                                user-5-conversations,user-5-continued]
                        [--windows 4000,8000,16000,32000]
                        [--assemblies whole,truncate,before,gateway]
+                       [--system-prompt-tokens 0,1500,4000] [--brief-tokens 0,400]
                        [--bench-data DIR] [--dump-prompts FILE.jsonl] --out FILE.json
 
 Writes FILE.json (`meta`, `rows`: bench/cost/rows.py), FILE.md (a table per data set) and
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import Sequence
 
 from bench.cost.data import DATA_NAMES, DEFAULT_DATA, build, parse_names
 from bench.cost.pricing import price_summary, priced_models
-from bench.cost.report import markdown, plot
+from bench.cost.report import markdown, plot, section
 from bench.cost.rows import rows
 from bench.cost.runs import ASSEMBLIES, cells, measure
 from bench.locomo.cli import parse_override, versions
@@ -70,6 +72,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         default=[], metavar="KEY=VALUE",
                         help="a gateway setting for the served assemblies (repeatable), as "
                              "`bench locomo --set` (context.recall_share=0.4); VALUE is YAML")
+    parser.add_argument("--system-prompt-tokens", type=_ints, default=(0,),
+                        help="a client's own system prompt of each of these sizes, sent first "
+                             "in every request of every assembly (bench/cost/system_prompt.py); "
+                             "a run per size, each row says its `system_prompt_tokens` "
+                             "(default: 0, none)")
+    parser.add_argument("--brief-tokens", type=_ints, default=None,
+                        help="the served assemblies' `memory.brief_tokens`, a run per value, "
+                             "each row says its `brief_tokens` (default: as shipped)")
     parser.add_argument("--dump-prompts", type=Path, default=None, metavar="FILE.jsonl")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
@@ -91,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = priced_models()
     grid = cells(args.assemblies, args.windows)
     measured, out_rows, files = [], [], {}
+    seconds: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         dump = None
         if args.dump_prompts is not None:
@@ -105,19 +116,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _progress(f"{name}: training the learned ranking without each conversation")
                 trained = fold_weights(data.file)
                 folds = {c.sample_id: trained[c.sample_id] for c in data.conversations}
-            result = measure(data, grid, folds=folds, overrides=args.overrides,
-                             drain_timeout=args.drain_timeout,
-                             concurrency=args.concurrency,
-                             processes=args.gateway_processes, dump=dump, progress=_progress)
-            measured.append(result)
-            out_rows += rows(result, models)
-            _progress(f"{name}: measured in {result.seconds} s")
+            for system, brief in itertools.product(args.system_prompt_tokens,
+                                                   args.brief_tokens or (None,)):
+                result = measure(data, grid, folds=folds, overrides=args.overrides,
+                                 drain_timeout=args.drain_timeout,
+                                 concurrency=args.concurrency,
+                                 processes=args.gateway_processes, dump=dump,
+                                 progress=_progress, system_prompt_tokens=system,
+                                 brief_tokens=brief)
+                measured.append(result)
+                out_rows += rows(result, models)
+                label = section({"data": name, "system_prompt_tokens": system,
+                                 "brief_tokens": brief})
+                seconds[label] = result.seconds
+                _progress(f"{label}: measured in {result.seconds} s")
     meta = {
         "command": "gateway bench cost " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine(), "versions": versions(),
         "started": started.isoformat(timespec="seconds"),
         "duration_s": round(time.perf_counter() - clock, 1),
-        "seconds": {m.data.name: m.seconds for m in measured},
+        "seconds": seconds, "system_prompt_tokens": list(args.system_prompt_tokens),
+        "brief_tokens": list(args.brief_tokens) if args.brief_tokens else None,
         "data": files, "windows": list(args.windows), "assemblies": list(args.assemblies),
         "ranker": args.ranker, "overrides": {k: v for k, v in args.overrides},
         "prices": [price_summary(m) for m in models],

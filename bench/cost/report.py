@@ -37,11 +37,11 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
              "(the 32,000 window, compacted to 8,000).", ""]
     by_data: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
-        by_data[row["data"]].append(row)
+        by_data[section(row)].append(row)
     for data, group in by_data.items():
         first = {(r["assembly"], str(r["budget"])): r for r in group if r["model"] == models[0]}
         cost = {(r["assembly"], str(r["budget"]), r["model"]): r for r in group}
-        seconds = meta["seconds"].get(data)
+        seconds = meta["seconds"].get(data, meta["seconds"].get(group[0]["data"]))
         lines += [f"## {data}", "",
                   f"{next(iter(first.values()))['requests']} billed requests, history "
                   f"{_fmt(_whole_history(group), 0)} tokens per request on average; "
@@ -63,6 +63,16 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
                 f"{_fmt(r['prefix_reuse'])} | {ratios} | {_fmt(per_thousand, 2)} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def section(row: Row) -> str:
+    """A table's name: its data set, and the client's system prompt and the brief's budget
+    when a run measured them (`--system-prompt-tokens`, `--brief-tokens`)."""
+    name = row["data"]
+    if row.get("system_prompt_tokens"):
+        name += f", system prompt {row['system_prompt_tokens']:,} tokens"
+    brief = row.get("brief_tokens")
+    return name if brief is None else f"{name}, brief_tokens {brief}"
 
 
 def _whole_history(group: Sequence[Row]) -> float | None:

@@ -2,7 +2,10 @@
 
 Keys (issue 23's, and a few more):
 - `data`, `assembly` (`whole`, `truncate`, `before`, `gateway`), `budget` (the window in
-  tokens; `"default"`: the gateway as shipped; None for `whole`), `model`, `rule` (the
+  tokens; `"default"`: the gateway as shipped; None for `whole`), `system_prompt_tokens` (the
+  client's own system prompt, sent first in every request of every assembly: 0 for none),
+  `brief_tokens` (the served assemblies' `memory.brief_tokens` in the run; None: as shipped;
+  the client's own rows of the run carry it too, as their table's key), `model`, `rule` (the
   provider's cache rule with the model's read price: `openai-0.25`, `openai-0.1`,
   `anthropic`, `deepseek`);
 - `requests`: the billed requests (replayed turns); `history_tokens`: the client's whole
@@ -42,6 +45,8 @@ def rows(measured: Measured, models: Sequence[PricedModel]) -> list[dict[str, An
             base = _cost_per_turn(whole, model) if whole is not None else None
             out.append({
                 "data": measured.data.name, "assembly": cell.assembly, "budget": cell.budget,
+                "system_prompt_tokens": measured.system_prompt_tokens,
+                "brief_tokens": measured.brief_tokens,
                 "model": model.name, "rule": model.rule,
                 "requests": len(tally.requests),
                 "history_tokens": tally.mean("history_tokens"),

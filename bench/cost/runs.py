@@ -30,6 +30,7 @@ from typing import IO, Any, Callable, Sequence
 
 from bench.cost.client import SteppedTruncation, whole
 from bench.cost.data import DataSet
+from bench.cost.system_prompt import system_prompt
 from bench.cost.tally import Tally
 from bench.locomo.cli import run as serve_and_replay
 from bench.locomo.data import Conversation
@@ -58,6 +59,10 @@ class Cell:
 class Measured:
     data: DataSet
     tallies: dict[Cell, Tally]
+    system_prompt_tokens: int = 0
+    """The client's own system prompt, sent first in every request (bench/cost/system_prompt.py)."""
+    brief_tokens: int | None = None
+    """The served assemblies' `memory.brief_tokens` (None: as shipped)."""
     scores: dict[Cell, list[Score]] = field(default_factory=lambda: defaultdict(list))
     null_tokens: dict[Cell, list[int]] = field(default_factory=lambda: defaultdict(list))
     seconds: float = 0.0
@@ -87,22 +92,30 @@ def context(cell: Cell) -> dict[str, Any]:
 def measure(data: DataSet, grid: list[Cell], *, folds: dict[str, dict[str, float]] | None,
             overrides: Sequence[tuple[str, Any]] = (), drain_timeout: float = 600.0,
             concurrency: int, processes: int, dump: IO[str] | None,
-            progress: Callable[[str], None]) -> Measured:
+            progress: Callable[[str], None], system_prompt_tokens: int = 0,
+            brief_tokens: int | None = None) -> Measured:
+    """`system_prompt_tokens`: the client's own system prompt (every request sends it
+    first); `brief_tokens`: the served assemblies' `memory.brief_tokens` (None: as shipped,
+    or as `overrides` say)."""
     started = time.perf_counter()
     meter = PromptMeter()
-    measured = Measured(data, {cell: Tally(meter) for cell in grid})
-    threads = {c.sample_id: _threads(data, c, meter) for c in data.conversations}
+    measured = Measured(data, {cell: Tally(meter) for cell in grid}, system_prompt_tokens,
+                        brief_tokens)
+    system = _system_messages(system_prompt_tokens, meter)
+    if brief_tokens is not None:
+        overrides = [*overrides, ("memory.brief_tokens", brief_tokens)]
+    threads = {c.sample_id: _threads(data, c, meter, system) for c in data.conversations}
     served = {k: cell for k, cell in enumerate((c for c in grid if c.assembly in SERVED), 1)}
     if served:
         progress(f"{data.name}: replaying through the gateway for "
                  f"{', '.join(f'{c.assembly}@{c.budget}' for c in served.values())}")
         _served(data, served, measured, threads, folds=folds, overrides=overrides,
                 drain_timeout=drain_timeout, concurrency=concurrency, processes=processes,
-                dump=dump)
+                dump=dump, **({"system_prompt": system[0]["content"]} if system else {}))
     for cell in grid:
         if cell.assembly not in SERVED:
             progress(f"{data.name}: {cell.assembly}@{cell.budget} computed from the history")
-            _client(data, cell, measured, threads, dump)
+            _client(data, cell, measured, threads, dump, system)
     measured.seconds = round(time.perf_counter() - started, 1)
     return measured
 
@@ -116,15 +129,23 @@ class _Thread:
     """The client's whole prompt's tokens at each message index (history up to it)."""
 
 
-def _threads(data: DataSet, conversation: Conversation, meter: PromptMeter) -> list[_Thread]:
-    """The billed threads of a conversation."""
+def _system_messages(tokens: int, meter: PromptMeter) -> list[dict[str, str]]:
+    """The client's system prompt as the messages it sends first (none for 0)."""
+    return [{"role": "system", "content": system_prompt(tokens, meter)}] if tokens > 0 else []
+
+
+def _threads(data: DataSet, conversation: Conversation, meter: PromptMeter,
+             system: list[dict[str, str]]) -> list[_Thread]:
+    """The billed threads of a conversation (the history's tokens include the client's
+    system prompt)."""
     if data.mode not in SESSION_MODES:
         scripts = [("replay", build_script(conversation))]
     else:
         scripts = [(f"s{n}", s) for n, s in enumerate(session_scripts(conversation), 1)
                    if n == data.billed_session]
-    return [_Thread(label, script, tuple(accumulate(meter.message_tokens(m)
-                                                    for m in script.messages)))
+    before = sum(meter.message_tokens(m) for m in system)
+    return [_Thread(label, script, tuple(before + t for t in accumulate(
+        meter.message_tokens(m) for m in script.messages)))
             for label, script in scripts]
 
 
@@ -165,17 +186,20 @@ def _observed(outcomes: list[Outcome], served: dict[int, Cell], measured: Measur
 
 
 def _client(data: DataSet, cell: Cell, measured: Measured, threads: dict[str, list[_Thread]],
-            dump: IO[str] | None) -> None:
+            dump: IO[str] | None, system: list[dict[str, str]]) -> None:
+    """The client's own assemblies; `system`: its system prompt, sent first in every prompt
+    (the truncated history gets what it leaves)."""
     tally = measured.tallies[cell]
+    reserved = tally.meter.tokens(system) if system else 0
     for conversation in data.conversations:
         truncation = None
         for thread in threads[conversation.sample_id]:
             messages = thread.script.messages
-            truncation = SteppedTruncation(int(cell.budget) - RESERVE, tally.meter) \
+            truncation = SteppedTruncation(int(cell.budget) - RESERVE - reserved, tally.meter) \
                 if cell.assembly == "truncate" else None
             for i in thread.script.requests:
-                prompt = whole(messages[:i], messages[i]) if truncation is None \
-                    else truncation.prompt(messages[:i], messages[i])
+                prompt = system + (whole(messages[:i], messages[i]) if truncation is None
+                                   else truncation.prompt(messages[:i], messages[i]))
                 tally.add(f"{conversation.sample_id}/{thread.label}", i, prompt, None,
                           _history(thread, i))
                 if dump is not None and truncation is not None:
@@ -186,7 +210,7 @@ def _client(data: DataSet, cell: Cell, measured: Measured, threads: dict[str, li
         asked_after = list(threads[conversation.sample_id][-1].script.messages) \
             if data.mode == "continued" else history
         for q in conversation.questions:
-            prompt = _probe(data, asked_after, q.question, truncation)
+            prompt = system + _probe(data, asked_after, q.question, truncation)
             measured.scores[cell].append(scorer.score(q, prompt))
             if dump is not None and truncation is not None:
                 _dump(dump, data, cell, {"conversation": conversation.sample_id, "turn": None,

@@ -128,8 +128,8 @@ def test_what_the_brief_shows_is_not_recalled_again():
 def _request(memory: MemoryContext, budget: int = 10_000, **kw) -> RewriteRequest:
     return RewriteRequest(instructions=(sys_("You are helpful."),),
                           history=(user("hello there"), assistant("hi, how can I help")),
-                          current=(user("what about my dog"),), policy=policy(budget), memory=memory,
-                          **kw)
+                          current=(user("what about my dog"),), policy=policy(budget),
+                          memory=memory, **kw)
 
 
 def test_brief_goes_right_after_the_instructions_and_is_stable():
