@@ -209,6 +209,20 @@ class MemoryWorkerConfig(Strict):
     max_attempts: int = Field(5, ge=1)
     backoff_seconds: float = Field(0.5, gt=0)
     lock_seconds: float = Field(60.0, gt=0)
+    heartbeat_seconds: float = Field(1.0, gt=0)
+    """How often a running memory job renews its lock and looks for an erase or delete of
+    what it works on (then it stops): an erase waits about this long for running jobs.
+    Less than half of `lock_seconds`."""
+    slice_messages: int = Field(100, ge=1)
+    """The most new messages one run of the memory processors takes: a longer conversation
+    is processed in slices, other conversations taking their turn between them.
+    (why: docs/decisions.md#memory-work-in-slices-gatewaymemoryjobsworkerpy)"""
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lock(self) -> MemoryWorkerConfig:
+        if self.heartbeat_seconds * 2 >= self.lock_seconds:
+            raise ValueError("heartbeat_seconds must be less than half of lock_seconds")
+        return self
 
 
 class IndexConfig(Strict):

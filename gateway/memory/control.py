@@ -31,6 +31,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import StoredMessage
 from gateway.memory.pages import MessagePages
+from gateway.memory.records.brief_store import BriefStore
 from gateway.memory.records.chunk_store import ChunkStore
 from gateway.memory.records.facts_store import FactStore
 from gateway.memory.records.keys import MemoryKeySpace
@@ -74,8 +75,11 @@ class Erasure:
     entries_deleted: int
     """Queued jobs, dead letters and dirty marks of the user, in shared structures."""
     complete: bool
-    """False if a memory worker was still processing one of the user's conversations when
-    the erase stopped waiting for it: what it writes afterwards needs another erase."""
+    """True when no memory job was running on the user's conversations once the erase had
+    swept them: nothing can come back. False if a job still held its lock when the erase
+    stopped waiting (`settle_seconds`): its writes are refused by its fence
+    (gateway/memory/jobs/fence.py), but the erase could not see it end — repeat the erase to
+    confirm (it is idempotent). Jobs see the tombstone within a heartbeat and stop."""
     disk: str = "not_needed"
     """The state of copies on the store's disk (`rewrite_disk_copies`)."""
 
@@ -127,6 +131,7 @@ class MemoryControl:
     async def delete_profile(self, tenant: str, user: str) -> str:
         """Forget the profile; the state of its copies on disk (`rewrite_disk_copies`)."""
         await self.profiles.delete(tenant, user)
+        await self._forget_briefs(tenant, user)
         return await self.rewrite_disk_copies()
 
     # -- conversations -----------------------------------------------------------------------
@@ -194,6 +199,7 @@ class MemoryControl:
         await self.redis.zrem(self.keys.store.memory_dirty_of(key), encode_key(key))
         # After the settle: a memory run of this conversation may have been adding facts.
         await self.facts.forget_sources(key.tenant, key.user, said)
+        await self._forget_briefs(key.tenant, key.user)
         return await self.rewrite_disk_copies()
 
     # -- facts and chunks, with their sources ------------------------------------------------
@@ -215,6 +221,7 @@ class MemoryControl:
             return None  # checked first: deleting a missing fact would still bump a version
         if not await self.facts.delete(tenant, user, fact_key):
             return None
+        await self._forget_briefs(tenant, user)
         return await self.rewrite_disk_copies()
 
     async def chunks_with_sources(self, key: ConversationKey) -> list[Json] | None:
@@ -231,6 +238,7 @@ class MemoryControl:
         if not await self.chunks.delete(key, chunk_id):
             return None
         await self.user_index.remove_chunk(key, chunk_id)
+        await self._forget_briefs(key.tenant, key.user)
         return await self.rewrite_disk_copies()
 
     # -- pinned messages ---------------------------------------------------------------------
@@ -266,9 +274,11 @@ class MemoryControl:
 
     async def erase(self, tenant: str, user: str) -> Erasure:
         """Erase everything of the user. Order matters: the tombstone first (from then on no
-        turn created before it is applied, enqueued, loaded or learned from), then the user's
-        entries in shared structures, then its keys; then, once memory runs already under
-        way have finished (their locks), a second sweep of what they wrote."""
+        turn created before it is applied, enqueued, loaded or learned from, and every
+        memory job under way is fenced: none of its writes lands from then on), then the
+        user's entries in shared structures, then its keys; then, once memory runs already
+        under way have stopped (their locks released: a job's heartbeat sees the tombstone
+        and cancels it), a second sweep."""
         erased_ms = await self.store.mark_erased(tenant, user)
         await self._forget_response_ids([ConversationKey(tenant, user, c)
                                          for c in await self.conversation_ids(tenant, user)])
@@ -295,6 +305,12 @@ class MemoryControl:
         return await self.disk.after_delete(self.disk_wait_seconds)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    async def _forget_briefs(self, tenant: str, user: str) -> None:
+        """Delete every memory brief of the user's conversations after an edit of their
+        memory: each is made again, without what was deleted, at its next request."""
+        await BriefStore(self.redis, self.keys).forget(
+            [ConversationKey(tenant, user, c) for c in await self.conversation_ids(tenant, user)])
 
     async def _forget_response_ids(self, keys: list[ConversationKey]) -> None:
         """The tenant-level lookups from a Responses API id to its conversation hold no content

@@ -140,26 +140,29 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                                           _extractor(name, t, upstream, tenants), clock)
                  for name, t in enabled.items()}
     processors = [
-        _ForTenants("turn_index", {n: lambda u: indexer.sync(u.key, u.transcript)
+        _ForTenants("turn_index", {n: lambda u: indexer.sync(u.key, u.transcript,
+                                                             writes=u.writes)
                                    for n in enabled}, "embed", jobs, embedding),
         # Tenants that show no pins (pinned_share 0) make none either.
         _ForTenants("pins", {n: pinner.process for n, t in enabled.items()
                              if t.context.pinned_share > 0}, "pins", jobs),
         # Before compaction: a finished topic is what compaction summarises early.
-        _ForTenants("topics", {n: (lambda t: lambda u: t.process(u.key, u.transcript))(t)
+        _ForTenants("topics", {n: (lambda t: lambda u: t.process(u.key, u.transcript,
+                                                                  writes=u.writes))(t)
                                for n, t in trackers.items()}, "topics", jobs, embedding),
         _ForTenants("compaction", {n: (lambda c, t: lambda u: _compact(
-            c, u, redis, keys, topic_store if t else None))(c, n in trackers)
+            c, u, keys, topic_store if t else None))(c, n in trackers)
             for n, c in compactors.items()}, "summarise", jobs),
         # After both: the user-level recall index copies the conversation's turns and chunks
         # (identified users only: `sync` skips the anonymous user).
         _ForTenants("user_index", {n: (lambda tools: lambda u: user_index.sync(
-            u.key, u.transcript, tool_results=tools))(t.memory.recall_tool_results)
+            u.key, u.transcript, tool_results=tools,
+            writes=u.writes))(t.memory.recall_tool_results)
             for n, t in enabled.items()}, "user_index", jobs),
         # Facts and the profile span a user's conversations: only for identified users.
         _ForTenants("knowledge", {n: (lambda k: lambda u: k.process(
             u.key, u.transcript, u.new,
-            u.settings.auto_extract and u.key.identified))(k)
+            u.settings.auto_extract and u.key.identified, writes=u.writes))(k)
             for n, k in knowledge.items()}, "extract", jobs),
     ]
     worker_config = config.memory.worker
@@ -181,6 +184,8 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                           lock_ms=int(worker_config.lock_seconds * 1000),
                           max_attempts=worker_config.max_attempts,
                           backoff_seconds=worker_config.backoff_seconds,
+                          heartbeat_seconds=worker_config.heartbeat_seconds,
+                          slice_messages=worker_config.slice_messages,
                           transcripts=store.applied, clock=clock,
                           tracing=tracing, jobs=jobs, archive=archive)
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,
@@ -192,19 +197,22 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     return MemoryRuntime(service, worker, embedding, vectors, lexical, recall)
 
 
-async def _compact(compactor: Compactor, update: MemoryUpdate, redis: aioredis.Redis,
-                   keys: MemoryKeySpace, topics: TopicStore | None) -> None:
+async def _compact(compactor: Compactor, update: MemoryUpdate, keys: MemoryKeySpace,
+                   topics: TopicStore | None) -> None:
     """`topics`: where the topic tracker (run just before) keeps the current topic; None
     when the tenant tracks no topics (compaction then judges topic shifts itself)."""
     topic_start = None
     if topics is not None:
         current = await topics.current(update.key)
         topic_start = current.start if current is not None else 0
-    result = await compactor.process(update.key, update.transcript, topic_start=topic_start)
+    result = await compactor.process(update.key, update.transcript, topic_start=topic_start,
+                                     writes=update.writes)
     if result.pending:
         # One run makes a bounded number of chunks; mark the conversation again for the rest.
-        await redis.zadd(keys.store.memory_dirty_of(update.key),
-                         {encode_key(update.key): time.time()})
+        async with update.writes.transaction() as pipe:
+            pipe.zadd(keys.store.memory_dirty_of(update.key),
+                      {encode_key(update.key): time.time()})
+            await pipe.execute()
 
 
 def _fact_policy(tenant: TenantConfig) -> FactPolicy:

@@ -91,16 +91,21 @@ return id
 _DELETE_LUA = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+if ms <= before then ms = before + 1 end  -- every delete changes it (memory jobs' fences)
 redis.call('SET', KEYS[1], string.format('%d', ms), 'PX', ARGV[1])
 return redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
                   KEYS[9])
 """
 
 # KEYS: the user's erase tombstone. ARGV: its time to live (ms). Returns the erase time (ms).
-# The store's own clock, so every replica compares against one time, as stream ids do.
+# The store's own clock, so every replica compares against one time, as stream ids do; always
+# later than the tombstone it replaces, so a memory job's fence sees every erase.
 _MARK_ERASED_LUA = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+if ms <= before then ms = before + 1 end  -- every erase changes it (memory jobs' fences)
 redis.call('SET', KEYS[1], string.format('%d', ms), 'PX', ARGV[1])
 return ms
 """

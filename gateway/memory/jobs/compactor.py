@@ -45,6 +45,7 @@ from gateway.core.text.tokens import Tokenizer, count_message
 from gateway.memory.records.chunk_store import ChunkStore
 from gateway.memory.jobs.message_memo import MessageMemo
 from gateway.memory.jobs.summarizer import Summarizer
+from gateway.memory.records.writes import Writes
 
 log = logging.getLogger("gateway.memory")
 
@@ -98,8 +99,10 @@ class Compactor:
         self.tool_results = tool_results
 
     async def process(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
-                      topic_start: int | None = None) -> CompactionResult:
-        """`topic_start`: where the conversation's current topic starts, when the topic
+                      topic_start: int | None = None,
+                      writes: Writes | None = None) -> CompactionResult:
+        """`writes`: whose transactions write the chunks (the job's fence; default: the
+        store's direct ones). `topic_start`: where the conversation's current topic starts, when the topic
         tracker (gateway/memory/jobs/topic_tracker.py) knows it. Then a topic shift is a finished
         topic not yet summarised (it starts before `topic_start` and chunks do not cover it),
         compacted into a chunk of its own; else the newest message is compared with the
@@ -108,7 +111,7 @@ class Compactor:
         stored = await self.store.list(key)
         chunks = chunks_on_branch(stored, [m.id for m in transcript])
         if len(chunks) < len(stored):
-            await self._replace(key, stored, chunks)
+            await self._replace(key, stored, chunks, writes=writes)
             log.info("compaction: %d chunk(s) left the active branch of %s",
                      len(stored) - len(chunks), key)
         removed = len(stored) - len(chunks)
@@ -137,14 +140,14 @@ class Compactor:
                 dates = self._dates(transcript)
             chunk = await self._summarise(transcript, span, chunks, dates)
             vector = await self._vector(chunk.text)
-            if not await self.store.append(key, chunk, vector):
+            if not await self.store.append(key, chunk, vector, writes=writes):
                 raise CompactionConflict(f"chunks of {key} changed during compaction")
             chunks += (chunk,)
             created += 1
 
         merged = 0
         while (index := plan_merge(chunks, self.policy.max_chunks)) is not None:
-            chunks = await self._merge(key, chunks, index)
+            chunks = await self._merge(key, chunks, index, writes)
             merged += 1
         return CompactionResult(chunks=chunks, created=created, merged=merged, removed=removed,
                                 topic_shift=shift, pending=pending)
@@ -217,7 +220,7 @@ class Compactor:
         return is_topic_shift(similarity, self.related_threshold)
 
     async def _merge(self, key: ConversationKey, chunks: tuple[SummaryChunk, ...],
-                     index: int) -> tuple[SummaryChunk, ...]:
+                     index: int, writes: Writes | None) -> tuple[SummaryChunk, ...]:
         older, newer = chunks[index], chunks[index + 1]
         utterances = utterances_from_summary(older.text) + utterances_from_summary(newer.text)
         text = self.summarizer.extractive(utterances, self.policy.chunk_max_tokens)
@@ -226,7 +229,7 @@ class Compactor:
         result = chunks[:index] + (merged,) + chunks[index + 2:]
         vector = await self._vector(text)
         await self._replace(key, chunks, result, {merged.id: vector} if vector is not None
-                            else None)
+                            else None, writes=writes)
         return result
 
     async def _vector(self, text: str) -> np.ndarray | None:
@@ -236,6 +239,7 @@ class Compactor:
 
     async def _replace(self, key: ConversationKey, expected: tuple[SummaryChunk, ...],
                        chunks: tuple[SummaryChunk, ...],
-                       vectors: dict[str, np.ndarray] | None = None) -> None:
-        if not await self.store.replace(key, expected, chunks, vectors):
+                       vectors: dict[str, np.ndarray] | None = None, *,
+                       writes: Writes | None = None) -> None:
+        if not await self.store.replace(key, expected, chunks, vectors, writes=writes):
             raise CompactionConflict(f"chunks of {key} changed during compaction")

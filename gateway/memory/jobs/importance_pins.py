@@ -28,7 +28,7 @@ class ImportancePinner:
         if not update.settings.auto_extract:
             return
         picked = tuple(p for m in update.new if (p := rule_pin(m)) is not None)
-        await self.pins.pin_by_rule(update.key, picked)
+        await self.pins.pin_by_rule(update.key, picked, writes=update.writes)
 
 
 def rule_pin(stored: StoredMessage) -> PinnedMessage | None:

@@ -23,6 +23,7 @@ from gateway.core.memory.profile import update_profile
 from gateway.memory.jobs.extractor import LlmFactExtractor, extract_facts
 from gateway.memory.records.facts_store import FactStore
 from gateway.memory.records.profile_store import ProfileStore
+from gateway.memory.records.writes import Writes
 
 CONTEXT_MESSAGES = 4
 """Messages before the new ones shown to the LLM extractor (an answer needs its question)."""
@@ -53,8 +54,11 @@ class KnowledgeProcessor:
         self.clock = clock
 
     async def process(self, key: ConversationKey, transcript: tuple[StoredMessage, ...],
-                      new: tuple[StoredMessage, ...], auto_extract: bool) -> KnowledgeResult:
-        """Learn from `new` (messages just applied to the transcript of `key`)."""
+                      new: tuple[StoredMessage, ...], auto_extract: bool, *,
+                      writes: Writes | None = None) -> KnowledgeResult:
+        """Learn from `new` (messages just applied to the transcript of `key`). `writes`:
+        whose transactions store facts and profile (the memory job's fence; default:
+        the stores' direct ones)."""
         if not auto_extract:
             return KnowledgeResult()
         # The assistant's replies among the new messages are context for the LLM too; each
@@ -68,11 +72,12 @@ class KnowledgeProcessor:
         context = tuple(redacted(m) for m in transcript[max(0, first - CONTEXT_MESSAGES):first]
                         if has_content(m.message))
         facts = await extract_facts(batch, self.extractor, context)
-        written = await self.facts.upsert(key.tenant, key.user, facts, now=self.clock())
+        written = await self.facts.upsert(key.tenant, key.user, facts, now=self.clock(),
+                                          writes=writes)
         before = await self.profiles.get(key.tenant, key.user)
         after = update_profile(before, learnable)
         if after != before:
-            await self.profiles.put(key.tenant, key.user, after)
+            await self.profiles.put(key.tenant, key.user, after, writes=writes)
         return KnowledgeResult(facts_written=len(written), profile_changed=after != before)
 
 

@@ -36,6 +36,7 @@ from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.jobs.message_memo import MessageMemo
 from gateway.memory.jobs.topic_classifier import LlmTopicClassifier
 from gateway.memory.records.topic_store import TopicState, TopicStore
+from gateway.memory.records.writes import Writes
 
 log = logging.getLogger("gateway.memory.topics")
 
@@ -65,10 +66,11 @@ class TopicTracker:
         self.classifier = classifier
         self.redact = redact
 
-    async def process(self, key: ConversationKey,
-                      transcript: Sequence[StoredMessage]) -> TopicState:
+    async def process(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
+                      writes: Writes | None = None) -> TopicState:
         """Bring the topic state of `key` up to date with `transcript` (its active branch,
-        oldest first); the state after it."""
+        oldest first); the state after it. `writes`: whose transaction stores it (the memory
+        job's fence; default: the store's direct one)."""
         state = await self.store.load(key)
         ids = [m.id for m in transcript]
         segments = on_branch(state.segments, ids)
@@ -84,7 +86,7 @@ class TopicTracker:
         segments = await self._walk(segments, transcript, texts, through)
         segments = self._labelled(segments, texts, walked_from)
         new = TopicState(segments, len(transcript), transcript[-1].id)
-        await self.store.save(key, new)
+        await self.store.save(key, new, writes=writes)
         if len(new.segments) > len(state.segments) and state.segments:
             log.info("topics: %s moved to topic %d at position %d (%s)", key,
                      new.segments[-1].index, new.segments[-1].start, new.segments[-1].method)

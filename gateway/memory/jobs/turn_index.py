@@ -42,6 +42,7 @@ from gateway.core.text.pii import redact
 from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.records.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.records.vector_store import encode_vector
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.codec import decode_stored
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
@@ -145,6 +146,7 @@ class TurnIndexer:
         self.embedding = embedding
         self.keys = keys
         self.batch_size = batch_size
+        self.direct = Direct(redis)
 
     async def load_transcript(self, key: ConversationKey) -> list[StoredMessage]:
         """The active branch as the store keeps it (applied turns only): its archived oldest
@@ -160,9 +162,11 @@ class TurnIndexer:
     async def sync_from_store(self, key: ConversationKey) -> SyncResult:
         return await self.sync(key, await self.load_transcript(key))
 
-    async def sync(self, key: ConversationKey,
-                   transcript: Sequence[StoredMessage]) -> SyncResult:
-        """Make the index of `key` equal to `transcript` (its active branch, oldest first)."""
+    async def sync(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
+                   writes: Writes | None = None) -> SyncResult:
+        """Make the index of `key` equal to `transcript` (its active branch, oldest first).
+        `writes`: whose transactions write (the memory job's fence; default: direct)."""
+        writes = writes or self.direct
         k = self.keys.conversation(key)
         watermark_raw, count = await self._watermark_and_count(k)
         watermark = int(watermark_raw or 0)
@@ -170,10 +174,10 @@ class TurnIndexer:
                                                          count)
         if unchanged:
             new = turn_entries(transcript, watermark, anchor, context=self.context)
-            await self._add(key.tenant, k, new)
-            await self._set_watermark(k, len(transcript), watermark_raw)
+            await self._add(key.tenant, k, new, writes)
+            await self._set_watermark(k, len(transcript), watermark_raw, writes)
             return SyncResult(added=len(new), removed=0, fast_path=True)
-        return await self._full_sync(key.tenant, k, transcript)
+        return await self._full_sync(key.tenant, k, transcript, writes)
 
     async def _watermark_and_count(self, k: ConversationMemoryKeys) -> tuple[str | None, int]:
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -201,7 +205,7 @@ class TurnIndexer:
         return True, json.loads(self.encryption.open(tenant, raw)).get("anchor_date")
 
     async def _full_sync(self, tenant: str, k: ConversationMemoryKeys,
-                         transcript: Sequence[StoredMessage]) -> SyncResult:
+                         transcript: Sequence[StoredMessage], writes: Writes) -> SyncResult:
         wanted = turn_entries(transcript, context=self.context)
         wanted_ids = {e.id for e in wanted}
         existing = set(await self.redis.hkeys(k.turns))
@@ -209,7 +213,7 @@ class TurnIndexer:
         # Dropping the watermark first: if this sync dies half-way, the next one cannot take
         # the fast path over a half-updated index.
         links = {e.previous: e.id for e in wanted if e.previous is not None}
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with writes.transaction() as pipe:
             pipe.delete(k.watermark)
             # Successor links are ids only: rewritten whole (a fork changes who follows whom).
             pipe.delete(k.following)
@@ -222,17 +226,18 @@ class TurnIndexer:
                 bump_version(pipe, k.version, removed=True)
             await pipe.execute()
         missing = [e for e in wanted if e.id not in existing]
-        await self._add(tenant, k, missing)
-        await self._set_watermark(k, len(transcript), None)
+        await self._add(tenant, k, missing, writes)
+        await self._set_watermark(k, len(transcript), None, writes)
         return SyncResult(added=len(missing), removed=len(stale), fast_path=False)
 
     async def _add(self, tenant: str, k: ConversationMemoryKeys,
-                   entries: Sequence[TurnEntry]) -> None:
+                   entries: Sequence[TurnEntry], writes: Writes | None = None) -> None:
+        writes = writes or self.direct
         for start in range(0, len(entries), self.batch_size):
             batch = entries[start:start + self.batch_size]
             matrix = await self.embedding.embed([e.embed_text for e in batch])
             links = {e.previous: e.id for e in batch if e.previous is not None}
-            async with self.redis.pipeline(transaction=True) as pipe:
+            async with writes.transaction() as pipe:
                 pipe.hset(k.turns, mapping={e.id: self.encryption.seal(tenant, e.to_json())
                                             for e in batch})
                 if links:
@@ -243,6 +248,8 @@ class TurnIndexer:
                 await pipe.execute()
 
     async def _set_watermark(self, k: ConversationMemoryKeys, value: int,
-                             previous: str | None) -> None:
+                             previous: str | None, writes: Writes) -> None:
         if previous is None or int(previous) != value:
-            await self.redis.set(k.watermark, value)
+            async with writes.transaction() as pipe:
+                pipe.set(k.watermark, value)
+                await pipe.execute()

@@ -40,6 +40,7 @@ from gateway.memory.records.chunk_store import VECTOR_PREFIX as CHUNK_PREFIX
 from gateway.memory.records.chunk_store import chunk_from_json
 from gateway.memory.records.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.memory.records.user_recall import Synced, qualified_id
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.codec import json_object
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
@@ -58,21 +59,25 @@ class UserRecallIndex:
         self.redis = redis
         self.keys = keys
         self.encryption = encryption
+        self.direct = Direct(redis)
 
     async def sync(self, key: ConversationKey, transcript: Sequence[StoredMessage], *,
-                   tool_results: bool = False) -> int:
+                   tool_results: bool = False, writes: Writes | None = None) -> int:
         """Mirror the conversation's turn index and chunks; returns how many entries changed.
         `tool_results`: its tool results too (the tenant's `memory.recall_tool_results`);
-        otherwise they are left out, and removed if an earlier sync mirrored them."""
+        otherwise they are left out, and removed if an earlier sync mirrored them.
+        `writes`: whose transactions write (the memory job's fence; default: direct)."""
         if not key.identified:
             return 0
+        writes = writes or self.direct
         ck, uk = self.keys.conversation(key), self.keys.user(key.tenant, key.user)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.get(ck.version)
             pipe.hget(uk.recall_synced, key.conversation)
             version, raw_synced = await pipe.execute()
         if not transcript:  # deleted (or erased) meanwhile: nothing of it stays
-            return await self.remove_conversation(key) if raw_synced is not None else 0
+            return await self.remove_conversation(key, writes=writes) \
+                if raw_synced is not None else 0
         synced = Synced(version, transcript[0].created_at)
         previous = Synced.parse(raw_synced)
         if previous == synced:
@@ -97,7 +102,7 @@ class UserRecallIndex:
         stale = sorted(m for m in members if m not in wanted)
         changed = len(stale)
         if stale:
-            await self._delete(uk, key.conversation, stale)
+            await self._delete(uk, key.conversation, stale, writes)
         # Chunks are mutable: written again when their entry changed (or is missing);
         # turns never change: written when new.
         fingerprints = {item: _fingerprint(chunk) for item, chunk in chunks.items()}
@@ -106,13 +111,15 @@ class UserRecallIndex:
                  or known.get(i) != fingerprints[i]),
                *(i for i in turn_ids if qualified_id(key.conversation, i) not in members)]
         for start in range(0, len(new), PAGE):
-            changed += await self._copy(key, uk, new[start:start + PAGE], chunks)
-        await self.redis.hset(uk.recall_synced, key.conversation,
-                              Synced(version, synced.started_at, fingerprints).to_json())
+            changed += await self._copy(key, uk, new[start:start + PAGE], chunks, writes)
+        async with writes.transaction() as pipe:
+            pipe.hset(uk.recall_synced, key.conversation,
+                      Synced(version, synced.started_at, fingerprints).to_json())
+            await pipe.execute()
         return changed
 
     async def _copy(self, key: ConversationKey, uk: UserMemoryKeys, item_ids: list[str],
-                    chunks: dict[str, SummaryChunk]) -> int:
+                    chunks: dict[str, SummaryChunk], writes: Writes) -> int:
         ck = self.keys.conversation(key)
         turn_ids = [i for i in item_ids if i not in chunks]
         raw_turns = await self.redis.hmget(ck.turns, turn_ids) if turn_ids else []
@@ -129,7 +136,7 @@ class UserRecallIndex:
                 copied[qid] = vector
         if not entries:
             return 0
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with writes.transaction() as pipe:
             pipe.hset(uk.recall, mapping=entries)
             pipe.hset(uk.recall_vectors, mapping=copied)
             pipe.sadd(uk.recall_members(key.conversation), *entries)
@@ -137,19 +144,21 @@ class UserRecallIndex:
             await pipe.execute()
         return len(entries)
 
-    async def _delete(self, uk: UserMemoryKeys, conversation: str, ids: Sequence[str]) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
+    async def _delete(self, uk: UserMemoryKeys, conversation: str, ids: Sequence[str],
+                      writes: Writes) -> None:
+        async with writes.transaction() as pipe:
             pipe.hdel(uk.recall, *ids)
             pipe.hdel(uk.recall_vectors, *ids)
             pipe.srem(uk.recall_members(conversation), *ids)
             bump_version(pipe, uk.recall_version)
             await pipe.execute()
 
-    async def remove_conversation(self, key: ConversationKey) -> int:
+    async def remove_conversation(self, key: ConversationKey, *,
+                                  writes: Writes | None = None) -> int:
         """Forget every entry of the conversation (it was deleted); returns how many."""
         uk = self.keys.user(key.tenant, key.user)
         members = sorted(await self.redis.smembers(uk.recall_members(key.conversation)))
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with (writes or self.direct).transaction() as pipe:
             if members:
                 pipe.hdel(uk.recall, *members)
                 pipe.hdel(uk.recall_vectors, *members)
@@ -162,7 +171,8 @@ class UserRecallIndex:
     async def remove_chunk(self, key: ConversationKey, chunk_id: str) -> None:
         """Forget one summary chunk (deleted by the user) without waiting for the next sync."""
         await self._delete(self.keys.user(key.tenant, key.user), key.conversation,
-                           [qualified_id(key.conversation, CHUNK_PREFIX + chunk_id)])
+                           [qualified_id(key.conversation, CHUNK_PREFIX + chunk_id)],
+                           self.direct)
 
 
 def _fingerprint(chunk: SummaryChunk) -> str:

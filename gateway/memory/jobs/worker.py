@@ -10,8 +10,18 @@ into summary chunks, extract facts and profile). Invariants:
   conversations stay dirty, and its lock expires;
 - coalesced: many turns recorded while a conversation waits are processed in one run;
 - exclusive: one worker (of any process or replica) processes a conversation at a time
-  (SET NX PX lock), since processors read-modify-write per-conversation state;
-- bounded: a conversation failing `max_attempts` times in a row is moved to a dead-letter
+  (SET NX PX lock, renewed by a heartbeat while the job runs), since processors
+  read-modify-write per-conversation state;
+- fenced: every write of a job goes through its `JobFence` (gateway/memory/jobs/fence.py),
+  atomically refused once the user is erased or the conversation deleted; the heartbeat also
+  looks at the tombstones and cancels a job whose fence tripped, so an erase waiting for the
+  job's lock (gateway/memory/control.py) sees it released within one heartbeat;
+- bounded: one run processes at most `slice_messages` new messages (`MemoryUpdate` holds the
+  transcript up to the slice's end); a conversation with more to do stays dirty and goes to
+  the back of the queue, and due conversations are taken in turn by tenant
+  (gateway/memory/jobs/schedule.py), so one large conversation or one tenant's backlog does
+  not hold the worker for everyone;
+- retried: a conversation failing `max_attempts` times in a row is moved to a dead-letter
   hash with its error, counted and logged — never retried forever, never dropped silently.
 Processors must be idempotent: they may see the same transcript twice.
 
@@ -25,6 +35,7 @@ tenant's cap out of the live transcript (gateway/store/archive.py) — never one
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 import uuid
@@ -36,8 +47,11 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.ops.job_metrics import JobMetrics
+from gateway.memory.jobs.fence import JobFence, JobFenced
+from gateway.memory.jobs.schedule import taking_turns
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.records.settings_store import SettingsStore, UserSettings
+from gateway.memory.records.writes import Writes
 from gateway.store.codec import CodecError, decode_key, decode_stored
 from gateway.store.outage import OutageLog
 from gateway.store.redis_store import erased_before
@@ -53,9 +67,29 @@ if score and tonumber(score) == tonumber(ARGV[2]) then
 end
 return 0
 """
+# Move the member to the back of the queue (score ARGV[3]) only if its score is still the one
+# we processed (a newer mark already says when it is due).
+_REQUEUE_LUA = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  return redis.call('ZADD', KEYS[1], 'XX', ARGV[3], ARGV[1])
+end
+return 0
+"""
 _UNLOCK_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+# KEYS: the job's lock, the user's erase tombstone, the conversation's tombstone. ARGV: the
+# lock's token, its time to live (ms), the tombstones the job started with ("" absent).
+# Returns 1 (renewed), 0 (a tombstone changed: the job must stop; not renewed) or -1 (the lock
+# is not ours any more). One slot in a cluster: all three carry the user's hash tag.
+_HEARTBEAT_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if (redis.call('GET', KEYS[2]) or '') ~= ARGV[3]
+    or (redis.call('GET', KEYS[3]) or '') ~= ARGV[4] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
 """
 
 
@@ -63,16 +97,26 @@ return 0
 class MemoryUpdate:
     key: ConversationKey
     transcript: tuple[StoredMessage, ...]
-    """The applied active branch, oldest first."""
+    """The applied active branch, oldest first, up to the end of this run's slice."""
     new: tuple[StoredMessage, ...]
-    """Its messages this worker has not processed before (all of them after a fork)."""
+    """Its messages this worker has not processed before (all of them after a fork), at
+    most `slice_messages`: the end of `transcript`."""
     settings: UserSettings
+    writes: Writes
+    """The job's fence: every write a processor makes goes through its transactions."""
 
 
 class MemoryProcessor(Protocol):
     name: str
 
     async def process(self, update: MemoryUpdate) -> None: ...
+
+
+class Outcome(enum.Enum):
+    DONE = "done"        # every message processed: leaves the queue (unless marked again)
+    MORE = "more"        # a slice processed, more to do: to the back of the queue
+    FENCED = "fenced"    # erased or deleted meanwhile: stopped, nothing more written
+    LOST = "lost"        # the lock expired under the job: another worker may have it
 
 
 @dataclass
@@ -85,6 +129,8 @@ class MemoryWorker:
                  keys: MemoryKeySpace | None = None, settings: SettingsStore | None = None,
                  poll_seconds: float = 0.2, lock_ms: int = 60_000, max_attempts: int = 5,
                  backoff_seconds: float = 0.5, batch: int = 8,
+                 heartbeat_seconds: float = 1.0, slice_messages: int | None = None,
+                 window: int = 64,
                  transcripts: Callable[[ConversationKey],
                                        Awaitable[tuple[StoredMessage, ...]]] | None = None,
                  clock: Callable[[], float] = time.time, tracing: Tracing | None = None,
@@ -96,7 +142,14 @@ class MemoryWorker:
         `tracing`: a span per conversation processed and per processor (None: off). `jobs`:
         where retries are counted for /metrics. `archive`: called with the branch just
         processed, moves what is beyond the tenant's cap out of the live transcript (None:
-        nothing is ever moved)."""
+        nothing is ever moved). `heartbeat_seconds`: how often a running job's lock is renewed
+        and its fence looked at (less than half of `lock_ms`). `slice_messages`: the most new
+        messages one run processes (None: all). `window`: how many of the oldest due
+        conversations are read at once and taken in turn by tenant."""
+        if heartbeat_seconds * 2000 >= lock_ms:
+            raise ValueError("heartbeat_seconds must be less than half the lock's time")
+        if slice_messages is not None and slice_messages < 1:
+            raise ValueError("slice_messages must be positive")
         self._redis = redis
         self._processors = tuple(processors)
         self._keys = keys or MemoryKeySpace()
@@ -106,18 +159,33 @@ class MemoryWorker:
         self._max_attempts = max_attempts
         self._backoff = backoff_seconds
         self._batch = batch
+        self._heartbeat = heartbeat_seconds
+        self._slice = slice_messages
+        self._window = max(window, batch)
         self._clock = clock
         self._transcripts = transcripts
         self._tracing = tracing
         self._jobs = jobs
         self._archive = archive
         self._done = redis.register_script(_DONE_LUA)
+        self._requeue = redis.register_script(_REQUEUE_LUA)
         self._unlock = redis.register_script(_UNLOCK_LUA)
+        self._beat = redis.register_script(_HEARTBEAT_LUA)
         self._failures = _Failures()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.processed = 0
+        """Conversations whose every message was processed (runs that finished one)."""
+        self.slices = 0
+        """Runs of the processors, each over at most `slice_messages` new messages."""
+        self.fenced = 0
+        """Runs stopped because the user was erased or the conversation deleted."""
         self.dead_lettered = 0
+
+    @property
+    def processors(self) -> tuple[MemoryProcessor, ...]:
+        """The processors each run applies, in order."""
+        return self._processors
 
     def _dirty(self, shard: int) -> str:
         return self._keys.store.memory_dirty_at(shard)
@@ -159,16 +227,20 @@ class MemoryWorker:
                     pass
 
     async def process_available(self, limit: int | None = None) -> int:
-        """Process dirty conversations that are due now; returns how many were handled."""
+        """Process dirty conversations that are due now (a slice of each); returns how many
+        runs were made."""
         handled = 0
         # One queue per shard in a cluster (one without): each is drained in turn, so a busy
-        # shard delays another by at most `limit` conversations.
+        # shard delays another by at most `limit` runs.
         for shard in self._keys.store.shard_ids():
             while limit is None or handled < limit:
                 due = await self._redis.zrangebyscore(self._dirty(shard), "-inf", self._clock(),
-                                                      start=0, num=self._batch, withscores=True)
+                                                      start=0, num=self._window,
+                                                      withscores=True)
                 progressed = 0
-                for member, score in due:
+                for member, score in taking_turns(due):
+                    if limit is not None and handled + progressed >= limit:
+                        break
                     progressed += await self._process_member(shard, member, score)
                 handled += progressed
                 if not due or not progressed:
@@ -176,7 +248,7 @@ class MemoryWorker:
         return handled
 
     async def _process_member(self, shard: int, member: str, score: float) -> int:
-        lock_key, token = None, uuid.uuid4().hex
+        token = uuid.uuid4().hex
         try:
             key = decode_key(member)
         except CodecError as exc:
@@ -185,41 +257,93 @@ class MemoryWorker:
         lock_key = self._keys.conversation(key).lock
         if not await self._redis.set(lock_key, token, nx=True, px=self._lock_ms):
             return 0  # another worker has it
+        fence: JobFence | None = None
         try:
-            await self._process(key)
+            fence = await JobFence.open(self._redis, self._keys.store, key)
+            outcome = await self._run_job(key, fence, lock_key, token)
         except Exception as exc:  # noqa: BLE001 — a processor failed: retried, then dead-lettered
-            return await self._failed(shard, member, exc)
+            return await self._failed(shard, member, exc, fence)
         finally:
             await self._unlock(keys=[lock_key], args=[token])
         self._failures.attempts.pop(member, None)
-        await self._done(keys=[self._dirty(shard)], args=[member, repr(score)])
-        self.processed += 1
+        if outcome is Outcome.MORE:
+            await self._requeue(keys=[self._dirty(shard)],
+                                args=[member, repr(score), repr(self._clock())])
+        elif outcome is not Outcome.LOST:
+            await self._done(keys=[self._dirty(shard)], args=[member, repr(score)])
+        if outcome is Outcome.DONE:
+            self.processed += 1
+        elif outcome is Outcome.FENCED:
+            self.fenced += 1
+            log.info("memory work on %s stopped: erased or deleted meanwhile", member)
+        elif outcome is Outcome.LOST:
+            log.warning("memory work on %s lost its lock (heartbeat late); left queued", member)
         return 1
 
-    async def _process(self, key: ConversationKey) -> None:
+    async def _run_job(self, key: ConversationKey, fence: JobFence, lock_key: str,
+                       token: str) -> Outcome:
+        """Run the job as a task, renewing its lock every heartbeat; cancel it when its
+        fence trips or its lock is lost. Raises what the job raised, unless it was fenced."""
+        job = asyncio.get_running_loop().create_task(self._process(key, fence),
+                                                     name=f"memory-job {key}")
+        stopped: Outcome | None = None
+        try:
+            while not job.done():
+                await asyncio.wait({job}, timeout=self._heartbeat)
+                if job.done():
+                    break
+                beat = await self._beat(keys=[lock_key, *fence.tombstones],
+                                        args=[token, self._lock_ms,
+                                              *(t or "" for t in fence.seen)])
+                if beat != 1:
+                    stopped = Outcome.FENCED if beat == 0 else Outcome.LOST
+                    await _cancelled(job)
+        finally:
+            if not job.done():  # this worker itself is cancelled (or the heartbeat failed)
+                await _cancelled(job)
+        if stopped is not None:
+            return stopped
+        try:
+            return job.result()
+        except JobFenced:
+            return Outcome.FENCED
+
+    async def _process(self, key: ConversationKey, fence: JobFence) -> Outcome:
         settings = await self._settings.get(key.tenant, key.user)
         if not settings.memory:
-            return
+            return Outcome.DONE
         store_keys = self._keys.store.conversation(key)
         mem_keys = self._keys.conversation(key)
-        transcript, seen, tombstones = await asyncio.gather(
-            self._transcript(key, store_keys.transcript), self._redis.get(mem_keys.processed),
-            self._redis.mget(self._keys.store.erased(key.tenant, key.user), store_keys.deleted))
-        erased = max((t for t in tombstones if t is not None), key=int, default=None)
-        if erased is not None and all(erased_before(erased, m.created_at) for m in transcript):
-            return  # erased or deleted, and nothing newer is here: write nothing
-        update = MemoryUpdate(key, transcript, _new_since(transcript, seen), settings)
+        transcript, seen = await asyncio.gather(
+            self._transcript(key, store_keys.transcript), self._redis.get(mem_keys.processed))
+        erased = fence.latest
+        if erased is not None and (not transcript or any(erased_before(erased, m.created_at)
+                                                         for m in transcript)):
+            # Erased or deleted, and the sweep of its keys has not ended (a message from
+            # before the tombstone is still here) or nothing is left: write nothing.
+            return Outcome.DONE
+        new = _new_since(transcript, seen)
+        start = len(transcript) - len(new)
+        end = len(transcript) if self._slice is None else min(len(transcript),
+                                                               start + self._slice)
+        part = transcript[:end]
+        update = MemoryUpdate(key, part, part[start:], settings, fence)
         with job_span(self._tracing, "gateway.memory", key, **{
-                "gateway.messages": len(transcript), "gateway.new_messages": len(update.new)}):
+                "gateway.messages": len(part), "gateway.new_messages": len(update.new)}):
             for processor in self._processors:
+                await fence.check()  # an erase since the last step: stop before this one
                 with job_span(self._tracing, JOB_SPANS.get(processor.name,
                                                            f"memory.{processor.name}"), key):
                     await processor.process(update)
-        if transcript:
-            await self._redis.set(mem_keys.processed, f"{len(transcript)}:{transcript[-1].id}")
+        self.slices += 1
+        if part:
+            async with fence.transaction() as pipe:
+                pipe.set(mem_keys.processed, f"{len(part)}:{part[-1].id}")
+                await pipe.execute()
             if self._archive is not None:
-                # Only now: every message of `transcript` is indexed and compacted.
-                await self._archive(key, transcript)
+                # Only now: every message of `part` is indexed and compacted.
+                await self._archive(key, part)
+        return Outcome.MORE if end < len(transcript) else Outcome.DONE
 
     async def _transcript(self, key: ConversationKey, list_key: str
                           ) -> tuple[StoredMessage, ...]:
@@ -228,14 +352,25 @@ class MemoryWorker:
         # Without a transcript reader (tests): the list as stored, which must be plaintext.
         return tuple(decode_stored(item) for item in await self._redis.lrange(list_key, 0, -1))
 
-    async def _failed(self, shard: int, member: str, exc: Exception) -> int:
+    async def _failed(self, shard: int, member: str, exc: Exception,
+                      fence: JobFence | None) -> int:
+        if fence is not None:
+            try:
+                await fence.check()
+            except JobFenced:
+                # It failed because (or after) the user was erased: nothing to retry.
+                self._failures.attempts.pop(member, None)
+                self.fenced += 1
+                log.info("memory work on %s stopped: erased or deleted meanwhile (%r)",
+                         member, exc)
+                return 1
         attempts = self._failures.attempts.get(member, 0) + 1
         self._failures.attempts[member] = attempts
         log.error("memory processing of %s failed (attempt %d/%d): %r", member, attempts,
                   self._max_attempts, exc, exc_info=exc)
         if attempts >= self._max_attempts:
             self._failures.attempts.pop(member, None)
-            await self._dead_letter(shard, member, repr(exc))
+            await self._dead_letter(shard, member, repr(exc), fence)
             return 1
         if self._jobs is not None:
             await self._jobs.retried("memory")
@@ -244,14 +379,30 @@ class MemoryWorker:
         await self._redis.zadd(self._dirty(shard), {member: retry_at}, xx=True)
         return 1
 
-    async def _dead_letter(self, shard: int, member: str, error: str) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._dead(shard), member, error)
-            pipe.incr(f"{self._dead(shard)}:count")
-            pipe.zrem(self._dirty(shard), member)
-            await pipe.execute()
+    async def _dead_letter(self, shard: int, member: str, error: str,
+                           fence: JobFence | None = None) -> None:
+        """Move `member` to the dead letters; through the job's fence when there is one (an
+        erased user's ids are not written back)."""
+        try:
+            async with (fence.transaction() if fence is not None
+                        else self._redis.pipeline(transaction=True)) as pipe:
+                pipe.hset(self._dead(shard), member, error)
+                pipe.incr(f"{self._dead(shard)}:count")
+                pipe.zrem(self._dirty(shard), member)
+                await pipe.execute()
+        except JobFenced:
+            await self._redis.zrem(self._dirty(shard), member)
+            return
         self.dead_lettered += 1
         log.error("memory processing of %s dead-lettered: %s", member, error)
+
+
+async def _cancelled(job: asyncio.Task[Outcome]) -> None:
+    """Cancel `job` and wait until it has ended (what it raised meanwhile is dropped)."""
+    job.cancel()
+    await asyncio.wait({job})
+    if not job.cancelled():
+        job.exception()  # retrieved: it ended on its own before the cancel reached it
 
 
 def _new_since(transcript: tuple[StoredMessage, ...], seen: str | None) -> tuple[StoredMessage, ...]:

@@ -24,6 +24,7 @@ from gateway.core.memory.compaction import SummaryChunk
 from gateway.core.ids import ConversationKey
 from gateway.memory.records.keys import ConversationMemoryKeys, MemoryKeySpace
 from gateway.memory.records.vector_store import encode_vector
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
 
@@ -64,6 +65,7 @@ class ChunkStore:
         self.keys = keys or MemoryKeySpace()
         self.encryption = encryption
         self.space = space
+        self.direct = Direct(redis)
 
     def _encode(self, vector: np.ndarray) -> str:
         if self.space is None:
@@ -102,13 +104,13 @@ class ChunkStore:
                                             [vector_id(i) for i in chunk_ids]))
 
     async def append(self, key: ConversationKey, chunk: SummaryChunk,
-                     vector: np.ndarray | None) -> bool:
+                     vector: np.ndarray | None, *, writes: Writes | None = None) -> bool:
         """Add `chunk` after the last one, with its vector. False (nothing written) when the
-        stored chunks already reach its span — it was made before, or by someone else."""
+        stored chunks already reach its span — it was made before, or by someone else.
+        `writes`: whose transaction writes it (a memory job's fence; default: direct)."""
         keys = self._keys(key)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with (writes or self.direct).transaction(keys.chunks) as pipe:
             try:
-                await pipe.watch(keys.chunks)
                 last = await pipe.lindex(keys.chunks, -1)
                 if last is not None and \
                         self._read(key, last).last_position >= chunk.first_position:
@@ -125,17 +127,18 @@ class ChunkStore:
 
     async def replace(self, key: ConversationKey, expected: Sequence[SummaryChunk],
                       chunks: Sequence[SummaryChunk],
-                      vectors: Mapping[str, np.ndarray] | None = None) -> bool:
+                      vectors: Mapping[str, np.ndarray] | None = None, *,
+                      writes: Writes | None = None) -> bool:
         """Swap the stored list `expected` (as read before) for `chunks`: vectors of chunks
         no longer present (or now blank) are deleted, `vectors` (chunk id -> vector) are
-        stored. False, with nothing written, when the stored list is no longer `expected`."""
+        stored. False, with nothing written, when the stored list is no longer `expected`.
+        `writes`: as `append`."""
         keys = self._keys(key)
         vectors = vectors or {}
         new = {c.id: c for c in chunks}
         gone = [vector_id(c.id) for c in expected if c.id not in new or new[c.id].deleted]
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with (writes or self.direct).transaction(keys.chunks) as pipe:
             try:
-                await pipe.watch(keys.chunks)
                 stored = await pipe.lrange(keys.chunks, 0, -1)
                 if [self._read(key, s).id for s in stored] != [c.id for c in expected]:
                     return False

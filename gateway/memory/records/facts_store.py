@@ -34,6 +34,7 @@ from gateway.memory.records.keys import MemoryKeySpace, UserMemoryKeys
 from gateway.memory.ports import Namespace, VectorIndex
 from gateway.memory.records.vector_store import (ForeignVector, decode_vector, delete_vectors,
                                          put_vectors)
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.versions import bump_version
 
@@ -58,6 +59,7 @@ class FactStore:
         self.embed = embed
         self.related_threshold = related_threshold
         self.policy = policy
+        self.direct = Direct(redis)
         self.clock = clock
 
     def _keys(self, tenant: str, user: str) -> UserMemoryKeys:
@@ -117,7 +119,7 @@ class FactStore:
             return {k: f for k, f in after.items() if f is not None}
 
         keys = self._keys(tenant, user)
-        written = await self._rewrite(tenant, user, forget)
+        written = await self._rewrite(tenant, user, forget, self.direct)
         if written is None:
             return 0
         _before, _changed, dropped = written
@@ -126,24 +128,26 @@ class FactStore:
         return len(dropped)
 
     async def upsert(self, tenant: str, user: str, new: Sequence[Fact],
-                     now: float | None = None) -> list[Fact]:
+                     now: float | None = None, *, writes: Writes | None = None) -> list[Fact]:
         """Apply `new` in order (see core.facts.upsert) at `now` (default: the clock), then
         age out and cap; returns the facts written (added or changed). Raises WatchError if
-        the hash kept changing."""
+        the hash kept changing. `writes`: whose transactions write (the memory job's fence;
+        default: direct)."""
         if not new:
             return []
+        writes = writes or self.direct
         keys = self._keys(tenant, user)
         written = await self._rewrite(
-            tenant, user, lambda before: self._apply(tenant, keys, before, new, now))
+            tenant, user, lambda before: self._apply(tenant, keys, before, new, now), writes)
         if written is None:
             return []
         before, changed, dropped = written
-        await self._write_vectors(tenant, keys, before, changed, dropped)
+        await self._write_vectors(tenant, keys, before, changed, dropped, writes)
         return changed
 
     async def _rewrite(
             self, tenant: str, user: str,
-            compute: Callable[[dict[str, Fact]], Awaitable[dict[str, Fact]]],
+            compute: Callable[[dict[str, Fact]], Awaitable[dict[str, Fact]]], writes: Writes,
     ) -> tuple[dict[str, Fact], list[Fact], list[str]] | None:
         """Replace the user's facts by `compute(facts as stored)` in one optimistic
         transaction (retried when the hash changed meanwhile), bumping the version. Returns
@@ -151,8 +155,7 @@ class FactStore:
         WatchError if the hash kept changing."""
         keys = self._keys(tenant, user)
         for attempt in range(_MAX_ATTEMPTS):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                await pipe.watch(keys.facts)
+            async with writes.transaction(keys.facts) as pipe:
                 before = self._decoded(tenant, await pipe.hgetall(keys.facts))
                 after = await compute(before)
                 changed = [f for f in after.values() if before.get(f.key) != f]
@@ -218,7 +221,7 @@ class FactStore:
         return out
 
     async def _write_vectors(self, tenant: str, keys: UserMemoryKeys, before: dict[str, Fact],
-                             changed: list[Fact], dropped: list[str]) -> None:
+                             changed: list[Fact], dropped: list[str], writes: Writes) -> None:
         # A fact whose text is unchanged (refreshed, re-sourced) keeps its vector.
         stale = [f for f in changed if f.key not in before
                  or policy.fact_text(before[f.key]) != policy.fact_text(f)]
@@ -226,9 +229,9 @@ class FactStore:
             matrix = await self.embed([policy.fact_text(f) for f in stale])
             await put_vectors(self.redis, keys.fact_vectors, keys.version,
                               self._fields(tenant, [f.key for f in stale]), matrix,
-                              self._space())
+                              self._space(), writes=writes)
         await delete_vectors(self.redis, keys.fact_vectors, keys.version,
-                             self._fields(tenant, dropped))
+                             self._fields(tenant, dropped), writes=writes)
 
     def _space(self) -> str:
         if self.space is None:

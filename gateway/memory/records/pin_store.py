@@ -22,11 +22,13 @@ import logging
 from typing import Any, Mapping, Sequence
 
 import redis.asyncio as aioredis
+from redis.exceptions import WatchError
 
 from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import Message
 from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger("gateway.memory.pins")
@@ -35,6 +37,7 @@ MAX_PINS = 100
 MAX_RULE_PINS = 20
 """The rule pins what users state, so a long conversation could pin a great deal; beyond
 this many, the rule pins no more (the first ones stay: pins never age out)."""
+_PIN_ATTEMPTS = 5  # transactions on one conversation's pins; contention is short-lived
 SOURCES = ("client", "rule", "api")
 
 
@@ -122,23 +125,33 @@ class PinStore:
                                                  for i, p in stored.items()})
         return tuple(stored.get(p.id) or _decoded(t) or p for p, t in zip(pins, found))
 
-    async def pin_by_rule(self, key: ConversationKey, pins: Sequence[PinnedMessage]) -> int:
+    async def pin_by_rule(self, key: ConversationKey, pins: Sequence[PinnedMessage], *,
+                          writes: Writes | None = None) -> int:
         """Pin what the importance rule picked, where nothing is pinned yet and within the
-        limits; returns how many were pinned."""
+        limits; returns how many were pinned. A transaction of `writes` (the memory job's
+        fence; default: direct) WATCHing the pins, tried again when a pin is made meanwhile."""
         if not pins:
             return 0
-        existing = await self.list(key)
-        room = min(MAX_RULE_PINS - sum(1 for p in existing if p.source == "rule"),
-                   MAX_PINS - len(existing))
-        known = {p.id for p in existing}
-        added = 0
-        for pin in pins:
-            if added >= room:
-                break
-            if pin.id not in known and await self.redis.hsetnx(self.key(key), pin.id,
-                                                              self._sealed(key, pin)):
-                added += 1
-        return added
+        name = self.key(key)
+        writes = writes or Direct(self.redis)
+        for _ in range(_PIN_ATTEMPTS):
+            async with writes.transaction(name) as pipe:
+                existing = self.parse(await pipe.hgetall(name), key)
+                room = min(MAX_RULE_PINS - sum(1 for p in existing if p.source == "rule"),
+                           MAX_PINS - len(existing))
+                known = {p.id for p in existing}
+                chosen = list({p.id: p for p in pins if p.id not in known}.values())
+                chosen = chosen[:max(0, room)]
+                if not chosen:
+                    return 0
+                pipe.multi()
+                pipe.hset(name, mapping={p.id: self._sealed(key, p) for p in chosen})
+                try:
+                    await pipe.execute()
+                except WatchError:
+                    continue
+                return len(chosen)
+        raise WatchError(f"pins of {key} kept changing; gave up")
 
     def _sealed(self, key: ConversationKey, pin: PinnedMessage) -> str:
         return self.encryption.seal(key.tenant, pin_to_json(pin))

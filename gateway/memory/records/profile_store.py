@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from gateway.core.messages import Message, StoredMessage
 from gateway.core.memory.profile import Profile, update_profile
 from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,14 @@ class ProfileStore:
             log.warning("stored profile of %s/%s is unreadable (%s); ignored", tenant, user, exc)
             return Profile()
 
-    async def put(self, tenant: str, user: str, profile: Profile) -> None:
-        """Replace the stored profile (an empty profile deletes it)."""
+    async def put(self, tenant: str, user: str, profile: Profile, *,
+                  writes: Writes | None = None) -> None:
+        """Replace the stored profile (an empty profile deletes it), in a transaction of
+        `writes` (the memory job's fence; default: direct)."""
         key = self.keys.user(tenant, user).profile
         fields = {name: self.encryption.seal(tenant, json.dumps(value, ensure_ascii=False))
                   for name, value in profile.to_dict().items() if value}
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with (writes or Direct(self.redis)).transaction() as pipe:
             pipe.delete(key)
             if fields:
                 pipe.hset(key, mapping=fields)

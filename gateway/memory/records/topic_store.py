@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.memory.topics import TopicSegment
 from gateway.memory.records.keys import MemoryKeySpace
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.encryption.crypto import NO_ENCRYPTION, DecryptError, Encryption
 
 log = logging.getLogger("gateway.memory.topics")
@@ -72,13 +73,16 @@ class TopicStore:
             return TopicState()
         return TopicState(segments, walked, last_id or None)
 
-    async def save(self, key: ConversationKey, state: TopicState) -> None:
+    async def save(self, key: ConversationKey, state: TopicState, *,
+                   writes: Writes | None = None) -> None:
+        """Store `state` in a transaction of `writes` (the memory job's fence; default:
+        direct)."""
         seal = self.encryption.seal
         tenant = key.tenant
         fields = {HISTORY: seal(tenant, _dumps([s.to_json() for s in state.segments])),
                   THROUGH: seal(tenant, f"{state.through}:{state.through_id or ''}")}
         current = state.current
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with (writes or Direct(self.redis)).transaction() as pipe:
             if current is None:
                 pipe.hdel(self.key(key), CURRENT)
             else:

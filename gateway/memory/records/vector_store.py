@@ -21,6 +21,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import redis.asyncio as aioredis
 
+from gateway.memory.records.writes import Direct, Writes
 from gateway.store.versions import bump_version
 
 
@@ -72,24 +73,25 @@ def decode_vector(text: str, dim: int, space: str) -> np.ndarray:
 
 
 async def put_vectors(redis: aioredis.Redis, vectors_key: str, version_key: str,
-                      ids: Sequence[str], matrix: np.ndarray, space: str) -> None:
+                      ids: Sequence[str], matrix: np.ndarray, space: str, *,
+                      writes: Writes | None = None) -> None:
     """Store rows of `matrix` (vectors of `space`) under `ids` and bump the version,
-    atomically."""
+    atomically, in a transaction of `writes` (default: direct on `redis`)."""
     if len(ids) != len(matrix):
         raise ValueError("one vector per id")
     if not ids:
         return
-    async with redis.pipeline(transaction=True) as pipe:
+    async with (writes or Direct(redis)).transaction() as pipe:
         pipe.hset(vectors_key, mapping={i: encode_vector(v, space) for i, v in zip(ids, matrix)})
         bump_version(pipe, version_key)
         await pipe.execute()
 
 
 async def delete_vectors(redis: aioredis.Redis, vectors_key: str, version_key: str,
-                         ids: Sequence[str]) -> None:
+                         ids: Sequence[str], *, writes: Writes | None = None) -> None:
     if not ids:
         return
-    async with redis.pipeline(transaction=True) as pipe:
+    async with (writes or Direct(redis)).transaction() as pipe:
         pipe.hdel(vectors_key, *ids)
         bump_version(pipe, version_key)
         await pipe.execute()
