@@ -4,14 +4,16 @@
                            [--budgets 1000,2000,4000]
                            [--modes stateless,stateful,sessions,continued]
                            [--store URL] [--concurrency N] [--gateway-processes N]
-                           [--dump-prompts FILE.jsonl]
+                           [--dump-prompts FILE.jsonl] [--build replay|import]
                            --out FILE.json
 
 The gateway runs in child processes (replicas; uvicorn on loopback ports, background
 recorders) against one store: by default an embedded Valkey in a fresh temporary directory, removed
 afterwards. `--dump-prompts` writes one JSON line per probe: `{conversation, qa, strategy,
 mode, budget, messages}` (the messages forwarded upstream). Progress goes to stderr; the
-markdown report is printed at the end.
+markdown report is printed at the end. LongMemEval's file (`longmemeval-dev.json`: questions
+with a type and a date) runs at budgets 8,000 and 16,000 unless `--budgets` names others, and
+is reported by question type too.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from bench.locomo import report
 from bench.dialects import DIALECTS
 from bench.machine import machine
 from bench.locomo.data import Conversation, chain, file_sha256, load
-from bench.locomo.replay import DEFAULT_MODES, MODES, Outcome, PromptDump, Replayer, gateway_config
+from bench.locomo.replay import (BUILDS, DEFAULT_MODES, MODES, Outcome, PromptDump, Replayer,
+                                 gateway_config)
 from bench.locomo.results import rows
 from bench.locomo.retrieval import RRF_K
 from bench.locomo.server import gateway_processes
@@ -61,7 +64,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None,
                         help="at most N questions per conversation")
     parser.add_argument("--budgets", type=lambda v: [int(b) for b in _csv(v)],
-                        default=[1000, 2000, 4000], help="prompt budgets in tokens")
+                        default=None, help="prompt budgets in tokens (default: 1000,2000,4000;"
+                                           " LongMemEval's file: 8000,16000)")
     parser.add_argument("--modes", type=_csv, default=list(DEFAULT_MODES),
                         help=f"client modes: {','.join(MODES)} "
                              f"(default: {','.join(DEFAULT_MODES)})")
@@ -99,13 +103,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="after each replayed request, wait until memory has caught up "
                              "(as `gateway bench cost` does): without it a lagging memory "
                              "worker recalls less and over-budget prompts look cheaper")
+    parser.add_argument("--build", choices=BUILDS, default="replay",
+                        help="how the histories reach the gateway: replayed request by request "
+                             "(default), or each brought in by one request to the import "
+                             "endpoint (no gateway cost figures then: there are no replay "
+                             "requests)")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
         parser.error(f"unknown modes {sorted(bad)}; choose from {', '.join(MODES)}")
     if args.concurrency < 1 or args.gateway_processes < 1:
         parser.error("concurrency and gateway processes must be at least 1")
-    if not args.budgets or min(args.budgets) <= 0:
+    if args.budgets is not None and (not args.budgets or min(args.budgets) <= 0):
         parser.error("budgets must be positive integers")
     return args
 
@@ -138,12 +147,13 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         dialect: str = "chat",
         contexts: dict[int, dict[str, Any]] | None = None,
         baselines: bool = True, drain_timeout: float = 600.0,
-        settle: bool = False) -> list[Outcome]:
+        settle: bool = False, build: str = "replay",
+        system_prompt: str = "") -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation.
     `folds`: per conversation, the learned ranking's weights its tenants use; `contexts`: per
     budget, its tenant's `context` section (`gateway_config`); `baselines`: compute the
     baseline strategies too; `drain_timeout`: how long the memory worker may take after the
-    replay; `settle`: `Replayer`'s."""
+    replay; `settle`, `build`, `system_prompt`: `Replayer`'s."""
     tmp = embedded = None
     if store is None:
         tmp = tempfile.mkdtemp(prefix="cgbench-")  # short: a unix socket path must fit
@@ -161,7 +171,7 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
                                 concurrency=concurrency, fail_open_log=fail_open_log,
                                 folds=folds is not None, dialect=dialect,
                                 baselines=baselines, drain_timeout=drain_timeout,
-                                settle=settle)
+                                settle=settle, build=build, system_prompt=system_prompt)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
         if tmp is None and os.path.exists(fail_open_log):
@@ -185,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         conversations = [c for c in conversations if c.sample_id in args.conversations]
     _progress(f"{len(conversations)} conversations from {args.data}")
+    if args.budgets is None:
+        typed = any(q.question_type for c in conversations for q in c.questions)
+        args.budgets = [8000, 16000] if typed else [1000, 2000, 4000]
     if args.chain > 0:
         conversations = [chain(conversations, args.chain)]
         _progress(f"chained {args.chain} time(s) into {conversations[0].sample_id}: "
@@ -207,19 +220,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                            limit=args.limit, store=args.store, concurrency=args.concurrency,
                            processes=args.gateway_processes,
                            dump=PromptDump(file), overrides=args.overrides, folds=folds,
-                           dialect=args.dialect, settle=args.settle)
+                           dialect=args.dialect, settle=args.settle, build=args.build)
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
                        store=args.store, concurrency=args.concurrency,
                        processes=args.gateway_processes, dump=None, overrides=args.overrides,
-                       folds=folds, dialect=args.dialect, settle=args.settle)
+                       folds=folds, dialect=args.dialect, settle=args.settle,
+                       build=args.build)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
         "machine": machine(),
         "versions": versions(),
         "config": {"budgets": args.budgets, "modes": args.modes, "dialect": args.dialect,
-                   "chain": args.chain, "settle": args.settle,
+                   "chain": args.chain, "settle": args.settle, "build": args.build,
                    "data": str(args.data),
                    "data_sha256": file_sha256(args.data),
                    "conversations": [c.sample_id for c in conversations], "limit": args.limit,

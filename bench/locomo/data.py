@@ -2,7 +2,8 @@
 
 Schema: a list of `{sample_id, conversation: {speaker_a, speaker_b, session_<n>_date_time,
 session_<n>: [{speaker, dia_id "D<n>:<k>", text, blip_caption?}]}, qa: [{question,
-answer | adversarial_answer, evidence: ["D<n>:<k>"], category}]}`.
+answer | adversarial_answer, evidence: ["D<n>:<k>"], category, question_type?,
+question_date?}]}` (the last two: LongMemEval's, bench-data/REFERENCE.md).
 
 Quirks handled here:
 - sessions are the `session_<n>` keys that exist (some `session_<n>_date_time` keys have no
@@ -71,6 +72,23 @@ class Question:
     """Canonical ids of evidence turns that resolve, deduplicated, in order."""
     unresolved: int
     """Evidence references that did not resolve to a turn (skipped)."""
+    question_type: str | None = None
+    """LongMemEval's type (`temporal-reasoning`, `multi-session_abs`, ...); None elsewhere."""
+    question_date: str | None = None
+    """When the question is asked (LongMemEval: `2023/05/30 (Tue) 10:49`); None: after the
+    history, undated."""
+
+    @property
+    def abstention(self) -> bool:
+        """The answer was never said (LongMemEval's `_abs` types)."""
+        return bool(self.question_type) and self.question_type.endswith("_abs")
+
+    @property
+    def asked(self) -> str:
+        """The question as the client sends it: dated like a session's first message
+        (`[<question_date>] <question>`, bench/locomo/script.py) when it has a date."""
+        return f"[{self.question_date}] {self.question}" if self.question_date else \
+            self.question
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +146,16 @@ def parse_conversation(item: dict[str, Any]) -> Conversation:
         questions.append(Question(index=i, question=str(qa["question"]),
                                   answer=None if answer is None else str(answer),
                                   category=int(qa["category"]), evidence=evidence,
-                                  unresolved=unresolved))
+                                  unresolved=unresolved,
+                                  question_type=_optional(qa.get("question_type")),
+                                  question_date=_optional(qa.get("question_date"))))
     return Conversation(sample_id=str(item["sample_id"]), speaker_a=str(raw["speaker_a"]),
                         speaker_b=str(raw["speaker_b"]), sessions=sessions,
                         questions=tuple(questions))
+
+
+def _optional(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
 
 
 def _turn(data: dict[str, Any], session: int) -> Turn:

@@ -10,12 +10,18 @@ share user-level memory):
   `sessions` replays each LoCoMo session as a NEW conversation, stateful style;
   `continued` replays like `sessions`;
   the upstream answers the scripted reply, so the stored transcript equals the client's history;
+  or, with `build="import"`, each history is brought in through the import endpoint
+  (`POST /v1/memory/conversations/{id}/import`) in one request per conversation, each message
+  at the time the replay's request recording it would have been sent (`import_messages`);
 - then wait until the background recorder and memory worker have applied every turn (bounded);
 - probe: each question as a new user message with `X-Gateway-Persist: false` — `stateless`
   after the whole history, `stateful` alone in the replayed conversation, `sessions` alone in
   a fresh conversation of the same user, `continued` alone in the last session's conversation
   (its next message: what is not in that conversation only memory from the user's other ones
-  can bring); the messages the gateway forwarded are scored.
+  can bring); the messages the gateway forwarded are scored. A question with a date
+  (LongMemEval's `question_date`) is asked as `[<date>] <question>` (`Question.asked`), the
+  way the replay dates each session's first message: the gateway takes a turn's time from
+  its own clock, so the date in the text is how a client tells it "now".
 All conversations, modes and budgets replay concurrently (each stream sequential); probes are
 independent and run concurrently, at most `concurrency` requests in flight.
 
@@ -23,7 +29,8 @@ The baselines (strategies.py, retrieval.py) are computed from the client's histo
 depend on the client mode, so they are reported with mode None. They run in a worker thread
 while the gateway (its own process) replays and answers probes.
 Prefix reuse is measured over the replay requests: consecutive forwarded prompts of one
-conversation (gateway) or the prompts a baseline would have sent at each replay request.
+conversation (gateway) or the prompts a baseline would have sent at each replay request (an
+imported history has no replay requests: no gateway cost figures).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ MODEL = "bench"
 MODES = ("stateless", "stateful", "sessions", "continued")
 DEFAULT_MODES = ("stateless", "stateful", "sessions")
 SESSION_MODES = ("sessions", "continued")
+BUILDS = ("replay", "import")
 """The modes that replay each session as a conversation of its own."""
 Key = tuple[str, str | None, int | None]
 """(strategy, mode, budget)."""
@@ -134,6 +142,9 @@ class Observation:
     key: Key
     score: Score
     tokens: int
+    recalled: int | None = None
+    """Tokens of the recalled block in the gateway's prompt (null_probes.recalled_tokens);
+    None for the baselines."""
 
 
 @dataclass(slots=True)
@@ -226,13 +237,21 @@ class Replayer:
                  fail_open_log: str | None = None, retries: int = 3,
                  drain_timeout: float = 600.0, folds: bool = False,
                  dialect: str = "chat", baselines: bool = True,
-                 settle: bool = False) -> None:
+                 settle: bool = False, build: str = "replay",
+                 system_prompt: str = "") -> None:
         """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`);
         `dialect`: the door requests go through, in its wire form (bench/dialects.py);
         `baselines`: compute the baseline strategies beside the gateway; `settle`: after each
         replayed request, wait until memory has caught up with every turn sent (a person
         types for seconds between turns), so what a request recalls does not depend on how
-        far behind the worker was — without it a loaded run recalls less and looks cheaper."""
+        far behind the worker was — without it a loaded run recalls less and looks cheaper;
+        `build`: how the histories reach the gateway, "replay" (requests) or "import" (the
+        import endpoint; see the module docstring); `system_prompt`: a system message every
+        request sends first, as a client's own prompt ("": none)."""
+        if build not in BUILDS:
+            raise ValueError(f"build must be one of {', '.join(BUILDS)}")
+        self.build = build
+        self.system_prompt = system_prompt
         self.baselines = baselines
         self.settle = settle
         self.dialect = dialect
@@ -295,10 +314,11 @@ class Replayer:
             client = {(id(w), mode, b): clients[i % len(clients)]
                       for i, (w, mode, b) in enumerate(streams)}
             started = time.perf_counter()
-            await _all(self._replay(client[(id(w), mode, b)], w, mode, b)
-                       for w, mode, b in streams)
+            build = self._replay if self.build == "replay" else self._import
+            await _all(build(client[(id(w), mode, b)], w, mode, b) for w, mode, b in streams)
             requests = sum(w.outcome.requests for w in work)
-            self.progress(f"replayed {requests} requests in {time.perf_counter() - started:.1f}s")
+            self.progress(f"{self.build}: {requests} requests in "
+                          f"{time.perf_counter() - started:.1f}s")
             started = time.perf_counter()
             await self._drained()
             self.progress(f"memory drained in {time.perf_counter() - started:.1f}s")
@@ -360,6 +380,8 @@ class Replayer:
                     messages: Chat, reply: str | None) -> tuple[Chat, int, str, int | None]:
         """(forwarded messages, x-gateway-tokens-forwarded, x-gateway-request-id,
         x-gateway-stable-messages or None) of one request."""
+        if self.system_prompt:
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
         body: dict[str, Any] = {"model": MODEL, "messages": messages}
         if reply is not None:
             body[REPLY_FIELD] = reply
@@ -387,6 +409,23 @@ class Replayer:
         headers = self._headers(sample_id, mode, budget, "replay")
         await self._send_script(client, w, headers, w.script, mode, budget,
                                 stateless=mode == "stateless")
+
+    async def _import(self, client: httpx.AsyncClient, w: _Work, mode: str,
+                      budget: int) -> None:
+        """Each conversation of the stream brought in through the import endpoint, in one
+        request (a history of LongMemEval's S size is ~0.6 MB)."""
+        sample_id = w.conversation.sample_id
+        scripts = ([(f"s{n}", s) for n, s in enumerate(w.sessions, start=1)]
+                   if mode in SESSION_MODES else [("replay", w.script)])
+        for name, script in scripts:
+            headers = self._headers(sample_id, mode, budget, name)
+            path = f"/v1/memory/conversations/{headers['X-Conversation-Id']}/import"
+            response = await client.post(path, headers=headers, json={
+                "messages": import_messages(script, time.time())})
+            if response.status_code != 200:
+                raise RuntimeError(f"import answered {response.status_code} "
+                                   f"({headers['X-Conversation-Id']}): {response.text[:300]}")
+            w.outcome.requests += 1
 
     async def _send_script(self, client: httpx.AsyncClient, w: _Work,
                            headers: dict[str, str], script: Script, mode: str, budget: int, *,
@@ -439,7 +478,7 @@ class Replayer:
 
     async def _probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None, w: _Work,
                      q: Question, mode: str, budget: int) -> None:
-        w.probes[(mode, budget, q.index)] = await self._ask(client, gate, w, q.question, mode,
+        w.probes[(mode, budget, q.index)] = await self._ask(client, gate, w, q.asked, mode,
                                                             budget, f"q{q.index}")
 
     async def _null_probe(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, w: _Work,
@@ -458,7 +497,8 @@ class Replayer:
         w.outcome.header_mismatches += tokens != header_tokens
         w.digests[(mode, budget, q.index)] = _digest(prompt)
         key: Key = ("gateway", mode, budget)
-        w.outcome.observations.append(Observation(q, key, w.scorer.score(q, prompt), tokens))
+        w.outcome.observations.append(Observation(q, key, w.scorer.score(q, prompt), tokens,
+                                                  recalled_tokens(self.meter, prompt)))
         if self.dump is not None:
             self.dump.write(sample_id, q, key, prompt)
 
@@ -517,14 +557,14 @@ class Replayer:
         history = list(w.script.messages)
         for (strategy, budget), build in baselines(self.budgets, self.meter).items():
             for q in w.questions:
-                prompt = build(history, {"role": "user", "content": q.question})
+                prompt = build(history, {"role": "user", "content": q.asked})
                 self._observe(w, q, (strategy, None, budget), prompt)
 
     def _retrieval_baselines(self, w: _Work) -> None:
         retriever = TurnRetriever(w.conversation, self.embedder)
         rankings = retriever.rank([q.question for q in w.questions])
         for q, ranking in zip(w.questions, rankings):
-            current = {"role": "user", "content": q.question}
+            current = {"role": "user", "content": q.asked}
             for strategy in RETRIEVERS:
                 for budget in self.budgets:
                     prompt = pack(retriever.lines, ranking.by_name(strategy), current, budget,
@@ -536,6 +576,21 @@ class Replayer:
             Observation(q, key, w.scorer.score(q, prompt), self.meter.tokens(prompt)))
         if self.dump is not None:
             self.dump.write(w.conversation.sample_id, q, key, prompt)
+
+
+def import_messages(script: Script, start: float) -> Chat:
+    """The script's messages as an import body's: each at the time the replay's request that
+    records it would be sent — request r (0-based) at `start` + r ms, recording the messages
+    after the previous request's reply up to its own reply (a leading assistant message goes
+    with the first) — so the import makes the records the replay makes."""
+    out: Chat = []
+    done = 0
+    for r, i in enumerate(script.requests):
+        at = start + r / 1000
+        out += [{**m, "created_at": at} for m in script.messages[done:i + 2]]
+        done = i + 2
+    at = start + max(0, len(script.requests) - 1) / 1000
+    return out + [{**m, "created_at": at} for m in script.messages[done:]]
 
 
 def _digest(prompt: Chat) -> str:

@@ -45,7 +45,8 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     budgets = sorted({r["budget"] for r in rows if r["budget"] is not None})
     by_key: dict[tuple[str, str | None, int | None], dict[str, Row]] = defaultdict(dict)
     for row in rows:
-        by_key[(row["strategy"], row["mode"], row["budget"])][row["category"]] = row
+        if row.get("question_type") is None:
+            by_key[(row["strategy"], row["mode"], row["budget"])][row["category"]] = row
     lines = [
         "# LoCoMo memory-quality benchmark",
         "",
@@ -104,8 +105,57 @@ def markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
                          f"{margin[1]} |")
     lines += ["", "`full` and `last-n` do not depend on the budget: the same row in every "
               "table.", ""]
+    lines += _by_type(rows)
     lines += _costs(by_key)
     return "\n".join(lines)
+
+
+def _by_type(rows: Sequence[Row]) -> list[str]:
+    """Evidence recall per question type (LongMemEval's), and what recall adds on abstention
+    questions (the answer was never said) against the answerable ones."""
+    typed = [r for r in rows if r.get("question_type")]
+    if not typed:
+        return []
+    types = sorted({r["question_type"] for r in typed})
+    cells: dict[tuple[str, str | None, int | None], dict[str, Row]] = defaultdict(dict)
+    for r in typed:
+        cells[(r["strategy"], r["mode"], r["budget"])][r["question_type"]] = r
+    lines = ["## By question type", "",
+             "Evidence recall (n questions with evidence); abstention types (`_abs`: the "
+             "answer was never said) have no evidence: their cell is the gateway's recalled "
+             "tokens per question.", "",
+             "| strategy | mode | budget | " + " | ".join(types) + " |",
+             "|---|---|---:|" + "---:|" * len(types)]
+    for key in sorted(cells, key=lambda k: (k[2] or 0, k[0], k[1] or "")):
+        row = cells[key]
+
+        def cell(t: str) -> str:
+            r = row.get(t)
+            if r is None:
+                return "–"
+            if t.endswith("_abs"):
+                return f"recalled {_fmt(r['recalled_tokens_mean'], 0)}"
+            return f"{_fmt(r['evidence_recall'])} ({r['n_evidence']})"
+        lines.append(f"| {key[0]} | {key[1] or '–'} | {key[2] or '–'} | "
+                     + " | ".join(cell(t) for t in types) + " |")
+    lines += ["", "Recall on abstention questions against answerable ones (the gateway's "
+              "recalled-block tokens, mean per question; target ≤ 25 %):", ""]
+    for key in sorted(cells, key=lambda k: (k[2] or 0, k[1] or "")):
+        if key[0] != "gateway":
+            continue
+        abstain = _weighted(r for t, r in cells[key].items() if t.endswith("_abs"))
+        answer = _weighted(r for t, r in cells[key].items() if not t.endswith("_abs"))
+        share = f"{abstain / answer:.0%}" if abstain is not None and answer else "–"
+        lines.append(f"- {key[1]}, {key[2]} tokens: {_fmt(abstain, 0)} on abstention vs "
+                     f"{_fmt(answer, 0)} on answerable questions ({share})")
+    return lines + [""]
+
+
+def _weighted(rows: Any) -> float | None:
+    pairs = [(r["recalled_tokens_mean"], r["n"]) for r in rows
+             if r["recalled_tokens_mean"] is not None]
+    total = sum(n for _, n in pairs)
+    return sum(v * n for v, n in pairs) / total if total else None
 
 
 def _costs(by_key: dict[tuple[str, str | None, int | None], dict[str, Row]]) -> list[str]:

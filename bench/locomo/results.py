@@ -21,7 +21,13 @@ see score.py).
   whole history, sent with that provider's caching on) over the same requests — per
   strategy/mode/budget like `prefix_reuse`;
 - `null_probe_recalled_tokens`: the gateway's recalled-block tokens on the null probes, mean
-  per probe (null_probes.py; None for the baselines).
+  per probe (null_probes.py; None for the baselines);
+- `recalled_tokens_mean`: the gateway's recalled-block tokens on the row's questions, mean per
+  question (None for the baselines);
+- `question_type`: None on the rows above; a file with LongMemEval's types
+  (`Question.question_type`) also has one row per (strategy, mode, budget, type), its
+  `category` "type" — so an abstention type's `recalled_tokens_mean` is what recall adds when
+  the answer was never said, beside the answerable types'.
 """
 
 from __future__ import annotations
@@ -68,16 +74,21 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     out = []
     for key in sorted(by_key, key=_sort_key):
         strategy, mode, budget = key
-        for category in CATEGORY_KEYS:
-            group = [o for o in by_key[key]
-                     if category in ("all", str(o.question.category))]
+        types = sorted({o.question.question_type for o in by_key[key]
+                        if o.question.question_type})
+        groups = [(category, None, [o for o in by_key[key]
+                                    if category in ("all", str(o.question.category))])
+                  for category in CATEGORY_KEYS]
+        groups += [("type", t, [o for o in by_key[key] if o.question.question_type == t])
+                   for t in types]
+        for category, question_type, group in groups:
             if not group:
                 continue
             answers = [o.score.answer_containment for o in group]
             parts = [o.score.answer_containment_parts for o in group]
             out.append({
                 "strategy": strategy, "mode": mode, "budget": budget, "category": category,
-                "n": len(group),
+                "question_type": question_type, "n": len(group),
                 "evidence_recall": _mean(o.score.evidence_recall for o in group),
                 "answer_containment": _mean(answers),
                 "date_recall": _mean(o.score.date_recall for o in group),
@@ -88,6 +99,7 @@ def rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
                                   for rule, c in per_turn.get(key, {}).items()
                                   if whole.get(rule)} or None,
                 "null_probe_recalled_tokens": _mean(null_recalled.get(key, [])),
+                "recalled_tokens_mean": _mean(o.recalled for o in group),
                 "n_evidence": sum(1 for o in group if o.score.evidence_recall is not None),
                 "n_eligible": sum(1 for a in answers if a is not None),
                 "evidence_recall_lenient": _mean(o.score.evidence_recall_lenient
