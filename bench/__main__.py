@@ -15,7 +15,7 @@ BENCHMARKS = {
     "locomo-ablation": "bench.locomo.ablation",
     "locomo-ranker": "bench.locomo.ranker",
     "locomo-rescore": "bench.locomo.rescore",
-    "locomo-simulate": "bench.locomo.simulate",
+    "locomo-simulate": "bench.locomo.simulate_cli",
     "locomo-floor": "bench.locomo.floor",
     "locomo-table": "bench.locomo.table",
     "overhead": "bench.overhead.cli",
@@ -32,6 +32,7 @@ BENCHMARKS = {
     "usage-overhead": "bench.usage_overhead",
     "cluster": "bench.cluster",
     "soak": "bench.soak.cli",
+    "large-request": "bench.large_request",
 }
 
 

@@ -4,6 +4,7 @@ fake-upstream."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import signal
@@ -98,17 +99,18 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _bench(argv: list[str]) -> int:
-    """`gateway bench X ...` is `python -m bench X ...`: the benchmarks live beside the package
-    in a source checkout, not in the installed package."""
-    if Path("bench", "__main__.py").is_file() and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        from bench.__main__ import main as bench_main
-    except ImportError:
+    """`gateway bench X ...` becomes `python -m bench X ...` (this process is replaced, so
+    signals and the exit status are the benchmark's own): the benchmarks live beside the package
+    in a source checkout, not in the installed package, and the package never imports them.
+    Returns 2, with a message, when there is no `bench` to run: not in the current directory
+    and not importable."""
+    if not Path("bench", "__main__.py").is_file() and importlib.util.find_spec("bench") is None:
         print("gateway bench: run it from a source checkout (the bench/ folder is not "
               "installed with the package)", file=sys.stderr)
         return 2
-    return bench_main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "bench", *argv])
 
 
 def _check(path: str) -> int:

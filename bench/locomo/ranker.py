@@ -156,6 +156,16 @@ def leave_one_out(corpora: Sequence[Corpus], data: dict[str, Examples],
     return out
 
 
+def held_out_rankers(corpora: Sequence[Corpus]) -> None:
+    """Give each conversation the learned ranking's weights trained on the others (as `bench
+    locomo --ranker held-out`; a file of one conversation keeps the knobs')."""
+    depth = replace(Knobs(), depth=DEPTH)
+    rankers = leave_one_out(corpora, {c.conversation.sample_id: examples(c, depth)
+                                      for c in corpora})
+    for corpus in corpora:
+        corpus.ranker = rankers.get(corpus.conversation.sample_id)
+
+
 def balanced(ids: Sequence[str], data: dict[str, Examples], sets: dict[str, str]
              ) -> list[float]:
     """Per question of `ids`' examples, in order: 1 / the questions of its set among them."""

@@ -37,15 +37,12 @@ the embedder and a digest of the texts: nothing of the data is written into the 
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import hashlib
 import itertools
 import json
 import statistics
-import sys
-import tempfile
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -58,8 +55,6 @@ from bench.locomo.question_form import asks_inference
 from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
-from bench.locomo.shapes import budget_list, column, shapes
-from bench.machine import machine
 from gateway.config.memory import TenantMemoryConfig
 from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
                                        with_successors)
@@ -366,87 +361,6 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench locomo-simulate",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", action="append", default=[], metavar="PATH[@B1,B2]",
-                        help="a LoCoMo-schema file and its budgets (repeatable; default: the "
-                             "three shapes of bench/locomo/shapes.py at their budgets)")
-    parser.add_argument("--budgets", default=None,
-                        help="budgets of a --data file given without its own (default 2000), "
-                             "or of the three shapes")
-    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "locomo-sim"))
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"a knob ({', '.join(f.name for f in fields(Knobs))})")
-    parser.add_argument("--loo", action="append", default=[], metavar="NAME=V1,V2,...",
-                        help="tune these knobs by leave-one-conversation-out over the grid")
-    parser.add_argument("--ranker", choices=("held-out", "shipped"), default="held-out",
-                        help="the learned ranking's weights per conversation: trained on the "
-                             "file's other conversations (default, as `bench locomo`), or "
-                             "the gateway's own")
-    parser.add_argument("--out", default=None, help="also write the report to FILE.md")
-    args = parser.parse_args(argv)
-    knobs = Knobs()
-    for item in args.set:
-        name, value = item.split("=", 1)
-        knobs = replace(knobs, **{name: parse_value(value)})
-    from gateway.memory.embedders.use import UseEmbedder
-    cache = VectorCache(Path(args.cache), UseEmbedder())
-    chosen = shapes(args.data, budget_list(args.budgets) if args.budgets else None)
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
-
-    rows: list[tuple[str, Result, float]] = []
-    for shape in chosen:
-        corpora = [build_corpus(c, cache, context=knobs.context) for c in load(str(shape.path))]
-        for corpus in corpora:
-            probes = null_probes([str(m.content) for m in corpus.messages])
-            corpus.query_vectors.update(zip(probes, cache.embed(list(probes))))
-        cache.save()
-        if args.ranker == "held-out" and knobs.ranking == "learned":
-            held_out_rankers(corpora)
-        for budget in shape.budgets:
-            label = column(shape, budget)
-            if args.loo:
-                grid = [(name, [parse_value(v) for v in values.split(",")])
-                        for name, values in (item.split("=", 1) for item in args.loo)]
-                leave_one_out(corpora, budget, knobs, grid, label=label, say=say)
-                continue
-            result = simulate(corpora, budget, knobs)
-            tokens = null_probe_tokens(corpora, budget, knobs)
-            rows.append((label, result, tokens))
-            say(report(result, label) + f"  null-probe recalled tokens {tokens:.0f}")
-    if rows:
-        say("")
-        say(table(rows))
-    if args.out:
-        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        command = " ".join(argv if argv is not None else sys.argv[1:])
-        Path(args.out).write_text(
-            "# Recall simulated offline (`bench/locomo/simulate.py`)\n\n"
-            f"`python -m bench locomo-simulate {command}`\n\nMachine: {json.dumps(machine())}; "
-            f"written {started}; ranking weights: {args.ranker}; knobs: "
-            f"{', '.join(args.set) or 'the gateway defaults'}. Evidence recall (strict rules) "
-            "of stateless prompts; null-probe recalled tokens: mean per probe.\n\n```\n"
-            + "\n".join(lines) + "\n```\n", encoding="utf-8")
-    return 0
-
-
-def held_out_rankers(corpora: Sequence[Corpus]) -> None:
-    """Give each conversation the learned ranking's weights trained on the others (as `bench
-    locomo --ranker held-out`; a file of one conversation keeps the knobs')."""
-    from bench.locomo.ranker import examples, leave_one_out as trained_without
-    depth = replace(Knobs(), depth=RANKING_DEPTH)
-    rankers = trained_without(corpora, {c.conversation.sample_id: examples(c, depth)
-                                        for c in corpora})
-    for corpus in corpora:
-        corpus.ranker = rankers.get(corpus.conversation.sample_id)
-
-
 def null_probe_tokens(corpora: Sequence[Corpus], budget: int, knobs: Knobs) -> float:
     """The null probes' recalled tokens, mean per probe (bench/locomo/null_probes.py)."""
     meter = PromptMeter()
@@ -497,6 +411,3 @@ def leave_one_out(corpora: Sequence[Corpus], budget: int, base: Knobs,
                 held[key], category[key] = value, chosen.category[key]
     say(report(Result(held, category), f"{label} held-out"))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

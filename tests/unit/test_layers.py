@@ -1,6 +1,10 @@
 """The package's layers: every import goes down (or stays in its layer), and no module imports
 itself back through others. Every import counts — at module level, inside a function, or under
-`TYPE_CHECKING` — since each one is a dependency a reader has to hold in mind."""
+`TYPE_CHECKING` — since each one is a dependency a reader has to hold in mind.
+
+The benchmarks (bench/) sit above the package: they may import gateway's public modules and
+names (none whose dotted path or name starts with `_`), no module of gateway/ imports bench/,
+and there is no import cycle in gateway/ and bench/ together."""
 
 from __future__ import annotations
 
@@ -47,9 +51,10 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
-def imports_of(name: str) -> set[str]:
-    """The gateway modules `name` imports (a `from package import module` names the module)."""
-    path = MODULES[name]
+def imports_of(name: str, modules: dict[str, Path] = MODULES) -> set[str]:
+    """The modules of `modules` that `name` imports (a `from package import module` names the
+    module)."""
+    path = modules[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -60,12 +65,17 @@ def imports_of(name: str) -> set[str]:
             if node.level:
                 anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
-            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
                       for a in node.names}
-    return {m for m in found if m in MODULES and m != name}
+    return {m for m in found if m in modules and m != name}
 
 
 GRAPH = {name: imports_of(name) for name in MODULES}
+
+BENCH = {module_name(p): p for p in sorted((ROOT.parent / "bench").rglob("*.py"))}
+EVERY = MODULES | BENCH
+"""gateway/ and bench/: the modules the benchmarks' imports are checked over."""
+EVERY_GRAPH = {name: imports_of(name, EVERY) for name in EVERY}
 
 
 def layer_of(name: str) -> tuple[int, str]:
@@ -121,6 +131,63 @@ def test_the_graph_sees_every_room():
 
 def test_no_module_imports_itself_back_through_others():
     assert cycles(GRAPH) == []
+
+
+def test_no_import_cycle_in_gateway_and_bench():
+    assert cycles(EVERY_GRAPH) == []
+
+
+def test_the_bench_graph_sees_the_benchmarks():
+    assert len(BENCH) > 50
+    assert "bench.locomo.simulate" in EVERY_GRAPH["bench.locomo.ranker"]
+    assert "gateway.core.recall.ranking" in EVERY_GRAPH["bench.locomo.simulate"]
+
+
+def test_gateway_never_imports_bench():
+    reaching = sorted((n, m) for n in MODULES for m in EVERY_GRAPH[n] if m in BENCH)
+    named = sorted(n for n in MODULES for imported in _imported_names(MODULES[n])
+                   if imported == "bench" or imported.startswith("bench."))
+    assert reaching == [] and named == []
+
+
+def _imported_names(path: Path) -> list[str]:
+    """Every absolute module name an import statement of `path` names."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.append(node.module)
+    return names
+
+
+def private_gateway_imports(path: Path) -> list[str]:
+    """`line: what` for each import of `path` that reaches a private part of gateway: a module
+    or a name starting with `_`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            dotted = [a.name for a in node.names if a.name.split(".")[0] == "gateway"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "gateway":
+            dotted = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [f"{node.lineno}: {d}" for d in dotted
+                  if any(part.startswith("_") for part in d.split("."))]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(BENCH))
+def test_bench_imports_only_public_gateway_names(name):
+    assert private_gateway_imports(BENCH[name]) == []
+
+
+def test_a_private_import_is_caught(tmp_path):
+    source = tmp_path / "b.py"
+    source.write_text("import gateway._offline\nfrom gateway.core.recall import fusion, _x\n"
+                      "from gateway.core.recall.ranking import DEPTH\n")
+    assert private_gateway_imports(source) == ["1: gateway._offline",
+                                               "2: gateway.core.recall._x"]
 
 
 def test_cycle_finder_finds_a_cycle():
