@@ -33,6 +33,7 @@ null probes' recalled tokens (bench/locomo/null_probes.py).
 
 Vectors are cached in `--cache` (default: a directory under the system temp dir), keyed by
 the embedder and a digest of the texts: nothing of the data is written into the repository.
+The command line is bench/locomo/simulate_cli.py (this docstring is its help).
 """
 
 from __future__ import annotations
