@@ -30,10 +30,9 @@ ENGLISH_STOPWORDS = frozenset(
     "you your".split())
 # The same for Chinese, whose tokens are characters and character bigrams: a question's
 # 什么时候 / 哪里 / 多少 would otherwise match every other question in the conversation
-# ("婚礼定在什么时候？") as strongly as its topic matches the answer. Measured on the project's
-# Chinese fixtures (tests/fixtures/zh-conversations.json), BM25 top-5 evidence 0.51 -> 0.65
-# without them. A character alone is dropped if it is here; a bigram if both of its
-# characters are, or if it is one of the function-word bigrams below.
+# ("婚礼定在什么时候？") as strongly as its topic matches the answer (docs/decisions.md,
+# "Chinese function words are not search terms"). A character alone is dropped if it is here;
+# a bigram if both of its characters are, or if it is one of the function-word bigrams below.
 CHINESE_FUNCTION_CHARS = frozenset(
     "的了是在吗呢吧啊呀么什哪谁几多少怎时候这那个们也都就和或着过被把给让我你他她它")
 CHINESE_FUNCTION_BIGRAMS = frozenset(
