@@ -11,9 +11,11 @@ tokenizer on arbitrary Unicode (CJK, emoji).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.context.blocks import (
@@ -38,6 +40,12 @@ from gateway.core.context.truncation import TRUNCATION_MARKER, truncate_message
 from gateway.tokenizer import tokenizer_for_encoding
 from tests.unit.test_rewrite import WordTokenizer
 
+INVARIANT_BRANCHES = ("whole history", "compacted")
+PINNED_BRANCHES = ("pins shown",)
+"""The deeper branches of check_invariants / check_pinned that every suite of random requests
+must reach (the others end early: a tool loop, instructions and current turn over budget, no
+pin shown)."""
+
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REAL = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -59,14 +67,17 @@ def contents(texts: st.SearchStrategy[str]) -> st.SearchStrategy:
 
 
 @st.composite
-def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequest:
+def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer,
+             calls: st.SearchStrategy[bool] = st.booleans()) -> RewriteRequest:
+    """`calls`: whether an assistant step calls tools (half of them by default: most requests
+    are then agents' tool loops)."""
     content = contents(texts)
     next_id = iter(range(10_000))
 
     def steps(allow_final_text: bool) -> list[Message]:
         out: list[Message] = []
         for _ in range(draw(st.integers(0, 3))):
-            if draw(st.booleans()):
+            if draw(calls):
                 ids = [f"call_{next(next_id)}" for _ in range(draw(st.integers(1, 3)))]
                 out.append(Message.of("assistant", draw(st.none() | texts), tool_calls=[
                     {"id": i, "type": "function",
@@ -114,6 +125,8 @@ def requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequ
 
 
 SHARES = st.sampled_from([0.0, 0.05, 0.15, 0.3, 0.5, 1.0])
+FEW_CALLS = st.integers(0, 3).map(lambda n: n == 0)
+"""One assistant step in four calls tools: most requests are chats, with their memory blocks."""
 
 
 def history_ids(n: int) -> st.SearchStrategy[tuple[str | None, ...]]:
@@ -181,12 +194,14 @@ def check_tool_loop(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> bo
     return True
 
 
-def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
+def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> str:
+    """Checks the rewrite's invariants; returns the branch of them the request reached:
+    "tool loop", "over budget", "whole history" or "compacted" (the deepest)."""
     policy, budget = request.policy, request.policy.prompt_budget
     instructions, history, current = request.instructions, request.history, request.current
     messages = out.messages
     if check_tool_loop(request, out, tok):
-        return
+        return "tool loop"
 
     # Counts are what they say.
     assert out.tokens_forwarded == count_messages(messages, tok)
@@ -202,14 +217,14 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
     assert out.over_budget == (fixed_cost > budget)
     if out.over_budget:
         assert messages == instructions + current
-        return
+        return "over budget"
     assert out.tokens_forwarded <= budget
 
     forwardable = forwardable_history(history)
     if count_messages(instructions + forwardable + current, tok) <= budget:
         check_whole_history(request, out, forwardable)
         check_tool_calls_travel_with_their_results(messages)
-        return
+        return "whole history"
 
     # The middle: [summary] [profile] [recent history] [recalled].
     middle = messages[len(instructions):len(messages) - len(current)]
@@ -236,6 +251,7 @@ def check_invariants(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> N
     check_tool_calls_travel_with_their_results(messages)
     check_window_starts_at_a_turn(history, window)
     check_window_is_as_long_as_it_may_be(request, out, window, window_room, tok)
+    return "compacted"
 
 
 def forwardable_history(history: tuple[Message, ...]) -> tuple[Message, ...]:
@@ -455,14 +471,30 @@ def check_everything_fits_means_unchanged(request: RewriteRequest, out: Rewrite,
         assert all(a is b for a, b in zip(out.messages, everything))
 
 
-def check_all(request: RewriteRequest, tok: Tokenizer) -> None:
+def check_all(request: RewriteRequest, tok: Tokenizer) -> str:
+    """Every check of one request; returns the branch of the invariants it reached."""
     snapshot = [m.to_openai() for m in request.instructions + request.history + request.current]
     out = rewrite(request, tok)
-    check_invariants(request, out, tok)
+    branch = check_invariants(request, out, tok)
     check_everything_fits_means_unchanged(request, out, tok)
     assert rewrite(request, tok) == out  # deterministic
     assert snapshot == [m.to_openai()
                         for m in request.instructions + request.history + request.current]
+    return branch
+
+
+def reach(reached: Counter[str], branch: str) -> None:
+    """Records that an example reached `branch`: a hypothesis event (listed by `pytest
+    --hypothesis-show-statistics`) and a count the test checks once its examples have run."""
+    event(branch)
+    reached[branch] += 1
+
+
+def assert_reached(reached: Counter[str], *branches: str) -> None:
+    """Some example reached each of `branches`: a property whose examples all end early
+    checks nothing of what follows."""
+    missing = [b for b in branches if not reached[b]]
+    assert not missing, f"no example reached {missing}; reached: {dict(reached)}"
 
 
 # --- the suites -------------------------------------------------------------------------------
@@ -470,10 +502,16 @@ def check_all(request: RewriteRequest, tok: Tokenizer) -> None:
 WORDS = WordTokenizer()
 
 
-@FAST
-@given(requests(word_texts, WORDS))
-def test_rewrite_invariants_hold_for_random_requests(request):
-    check_all(request, WORDS)
+def test_rewrite_invariants_hold_for_random_requests():
+    reached: Counter[str] = Counter()
+
+    @FAST
+    @given(requests(word_texts, WORDS))
+    def run(request):
+        reach(reached, check_all(request, WORDS))
+
+    run()
+    assert_reached(reached, *INVARIANT_BRANCHES)
 
 
 @FAST
@@ -496,25 +534,27 @@ CL100K = tokenizer_for_encoding("cl100k_base")
 O200K = tokenizer_for_encoding("o200k_base")
 
 
-@REAL
-@given(requests(unicode_texts, CL100K))
-def test_rewrite_invariants_hold_with_tiktoken_cl100k(request):
-    check_all(request, CL100K)
+@pytest.mark.parametrize("tok", [CL100K, O200K], ids=["cl100k", "o200k"])
+def test_rewrite_invariants_hold_with_tiktoken(tok):
+    reached: Counter[str] = Counter()
 
+    @REAL
+    @given(requests(unicode_texts, tok))
+    def run(request):
+        reach(reached, check_all(request, tok))
 
-@REAL
-@given(requests(unicode_texts, O200K))
-def test_rewrite_invariants_hold_with_tiktoken_o200k(request):
-    check_all(request, O200K)
+    run()
+    assert_reached(reached, *INVARIANT_BRANCHES)
 
 
 # --- with pinned messages ---------------------------------------------------------------------
 
 @st.composite
-def pinned_requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> RewriteRequest:
+def pinned_requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer,
+                    calls: st.SearchStrategy[bool] = st.booleans()) -> RewriteRequest:
     """A random request (above) with pins: some of the history's own messages (by id, or by
     text under another id), some from elsewhere; every source and role; any share."""
-    request = draw(requests(texts, tok))
+    request = draw(requests(texts, tok, calls))
     ids = [i for i in request.history_ids if i is not None]
     pins = []
     for n in range(draw(st.integers(1, 5))):
@@ -542,25 +582,26 @@ def pinned_requests(draw, texts: st.SearchStrategy[str], tok: Tokenizer) -> Rewr
     return replace(request, policy=policy, memory=replace(request.memory, pinned=unique))
 
 
-def check_pinned(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
-    """Budget, placement, share, whole items, nothing shown twice."""
+def check_pinned(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> str:
+    """Budget, placement, share, whole items, nothing shown twice; returns the branch reached:
+    "tool loop", "over budget", "no pin shown" or "pins shown" (the deepest)."""
     policy, budget = request.policy, request.policy.prompt_budget
     messages, instructions, current = out.messages, request.instructions, request.current
     if check_tool_loop(request, out, tok):
-        return
+        return "tool loop"
     assert out.tokens_forwarded == count_messages(messages, tok)
     assert messages[:len(instructions)] == instructions
     assert messages[len(messages) - len(current):] == current
     if out.over_budget:
         assert messages == instructions + current and out.pinned == 0
-        return
+        return "over budget"
     assert out.tokens_forwarded <= budget
     check_tool_calls_travel_with_their_results(messages)
     by_id = {p.id: p for p in request.memory.pinned}
     shown = [by_id[i] for i in out.pinned_ids]
     if not shown:
         assert "pinned" not in out.memory_blocks and out.pinned_tokens == 0
-        return
+        return "no pin shown"
     block = messages[len(instructions)]
     framing = framing_for(m.text for m in request.current if m.role == "user")
     assert block == render_pinned(shown, framing) and out.memory_blocks[0] == "pinned"
@@ -574,15 +615,28 @@ def check_pinned(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> None:
     texts = {one_line(m.text) for m in others} - {""}
     assert not any(pin_text(p) in texts for p in shown)
     assert len({pin_text(p) for p in shown}) == len(shown)
+    return "pins shown"
 
 
-@FAST
-@given(pinned_requests(word_texts, WORDS))
-def test_pinned_messages_keep_the_budget_and_are_whole_and_shown_once(request):
-    check_pinned(request, rewrite(request, WORDS), WORDS)
+def test_pinned_messages_keep_the_budget_and_are_whole_and_shown_once():
+    reached: Counter[str] = Counter()
+
+    @FAST
+    @given(pinned_requests(word_texts, WORDS))
+    def run(request):
+        reach(reached, check_pinned(request, rewrite(request, WORDS), WORDS))
+
+    run()
+    assert_reached(reached, *PINNED_BRANCHES)
 
 
-@REAL
-@given(pinned_requests(unicode_texts, CL100K))
-def test_pinned_messages_keep_the_budget_with_tiktoken(request):
-    check_pinned(request, rewrite(request, CL100K), CL100K)
+def test_pinned_messages_keep_the_budget_with_tiktoken():
+    reached: Counter[str] = Counter()
+
+    @REAL
+    @given(pinned_requests(unicode_texts, CL100K, calls=FEW_CALLS))
+    def run(request):
+        reach(reached, check_pinned(request, rewrite(request, CL100K), CL100K))
+
+    run()
+    assert_reached(reached, *PINNED_BRANCHES)

@@ -11,6 +11,7 @@ items come after the window."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from itertools import accumulate
 
@@ -26,11 +27,13 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_messages
 from tests.unit.test_rewrite import TOK, assistant, user
 from tests.unit.test_rewrite_properties import (
+    assert_reached,
     check_kept_message,
     check_tool_calls_travel_with_their_results,
     check_tool_loop,
     check_window_starts_at_a_turn,
     forwardable_history,
+    reach,
     requests,
     word_texts,
 )
@@ -98,16 +101,30 @@ def check_ends(request: RewriteRequest, out: Rewrite) -> bool:
 # --- the rewrite's invariants, stepped -------------------------------------------------------
 
 
-@SOME
-@given(requests(word_texts, TOK), st.sampled_from([0.2, 0.5, 0.8, 1.0]))
-def test_stepped_rewrite_keeps_the_rewrite_invariants(request, window_share) -> None:
+def test_stepped_rewrite_keeps_the_rewrite_invariants() -> None:
+    reached: Counter[str] = Counter()
+
+    @SOME
+    @given(requests(word_texts, TOK), st.sampled_from([0.2, 0.5, 0.8, 1.0]))
+    def run(request, window_share) -> None:
+        reach(reached, check_stepped(request, window_share))
+
+    run()
+    assert_reached(reached, "whole history", "compacted")
+
+
+def check_stepped(request: RewriteRequest, window_share: float) -> str:
+    """The rewrite's invariants with `stepped` assembly; returns the branch reached: "tool
+    loop", "over budget", "whole history" or "compacted" (the deepest)."""
     request = replace(request, policy=replace(request.policy, assembly="stepped",
                                               window_share=window_share))
     out = rewrite(request, TOK)
     instructions, history, current = request.instructions, request.history, request.current
     messages, budget = out.messages, request.policy.prompt_budget
-    if check_tool_loop(request, out, TOK) or check_ends(request, out):
-        return
+    if check_tool_loop(request, out, TOK):
+        return "tool loop"
+    if check_ends(request, out):
+        return "over budget"
     assert out.tokens_forwarded <= budget
     check_tool_calls_travel_with_their_results(messages)
     forwardable = forwardable_history(history)
@@ -120,7 +137,7 @@ def test_stepped_rewrite_keeps_the_rewrite_invariants(request, window_share) -> 
         # the next request repeats the current turn too when nothing follows the history
         assert out.stable_messages == (len(messages) if tail == 0
                                        else len(instructions) + head + len(window))
-        return
+        return "whole history"
     assert out.stable_messages == len(instructions) + head + len(window)
     assert "summary" in out.memory_blocks or head == 0
     length = request.policy.truncate_message_tokens
@@ -133,6 +150,7 @@ def test_stepped_rewrite_keeps_the_rewrite_invariants(request, window_share) -> 
     shown = {i for i in request.history_ids[len(history) - len(window):] if i is not None} \
         if request.history_ids else set()
     assert not shown & set(out.recalled_ids)
+    return "compacted"
 
 
 # --- prefixes over a growing conversation ---------------------------------------------------

@@ -10,6 +10,7 @@ with a window above their compacted size."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -22,9 +23,10 @@ from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_messages
 from tests.unit.test_rewrite import TOK
-from tests.unit.test_rewrite_properties import (check_tool_calls_travel_with_their_results,
-                                                check_tool_loop, forwardable_history, requests,
-                                                word_texts)
+from tests.unit.test_rewrite_properties import (assert_reached,
+                                                check_tool_calls_travel_with_their_results,
+                                                check_tool_loop, forwardable_history, reach,
+                                                requests, word_texts)
 from tests.unit.test_steps import check_ends, grown
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,9 +76,22 @@ def test_memory_from_outside_the_history_keeps_its_room_past_the_budget():
             or o.tokens_forwarded > policy.whole_prompt_budget - 60
 
 
-@SOME
-@given(requests(word_texts, TOK), st.integers(0, 400), st.sampled_from(["rolling", "stepped"]))
-def test_the_rewrite_invariants_hold_with_a_larger_window(request, extra, assembly) -> None:
+def test_the_rewrite_invariants_hold_with_a_larger_window() -> None:
+    reached: Counter[str] = Counter()
+
+    @SOME
+    @given(requests(word_texts, TOK), st.integers(0, 400),
+           st.sampled_from(["rolling", "stepped"]))
+    def run(request, extra, assembly) -> None:
+        reach(reached, check_larger_window(request, extra, assembly))
+
+    run()
+    assert_reached(reached, "whole history", "compacted")
+
+
+def check_larger_window(request: RewriteRequest, extra: int, assembly: str) -> str:
+    """A window larger than the compacted size: what fits it goes whole; returns the branch
+    reached: "tool loop", "over budget", "whole history" or "compacted"."""
     policy = request.policy
     policy = replace(policy, assembly=assembly, compact_to_tokens=policy.max_context_tokens,
                      max_context_tokens=policy.max_context_tokens + extra)
@@ -84,8 +99,10 @@ def test_the_rewrite_invariants_hold_with_a_larger_window(request, extra, assemb
     out = rewrite(request, TOK)
     instructions, current = request.instructions, request.current
     messages = out.messages
-    if check_tool_loop(request, out, TOK) or check_ends(request, out):
-        return  # a tool loop is compacted within the window (tests/unit/test_tool_loop.py)
+    if check_tool_loop(request, out, TOK):
+        return "tool loop"  # compacted within the window (tests/unit/test_tool_loop.py)
+    if check_ends(request, out):
+        return "over budget"
     check_tool_calls_travel_with_their_results(messages)
     forwardable = forwardable_history(request.history)
     if count_messages(instructions + forwardable + current, TOK) <= policy.whole_prompt_budget \
@@ -95,8 +112,9 @@ def test_the_rewrite_invariants_hold_with_a_larger_window(request, extra, assemb
         start = len(instructions)
         assert all(a is b for a, b in zip(messages[start:], forwardable))
         assert out.history_kept == len(forwardable)
-    else:
-        assert out.tokens_forwarded <= policy.prompt_budget
+        return "whole history"
+    assert out.tokens_forwarded <= policy.prompt_budget
+    return "compacted"
 
 
 def test_window_and_compacted_size_are_prompt_plus_completion():
