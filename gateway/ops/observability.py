@@ -194,6 +194,10 @@ class Metrics:
                                    ["reason"], registry=self.registry)
         self.latency = Histogram("gateway_request_seconds", "Total request latency.",
                                  registry=self.registry)
+        self.off_loop_steps = Counter("gateway_off_loop_steps_total",
+                                      "Steps of large requests run on a worker thread instead "
+                                      "of the serving loop (gateway/pipeline/off_loop.py).",
+                                      ["step"], registry=self.registry)
         self.overhead = Histogram("gateway_overhead_seconds",
                                   "Time spent before the upstream call.",
                                   buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1),
