@@ -70,7 +70,8 @@ class JobFence:
         JobFenced if they changed (before or during the transaction)."""
         async with self._redis.pipeline(transaction=True) as pipe:
             await pipe.watch(*self.tombstones, *watch)
-            if not self.holds(await pipe.mget(*self.tombstones)):
+            # One GET each: a cluster's pipeline refuses MGET (same slot or not).
+            if not self.holds([await pipe.get(t) for t in self.tombstones]):
                 raise JobFenced(f"{self.key} was erased or deleted while memory work ran on it")
             if not watch:
                 pipe.multi()
