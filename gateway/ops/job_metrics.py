@@ -13,6 +13,10 @@ the same cluster-wide figures on every replica, whichever process did the work.
 - `gateway_worker_job_retries_total{queue}` (counter): failed attempts that will be retried,
   for the `record` and `memory` queues. Dead letters are the existing
   `gateway_record_dead_letters` and `gateway_memory_dead_letters`.
+- `gateway_memory_oldest_wait_seconds` (gauge): how long the conversation that has waited
+  longest for memory work has waited, from the time the memory workers last saw in their queue
+  (each publishes the oldest mark after every pass: `memory_oldest`); it keeps growing while
+  no worker takes that conversation — also when no worker runs. 0 when nothing waits.
 
 Writing a metric never fails a job: an error is logged at debug and the figure is lost.
 """
@@ -21,11 +25,12 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -53,6 +58,12 @@ def batch_key(prefix: str) -> str:
 def retries_key(prefix: str) -> str:
     """Hash: queue -> failed attempts that were retried."""
     return f"{prefix}:worker:retries"
+
+
+def oldest_key(prefix: str) -> str:
+    """String: the mark time (seconds) of the conversation waiting longest for memory work, as
+    a memory worker last saw it; absent when none waits."""
+    return f"{prefix}:worker:memory_oldest"
 
 
 def _le(bound: float) -> str:
@@ -93,6 +104,17 @@ class JobMetrics:
         except Exception as exc:  # noqa: BLE001 — a metric never fails the job it measures
             logger.debug("embedding batch sizes not written: %r", exc)
 
+    async def memory_oldest(self, marked_at: float | None) -> None:
+        """Publish when the conversation waiting longest was marked (None: none waits)."""
+        key = oldest_key(self._prefix)
+        try:
+            if marked_at is None:
+                await self._redis.delete(key)
+            else:
+                await self._redis.set(key, repr(marked_at))
+        except Exception as exc:  # noqa: BLE001 — as above
+            logger.debug("oldest memory wait not written: %r", exc)
+
     async def retried(self, queue: str) -> None:
         try:
             await self._redis.hincrby(retries_key(self._prefix), queue, 1)
@@ -108,6 +130,9 @@ class StoredJobMetrics(Collector):
     latency: dict[str, dict[str, str]] = field(default_factory=dict)
     retries: dict[str, str] = field(default_factory=dict)
     batch: dict[str, str] = field(default_factory=dict)
+    oldest: float | None = None
+    """The mark time of the conversation waiting longest for memory work (None: none)."""
+    clock: Callable[[], float] = time.time
 
     def queue_reads(self, pipe: Any, prefix: str) -> None:
         """Add this collector's reads to a scrape's pipeline (in the order `read` expects)."""
@@ -115,6 +140,7 @@ class StoredJobMetrics(Collector):
             pipe.hgetall(latency_key(prefix, kind))
         pipe.hgetall(retries_key(prefix))
         pipe.hgetall(batch_key(prefix))
+        pipe.get(oldest_key(prefix))
 
     def read(self, replies: list[Any]) -> None:
         """Take the replies of `queue_reads` (an error reply leaves that figure as it was)."""
@@ -125,6 +151,13 @@ class StoredJobMetrics(Collector):
             self.retries = replies[len(KINDS)]
         if len(replies) > len(KINDS) + 1 and isinstance(replies[len(KINDS) + 1], dict):
             self.batch = replies[len(KINDS) + 1]
+        if len(replies) > len(KINDS) + 2 and not isinstance(replies[len(KINDS) + 2],
+                                                            Exception):
+            self.oldest = _seconds(replies[len(KINDS) + 2])
+
+    def oldest_wait(self) -> float:
+        """Seconds the conversation waiting longest has waited (0: none waits)."""
+        return max(0.0, self.clock() - self.oldest) if self.oldest is not None else 0.0
 
     def collect(self) -> Iterator[Any]:
         histogram = HistogramMetricFamily(
@@ -155,3 +188,14 @@ class StoredJobMetrics(Collector):
         for queue in QUEUES:
             retries.add_metric([queue], float(self.retries.get(queue, 0)))
         yield retries
+        yield GaugeMetricFamily(
+            "gateway_memory_oldest_wait_seconds",
+            "How long the conversation waiting longest for memory work has waited (read "
+            "from the store; 0: none waits).", value=self.oldest_wait())
+
+
+def _seconds(reply: Any) -> float | None:
+    try:
+        return float(reply) if reply is not None else None
+    except (TypeError, ValueError):
+        return None

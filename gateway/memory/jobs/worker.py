@@ -172,6 +172,7 @@ class MemoryWorker:
         self._unlock = redis.register_script(_UNLOCK_LUA)
         self._beat = redis.register_script(_HEARTBEAT_LUA)
         self._failures = _Failures()
+        self._published: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.processed = 0
@@ -245,7 +246,20 @@ class MemoryWorker:
                 handled += progressed
                 if not due or not progressed:
                     break
+        await self._publish_oldest()
         return handled
+
+    async def _publish_oldest(self) -> None:
+        """Tell /metrics when the conversation waiting longest was marked (only a change)."""
+        if self._jobs is None:
+            return
+        marks = [score for shard in self._keys.store.shard_ids()
+                 for _, score in await self._redis.zrange(self._dirty(shard), 0, 0,
+                                                          withscores=True)]
+        oldest = min(marks, default=None)
+        if oldest != self._published:
+            await self._jobs.memory_oldest(oldest)
+            self._published = oldest
 
     async def _process_member(self, shard: int, member: str, score: float) -> int:
         token = uuid.uuid4().hex
