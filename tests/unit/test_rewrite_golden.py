@@ -6,7 +6,13 @@ tool-call groups, multimodal parts, long messages that get shortened, summary ch
 profile and recollections whose texts carry date anchors, tags of the memory blocks, CJK,
 emoji, blank lines and stray `<`, with budgets around the interesting range. The golden file
 holds, per seed and tokenizer, a digest of the whole `Rewrite` (every message, byte for byte,
-and every field) plus a few readable fields for diagnosis.
+and every field) beside readable fields: the counts, the memory blocks, the recalled ids, and
+one `role kind tokens` line per forwarded message (`message_line`). The test compares both.
+
+Re-record only for a change of behaviour that is meant, and in view:
+`python -m tests.golden` prints each changed case's diff (digest, fields, the message lines
+diffed) and writes nothing; `python -m tests.golden --accept` writes both files (`--plain` /
+`--pinned`: one of them). Then say below which cases changed and why.
 
 tests/fixtures/rewrite_golden.json was recorded from commit d8503e1, before token counts
 were cached and the blocks priced incrementally. One case differs since, on purpose:
@@ -14,8 +20,6 @@ were cached and the blocks priced incrementally. One case differs since, on purp
 lines unescaped and took the block's constant from that item's escaped block, so every other
 item was priced too high and one that fits was left out (the best-first invariant of
 tests/unit/test_rewrite_properties.py fails on d8503e1's output); lines are priced as escaped now.
-Re-record (only for a change of behaviour that is meant) with:
-`python -m tests.unit.test_rewrite_golden tests/fixtures/rewrite_golden.json`.
 
 Both files were re-recorded on purpose for issue 24: the memory blocks' headers became short
 and follow the current message's language, and the newest turn is fitted to
@@ -23,7 +27,7 @@ and follow the current message's language, and the newest turn is fitted to
 
 Pinned messages came later: the recorded cases (nothing pinned) must stay identical, and
 tests/fixtures/rewrite_golden_pinned.json holds cases with pins (`generate_pinned`, recorded
-when pins were introduced; re-record with `python -m tests.unit.test_rewrite_golden --pinned`).
+when pins were introduced).
 It was re-recorded on purpose for issue 24 again when the pinned block's two headers became
 short and follow the current message's language (the file without pins did not change).
 
@@ -33,6 +37,10 @@ assistant calls tools at least as often as its user speaks is laid out as a tool
 cleared, no summary block. Only such cases changed (5 of 250 with the word tokenizer, 7 with
 cl100k, 8 with o200k; in the pinned file 2, 3 and 3 of 120); every other case is
 byte-identical.
+
+Both files were re-recorded for issue 41 to add the readable fields (memory blocks, message
+lines) beside each digest, from the code of 92051d4: every digest is unchanged (750 and 360
+cases).
 """
 
 from __future__ import annotations
@@ -40,20 +48,22 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import sys
+import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.core.context.blocks import MemoryContext, PinnedMessage
+from gateway.core.context.blocks import BLOCK_ROLE, MemoryContext, PinnedMessage
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
-from gateway.core.text.tokens import Tokenizer, count_messages
+from gateway.core.context.truncation import TRUNCATION_MARKER
+from gateway.core.text.tokens import Tokenizer, count_message, count_messages
 from gateway.tokenizer import tokenizer_for_encoding
+from tests.golden import case_diffs
 from tests.unit.test_rewrite import WordTokenizer
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "rewrite_golden.json"
@@ -204,8 +214,9 @@ def generate_pinned(seed: int, tok: Tokenizer) -> RewriteRequest:
         history_ids=request.history_ids)
 
 
-def summary(out: Rewrite) -> dict[str, Any]:
-    """The digest of all of `out`, and the fields a failure is easiest to read from."""
+def summary(request: RewriteRequest, out: Rewrite, tok: Tokenizer) -> dict[str, Any]:
+    """The digest of all of `out`, and the fields a reader sees a change in: the counts, the
+    memory blocks, the recalled ids, and one line per forwarded message (`message_line`)."""
     whole = {f.name: getattr(out, f.name) for f in fields(Rewrite)
              if f.name != "messages" and f.name not in DERIVED_FIELDS
              # Fields added after the recording, at their defaults: the digest stays the same.
@@ -214,18 +225,56 @@ def summary(out: Rewrite) -> dict[str, Any]:
     text = json.dumps(whole, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return {"digest": hashlib.sha256(text.encode()).hexdigest()[:24],
             "tokens_forwarded": out.tokens_forwarded, "history_kept": out.history_kept,
-            "summary_chunks": out.summary_chunks, "recalled_ids": list(out.recalled_ids)}
+            "summary_chunks": out.summary_chunks, "recalled_ids": list(out.recalled_ids),
+            "memory_blocks": list(out.memory_blocks),
+            "messages": [message_line(m, request, tok) for m in out.messages]}
+
+
+def message_line(message: Message, request: RewriteRequest, tok: Tokenizer) -> str:
+    """`role kind tokens` of one forwarded message. Kinds: `instruction` (a client system or
+    developer message), `block:<tag>` (a memory block by its tag: summary, profile, memory
+    for the recalled block, pinned or noted for pins),
+    `verbatim` (a history message as sent), `shortened` (one cut to fit), `cleared` (a tool
+    result replaced by its placeholder), `rewritten` (any other history message changed),
+    `current` (the current turn)."""
+    return f"{message.role} {message_kind(message, request)} {count_message(message, tok)}"
+
+
+def message_kind(message: Message, request: RewriteRequest) -> str:
+    if any(message is m for m in request.instructions):
+        return "instruction"
+    if any(message is m for m in request.current):
+        return "current"
+    if any(message is m or message == m for m in request.history):
+        return "verbatim"
+    text = message.text
+    tag = _BLOCK_TAG.search(text) if message.role == BLOCK_ROLE else None
+    if tag is not None and text.rstrip().endswith(">"):
+        return f"block:{tag.group(1)}"
+    if TRUNCATION_MARKER in text:
+        return "shortened"
+    if message.role in ("tool", "function"):
+        return "cleared"
+    return "rewritten"
+
+
+_BLOCK_TAG = re.compile(r"^<([a-z]+)>$", re.MULTILINE)
+"""The opening tag of a memory block, on a line of its own (gateway/core/context/blocks.py's
+`block_frame`; tags inside a block's text are escaped)."""
 
 
 def record() -> dict[str, dict[str, Any]]:
-    return {f"{name}/{seed}": summary(rewrite(generate(seed, tok), tok))
-            for name, tok in TOKENIZERS.items() for seed in SEEDS}
+    """Every case of rewrite_golden.json, from the current code."""
+    return {f"{name}/{seed}": summary(request, rewrite(request, tok), tok)
+            for name, tok in TOKENIZERS.items() for seed in SEEDS
+            for request in (generate(seed, tok),)}
 
 
 def record_pinned() -> dict[str, dict[str, Any]]:
-    return {f"{name}/{seed}": {**summary(out), "pinned_ids": list(out.pinned_ids)}
+    """Every case of rewrite_golden_pinned.json, from the current code."""
+    return {f"{name}/{seed}": {**summary(request, out, tok), "pinned_ids": list(out.pinned_ids)}
             for name, tok in TOKENIZERS.items() for seed in PINNED_SEEDS
-            for out in (rewrite(generate_pinned(seed, tok), tok),)}
+            for request in (generate_pinned(seed, tok),) for out in (rewrite(request, tok),)}
 
 
 @pytest.fixture(scope="module")
@@ -236,18 +285,19 @@ def golden() -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("name", list(TOKENIZERS))
 def test_rewrite_output_is_byte_identical_to_the_recorded_golden(golden, name):
     tok = TOKENIZERS[name]
-    differing = {}
+    got = {}
     for seed in SEEDS:
-        got = summary(rewrite(generate(seed, tok), tok))
-        if got != golden[f"{name}/{seed}"]:
-            differing[seed] = (golden[f"{name}/{seed}"], got)
-    assert differing == {}
+        request = generate(seed, tok)
+        got[f"{name}/{seed}"] = summary(request, rewrite(request, tok), tok)
+    recorded = {key: case for key, case in golden.items() if key.startswith(f"{name}/")}
+    changes = case_diffs(recorded, got)
+    assert changes == [], "\n".join(changes)  # digest and readable fields alike
 
 
 def test_rewrite_output_with_pins_is_byte_identical_to_the_recorded_golden():
     golden = json.loads(GOLDEN_PINNED.read_text())
-    got = record_pinned()
-    assert {k: (golden[k], v) for k, v in got.items() if golden.get(k) != v} == {}
+    changes = case_diffs(golden, record_pinned())
+    assert changes == [], "\n".join(changes)
     from tests.unit.test_rewrite_properties import check_pinned
 
     tok = TOKENIZERS["o200k_base"]
@@ -274,11 +324,10 @@ def test_golden_requests_exercise_every_block_and_the_shortening(golden):
                for s, o in zip(SEEDS, outs)) >= 40
 
 
-if __name__ == "__main__":
-    # `--pinned`: re-record the pinned cases (tests/fixtures/rewrite_golden_pinned.json).
-    pinned = "--pinned" in sys.argv
-    args = [a for a in sys.argv[1:] if a != "--pinned"]
-    target = Path(args[0]) if args else (GOLDEN_PINNED if pinned else GOLDEN)
-    cases = record_pinned() if pinned else record()
-    target.write_text(json.dumps(cases, indent=0, sort_keys=True, ensure_ascii=False) + "\n")
-    print(f"recorded {len(cases)} cases in {target}")
+def test_every_forwarded_message_has_a_known_kind_in_the_recorded_cases(golden):
+    """The readable lines name what each message is: no case needs the `rewritten` fallback,
+    and each kind but that one shows up somewhere."""
+    kinds = {line.split()[1] for case in golden.values() for line in case["messages"]}
+    assert "rewritten" not in kinds
+    assert {"instruction", "current", "verbatim", "shortened", "block:summary",
+            "block:profile", "block:memory"} <= kinds
