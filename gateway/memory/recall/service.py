@@ -168,10 +168,11 @@ class MemoryService:
         with their version counters. The pipeline runs it beside loading the transcript.
 
         `query`: the question as the client's messages show it. Its embedding starts now, on
-        the embedding thread, while the store answers and the transcript is reconciled (the
-        largest single cost of a recall, ~2.5 ms, overlapped instead of added); it is wasted
-        on a conversation with nothing to recall yet. The snapshot must be passed to
-        `context_for` or `discard`ed, which awaits or cancels that embedding."""
+        the embedding thread, while the store answers and the transcript is reconciled
+        (overlapped instead of added); it is wasted on a conversation with nothing to recall
+        yet. The snapshot must be passed to `context_for` or `discard`ed, which awaits or
+        cancels that embedding. (why: docs/decisions.md, "The query's embedding starts with
+        the snapshot")"""
         embedding, need = None, search_need(query, recall)
         user = reads_user_memory(key, recall)
         if need is not None:
