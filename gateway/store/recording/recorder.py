@@ -96,7 +96,7 @@ class Recorder:
                  gap_clock: Callable[[], float] = time.monotonic,
                  jobs: JobMetrics | None = None,
                  encryption: Encryption = NO_ENCRYPTION, shard: int = 0):
-        """`gap_clock`: the seconds `gap_timeout_ms` is measured on (a test steps it).
+        """`gap_clock`: the clock (seconds) `gap_timeout_ms` is counted on; a test steps it.
         `jobs`: where apply latency and retries are counted for /metrics (none: nowhere).
         `shard`: the shard whose record stream this recorder consumes (a cluster has one
         stream per shard, each consumed by a recorder of its own: see ShardedRecorder)."""
