@@ -30,6 +30,7 @@ from gateway.http.door import client_disconnected, read_body
 from gateway.memory.control import MemoryControl
 from gateway.memory.export import Export
 from gateway.memory.importing import HistoryImport, ImportErased
+from gateway.memory.records.brief_store import BriefStore, brief_json
 from gateway.memory.records.pin_store import PinLimitReached
 from gateway.memory.records.settings_store import UserSettings
 from gateway.pipeline.chat_request import parse_body
@@ -248,6 +249,19 @@ async def delete_conversation(request: Request) -> Response:
     return _deleted("conversation", key.conversation, disk)
 
 
+async def get_brief(request: Request) -> Response:
+    """What the model is told about the user in this conversation: its memory brief."""
+    gateway, tenant, user = _owner(request, anonymous=True)
+    key = _conversation(request, tenant, user)
+    control = _control(gateway)
+    if not await control.exists(key):
+        raise _no_conversation(key)
+    stored = await BriefStore(control.redis, control.keys,
+                              encryption=control.store.encryption).get(key)
+    return JSONResponse({"object": "memory.brief", "conversation": key.conversation,
+                         **(brief_json(stored) or {"content": None, "tokens": 0})})
+
+
 async def list_chunks(request: Request) -> Response:
     gateway, tenant, user = _owner(request, anonymous=True)
     key = _conversation(request, tenant, user)
@@ -435,6 +449,7 @@ memory_routes = [
     Route("/v1/memory/conversations", _guarded(list_conversations), methods=["GET"]),
     Route(_CONVERSATION, _guarded(get_conversation), methods=["GET"]),
     Route(_CONVERSATION, _guarded(delete_conversation), methods=["DELETE"]),
+    Route(_CONVERSATION + "/brief", _guarded(get_brief), methods=["GET"]),
     Route(_CONVERSATION + "/chunks", _guarded(list_chunks), methods=["GET"]),
     Route(_CONVERSATION + "/chunks/{chunk_id}", _guarded(delete_chunk), methods=["DELETE"]),
     Route("/v1/memory/export", _guarded(export), methods=["GET"]),

@@ -301,6 +301,9 @@ def openapi() -> Json:
                                not_found=True, anonymous=True),
                 "delete": _memory("Delete a conversation and what memory owes to it",
                                   path=(_CONVERSATION,), not_found=True, anonymous=True)},
+            conversation + "/brief": {"get": _memory(
+                "The conversation's memory brief: what the model is told about the user",
+                path=(_CONVERSATION,), not_found=True, anonymous=True)},
             conversation + "/chunks": {"get": _memory(
                 "Summary chunks with their sources", path=(_CONVERSATION,), not_found=True,
                 anonymous=True)},

@@ -32,6 +32,7 @@ from gateway.memory.control import (
     source_json,
     message_json,
 )
+from gateway.memory.records.brief_store import BriefStore, brief_json
 from gateway.memory.records.pin_store import pin_json
 from gateway.memory.records.topic_store import topic_json
 from gateway.memory.pages import PAGE, MessagePages
@@ -120,8 +121,11 @@ class Export:
             index += 1
         pins = [pin_json(p) for p in await self.control.pin_store.list(key)]
         topics = [topic_json(t) for t in (await self.control.topic_store.load(key)).segments]
+        brief = brief_json(await BriefStore(self.redis, self.control.keys,
+                                            encryption=self.store.encryption).get(key))
         yield (b'],"chunks":' + _dumps([chunk_json(c, chunk_sources) for c in chunks])
-               + b',"pins":' + _dumps(pins) + b',"topics":' + _dumps(topics) + b"}")
+               + b',"pins":' + _dumps(pins) + b',"topics":' + _dumps(topics)
+               + b',"brief":' + _dumps(brief) + b"}")
 
     async def _pending(self, key: ConversationKey) -> list[Json]:
         """Turns received and not yet applied, by seq (`HSCAN`: a page at a time)."""

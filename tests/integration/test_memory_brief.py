@@ -150,3 +150,22 @@ def test_the_profile_of_the_users_other_conversations_is_in_a_new_conversations_
     (brief,) = briefs(sent)
     assert "bullet" in brief and sent[0]["content"] == brief
     assert [m for m in sent[1:] if m["role"] == "system"] == []  # no profile block after
+
+
+def test_the_user_control_api_and_the_export_show_the_brief(gateway_url):
+    remember(gateway_url)
+    sent, _ = chat(gateway_url, [{"role": "system", "content": SYSTEM},
+                                 {"role": "user", "content": "What is my name?"}], "new",
+                   "ursula")
+    api = {"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "ursula"}
+    shown = httpx.get(gateway_url + "/v1/memory/conversations/new/brief", headers=api,
+                      timeout=30).json()
+    assert shown["object"] == "memory.brief" and shown["content"] == sent[1]["content"]
+    assert shown["tokens"] > 0 and shown["budget"] == 400 and shown["item_ids"]
+    exported = httpx.get(gateway_url + "/v1/memory/export", headers=api, timeout=30).json()
+    by_id = {c["id"]: c for c in exported["conversations"]}
+    assert by_id["new"]["brief"]["content"] == sent[1]["content"]
+    assert by_id["earlier"]["brief"] is not None  # made at its first request (no memory yet)
+    other = {"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "victor"}
+    assert httpx.get(gateway_url + "/v1/memory/conversations/new/brief", headers=other,
+                     timeout=30).status_code == 404

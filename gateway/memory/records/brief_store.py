@@ -76,3 +76,15 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def brief_json(stored: StoredBrief | None) -> dict[str, Any] | None:
+    """The brief as the user control API and the export show it (None: none made yet):
+    `content`, what the model is told (null for an empty brief), its `tokens`, the recalled
+    `item_ids` it shows, whether it shows the `profile`, the `budget` it was made within and
+    when it was made (`made_at`, epoch seconds)."""
+    if stored is None:
+        return None
+    b = stored.brief
+    return {"content": b.text or None, "tokens": b.tokens, "item_ids": list(b.item_ids),
+            "profile": b.profile, "budget": stored.budget, "made_at": stored.made_at}
