@@ -2,11 +2,12 @@
 Messages (gateway/http/anthropic.py), Responses (gateway/http/responses.py) — and the pieces of
 it: a request's log, its body read under the size limit, its conversation and user.
 
-`serve(request, door)`: authenticate the gateway key, read and parse the body, name the
-conversation, run the pipeline (prepare, then stream or complete), log the request once, and
-answer — a `GatewayError` anywhere in its dialect's error shape. A `Door` says only what
-differs between dialects: where the key comes from, how the body is parsed, how the
-conversation is named, how a stream is written and an answer shaped.
+`serve(request, door)`: authenticate the gateway key, read and parse the body (a large one
+on a worker thread: gateway/pipeline/off_loop.py), name the conversation, run the pipeline
+(prepare, then stream or complete), log the request once, and answer — a `GatewayError`
+anywhere in its dialect's error shape. A `Door` says only what differs between dialects: where
+the key comes from, how the body is parsed, how the conversation is named, how a stream is
+written and an answer shaped.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ async def serve(request: Request, door: Door) -> Response:
         tenant, key_digest = gateway.tenants.authenticate_key(door.authorization(request))
         log.tenant = tenant.name
         raw = await read_body(request, gateway.config.server.max_body_bytes)
-        chat = door.parse(parse_body(raw), tenant, request)
+        off_loop = gateway.pipeline.off_loop
+        chat = await off_loop.run("parse", parsed, door, raw, tenant, request) \
+            if off_loop.large_body(len(raw)) else parsed(door, raw, tenant, request)
         log.model, log.stream = chat.model, chat.stream
         key, persist = await door.identify(request, tenant, chat)
         log.user, log.conversation = (key.user, key.conversation) if key else (chat.user, None)
@@ -95,6 +98,11 @@ async def serve(request: Request, door: Door) -> Response:
         return door.error(exc, log.headers())
     gateway.pipeline.finish(log)
     return door.respond(answer, log.headers())
+
+
+def parsed(door: Door, raw: bytes, tenant: Tenant, request: Request) -> ChatRequest:
+    """The body read as the door's request (run off the loop for a large body)."""
+    return door.parse(parse_body(raw), tenant, request)
 
 
 def request_log(request: Request, gateway: Gateway) -> RequestLog:
@@ -143,12 +151,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
-    body = bytearray()
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+        if not chunk:
+            continue
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
             raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
-    return bytes(body)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy at most
 
 
 class UnicodeSafeJSON(JSONResponse):

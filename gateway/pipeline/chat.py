@@ -28,13 +28,14 @@ from gateway.core.dialects.anthropic_outbound import kept_marks, tool_result_mar
 from gateway.core.context.pinned import marked_pins
 from gateway.core.spend import Price, TurnUsage, money, read_usage, turn_usage
 from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
-from gateway.core.context.rewrite import RewriteRequest, rewrite, split_current
+from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite, split_current
 from gateway.core.context.tool_loop import instruction_text
 from gateway.core.text.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import BadRequest, UpstreamError
 from gateway.pipeline.brief import Briefs
 from gateway.pipeline.history_costs import HistoryCosts
+from gateway.pipeline.off_loop import OffLoop
 from gateway.memory.recall.service import MemorySnapshot, RecallSettings
 from gateway.ops.observability import Metrics, RequestLog
 from gateway.ports import (ConversationStore, StreamChunk, Upstream, UpstreamCall,
@@ -104,7 +105,8 @@ class Pipeline:
                  limiter: RateLimiter | None = None,
                  history: RequestHistory | None = None,
                  prices: Mapping[tuple[str, str], Price | None] | None = None,
-                 clock: Callable[[], float] = time.time, briefs: Briefs | None = None):
+                 clock: Callable[[], float] = time.time, briefs: Briefs | None = None,
+                 off_loop: OffLoop | None = None):
         self.store = store
         self.upstream = upstream
         self.tokenizer_for = tokenizer_for
@@ -127,6 +129,8 @@ class Pipeline:
         self.prices = prices or {}
         """(tenant, model alias) → its price (gateway/upstream/prices.py); absent: unknown."""
         self._hints: dict[tuple[str, str], CacheHint | None] = {}
+        self.off_loop = off_loop or OffLoop(metrics.off_loop_steps)
+        """Where a large request's heavy steps run (the door's parse too)."""
         self.briefs = briefs
         """None: no conversation has a memory brief (gateway/pipeline/brief.py)."""
 
@@ -215,7 +219,9 @@ class Pipeline:
         `Rewrite.stable_messages`). `kept`: the client's messages (`incoming`) with one-shot
         ones as placeholders — the same tuple when there is none: reconciled and recorded in
         that form, while the model sees the client's own."""
-        reconciliation = reconcile(kept, stored)
+        large = self.off_loop.large_conversation(len(kept) + len(stored))
+        reconciliation = await self.off_loop.run("reconcile", reconcile, kept, stored) \
+            if large else reconcile(kept, stored)
         cap = tenant.request_limits.max_stored_messages
         if len(reconciliation.new) > cap:
             # The one thing the stored-messages cap refuses: a turn it could never hold (older
@@ -240,13 +246,16 @@ class Pipeline:
                                              tokenizer, log)
         started = time.perf_counter()
         history_ids = reconciliation.conversation_ids[:len(history)]
-        # The ids name the kept form: restored one-shot messages are counted as they are.
-        costs = self.history_costs.costs(history, history_ids, tokenizer) \
-            if kept is incoming and len(history_ids) == len(history) else None
-        result = rewrite(RewriteRequest(
-            instructions=chat.instructions, history=history, current=current,
-            policy=tenant.policy, memory=memory, history_ids=history_ids,
-            history_costs=costs), tokenizer)
+
+        def rewritten() -> Rewrite:
+            # The ids name the kept form: restored one-shot messages are counted as they are.
+            costs = self.history_costs.costs(history, history_ids, tokenizer) \
+                if kept is incoming and len(history_ids) == len(history) else None
+            return rewrite(RewriteRequest(
+                instructions=chat.instructions, history=history, current=current,
+                policy=tenant.policy, memory=memory, history_ids=history_ids,
+                history_costs=costs), tokenizer)
+        result = await self.off_loop.run("rewrite", rewritten) if large else rewritten()
         log.rewrite_ms = log.step("rewrite", started)
         log.reconcile = reconciliation.kind
         log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
