@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gateway.config.extras import MINILM, missing_embedder_packages, model_directory
 from gateway.config.strict import Strict
+from gateway.core.recall.fusion import RRF_K
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import Ranker
 
@@ -83,7 +84,7 @@ class TenantMemoryConfig(Strict):
     """Which recalled turns bring the turn after them: "questions" (turns holding a question
     mark — ?, ？ or ؟ —, whose next turn is their answer) or "all".
     (why: docs/decisions.md#with_successors-after-questions-only-gatewaycorerecallfusionpy)"""
-    recall_rrf_k: int = Field(20, ge=1, le=1000)
+    recall_rrf_k: int = Field(RRF_K, ge=1, le=1000)
     """The k of reciprocal-rank fusion of the dense and lexical rankings (smaller: the top
     ranks of each weigh more)."""
     recall_chunks: bool = False
