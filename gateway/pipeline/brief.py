@@ -7,11 +7,11 @@ request that makes it (the opening message, when the conversation is new) — th
 it may hold what other conversations said) and the items from outside the conversation (the
 user's other conversations, facts), best first (gateway/core/context/brief.py). It is stored
 when the request's turn is (`persist`); a request that is not stored (a probe) gets the brief
-it would have made. The request that makes it shows after the history what was recalled for
-its message and did not fit the brief (as recall for any message does); later requests read
-the stored brief — a stateless client resending its whole history gets the same bytes — and
-recall from outside the conversation only for messages that ask about the past. Store
-failures fail open: the request goes on with the memory it had, the log says why.
+it would have made. Later requests read the stored brief — a stateless client resending its
+whole history gets the same bytes. Every request of the conversation, the first included,
+recalls from outside it only when its message asks about the past (what did not fit the
+brief is not shown otherwise). Store failures fail open: the request goes on with the memory
+it had, the log says why.
 """
 
 from __future__ import annotations
@@ -63,11 +63,9 @@ class Briefs:
         if budget <= 0 or not isinstance(snapshot, MemorySnapshot) or not snapshot.memory:
             return memory
         log.brief_tokens = 0
-        made = False
         try:
             stored = await self.store.get(key)
             if stored is None or stored.budget != budget:
-                made = True
                 profile = memory.profile if memory.profile_elsewhere else None
                 brief = make_brief(profile, [r for r in memory.recalled if outside(r)], budget,
                                    tokenizer, framing_for([query]))
@@ -78,10 +76,8 @@ class Briefs:
             logger.warning("memory brief unavailable for request %s: %r", log.request_id, exc)
             log.memory_error = repr(exc)
             return memory
-        # The request that makes the brief recalled for its own message: what did not fit the
-        # brief is shown after the history, this once.
-        return with_brief(memory, stored.brief,
-                          asks_past=made or memory_need(query) is Need.PAST, outside=outside)
+        return with_brief(memory, stored.brief, asks_past=memory_need(query) is Need.PAST,
+                          outside=outside)
 
 
 def outside(item: Recollection) -> bool:
