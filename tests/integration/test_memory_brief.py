@@ -169,3 +169,17 @@ def test_the_user_control_api_and_the_export_show_the_brief(gateway_url):
     other = {"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "victor"}
     assert httpx.get(gateway_url + "/v1/memory/conversations/new/brief", headers=other,
                      timeout=30).status_code == 404
+
+
+def test_the_console_shows_the_brief_as_text(redis_url):
+    from tests.support import console
+
+    xss = "I said <script>alert(1)</script> about my name Zorblax."
+    with running_gateway(console.console_config(redis_url, facts_k=5)) as url:
+        console.chat(url, "erin", "c1", [{"role": "user", "content": NAME}])
+        console.chat(url, "erin", "c1", [{"role": "user", "content": xss}])
+        console.chat(url, "erin", "c2", [{"role": "user", "content": "What is my name?"}])
+        page = console.signed_in(url).get("/console/t/acme/u/erin/c/c2").text
+    shown = page[page.index("<h2>Memory brief</h2>"):page.index("<h2>Pinned messages</h2>")]
+    assert 'class="brief"' in shown and "Zorblax Canary" in shown
+    assert "<script>" not in shown and "&lt;script&gt;" in shown

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from gateway.core.memory.facts import Fact, fact_text
 from gateway.core.ids import ConversationKey
 from gateway.memory.control import MemoryControl
+from gateway.memory.records.brief_store import BriefStore, brief_json
 from gateway.memory.records.pin_store import pin_json
 from gateway.pipeline.request_history import last_request, recent_requests
 from gateway.store.keys import KeySpace, _part
@@ -111,9 +112,9 @@ async def user_view(control: MemoryControl, tenant: str, user: str) -> Json:
 
 async def conversation_view(control: MemoryControl, redis: aioredis.Redis,
                             key: ConversationKey) -> Json | None:
-    """The transcript, its summary chunks, pins and topics, and its last request with the
-    recalled items resolved to their text where the store still has them; None if there is
-    no such conversation."""
+    """The transcript, its memory brief, summary chunks, pins and topics, and its last
+    request with the recalled items resolved to their text where the store still has them;
+    None if there is no such conversation."""
     view = await control.conversation(key)
     if view is None:
         return None
@@ -132,8 +133,9 @@ async def conversation_view(control: MemoryControl, redis: aioredis.Redis,
     recalled = [{**item, "text": texts.get(item.get("id", ""))}
                 for item in (last or {}).get("recalled_items", [])]
     topics = await control.topics(key) or {}
+    brief = await BriefStore(redis, control.keys, encryption=control.store.encryption).get(key)
     return {**view, "chunks": chunks, "pins": pins, "last_request": last,
-            "recalled": recalled, "topics": topics.get("data", [])}
+            "recalled": recalled, "topics": topics.get("data", []), "brief": brief_json(brief)}
 
 
 async def request_log(redis: aioredis.Redis, keys: KeySpace, tenant: str,
