@@ -9,6 +9,7 @@ the `fake/echo-messages` upstream answers with the messages it received."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Iterator
 
 import anthropic
@@ -17,7 +18,10 @@ import openai
 import pytest
 import redis
 
+from gateway.core.messages import Message
+from gateway.core.text.tokens import count_message
 from gateway.memory.records.keys import MemoryKeySpace
+from gateway.tokenizer import tokenizer_for_model
 from tests.support.gateway import KEYS, conversation_key, forwarded, gateway_config, \
     running_gateway
 
@@ -183,3 +187,31 @@ def test_the_console_shows_the_brief_as_text(redis_url):
     shown = page[page.index("<h2>Memory brief</h2>"):page.index("<h2>Pinned messages</h2>")]
     assert 'class="brief"' in shown and "Zorblax Canary" in shown
     assert "<script>" not in shown and "&lt;script&gt;" in shown
+
+
+def test_the_log_line_counts_the_briefs_tokens(gateway_url, caplog):
+    from gateway.ops.logs import JsonFormatter
+
+    remember(gateway_url)
+    with caplog.at_level(logging.INFO):
+        sent, _ = chat(gateway_url, [{"role": "system", "content": SYSTEM},
+                                     {"role": "user", "content": "What is my name?"}], "new",
+                       "ursula")
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records]
+    (line,) = [x for x in lines if x.get("event") == "chat_completion"
+               and x.get("conversation") == "new"]
+    assert line["brief_tokens"] > 0
+    assert line["brief_tokens"] == count_message(Message.from_openai(sent[1]),
+                                                 tokenizer_for_model("fake/echo-messages"))
+
+
+@pytest.mark.parametrize("memory", [{"scope": "conversation"}, {"brief_tokens": 0}])
+def test_no_brief_when_scoped_to_conversations_or_with_no_budget(redis_url, memory):
+    with running_gateway(gateway_config(redis_url, tenant={"memory": memory})) as url:
+        remember(url)
+        sent, _ = chat(url, [{"role": "system", "content": SYSTEM},
+                             {"role": "user", "content": "What is my name?"}], "new", "ursula")
+        assert briefs(sent) == []
+        api = {"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "ursula"}
+        assert httpx.get(url + "/v1/memory/conversations/new/brief", headers=api,
+                         timeout=30).json()["content"] is None
