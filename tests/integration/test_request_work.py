@@ -22,6 +22,7 @@ import redis.asyncio.client
 import tiktoken
 
 from bench.dialects import in_dialect
+from gateway.core.recall import ranking, recollection
 from gateway.core.text import days
 from gateway.memory.search.embedding import EmbeddingService
 from tests.support.gateway import KEYS, gateway_config, running_gateway
@@ -44,6 +45,7 @@ CEILING = {
     "embedded_texts": 1,  # the question, once
     "store_round_trips": 6,
     "tokenised_chars": 2_000,  # the question and the reply; never a stored turn (~250 each)
+    "speaker_scans": 0,  # a stored turn's speaker labels are read when its item is decoded
 }
 """Per warm request, whatever the history's length."""
 
@@ -62,6 +64,8 @@ class Counts:
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.seen: Counter[str] = Counter()
         self._wrap(monkeypatch, days, "find_dates", "find_dates")
+        for module in (recollection, ranking):  # each holds the function by name
+            self._wrap(monkeypatch, module, "speaker_labels", "speaker_scans")
         self._wrap(monkeypatch, EmbeddingService, "_embed", "embedded_texts",
                    lambda texts, **_: len(texts))
         self._wrap(monkeypatch, tiktoken.Encoding, "encode_ordinary", "tokenised_chars",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.config.context import ContextConfig
 from gateway.config.memory import TenantMemoryConfig
 from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.need import Need
-from gateway.core.recall.relevance import above_floor, with_relevance
+from gateway.core.recall.relevance import above_floor, relevances, with_relevance
 from gateway.memory.embedders.hashing import HashEmbedder
 from gateway.memory.recall.service import RecallSettings, search_need
 
@@ -28,6 +30,21 @@ def test_an_item_is_as_relevant_as_its_own_dense_similarity_or_its_neighbours():
                             [("t1", "t2"), ("t2", "t3")])
     # t2 was no dense hit: it is the answer after t1 (and the context before t3).
     assert relevance(marked) == {"t1": 0.7, "t2": 0.7, "t3": 0.2, "t9": 0.1}
+
+
+IDS = st.sampled_from([f"t{n}" for n in range(8)])
+
+
+@given(st.lists(IDS, max_size=8), st.dictionaries(IDS, st.floats(-1, 1), max_size=8),
+       st.lists(st.tuples(IDS, IDS), max_size=12))
+def test_relevance_is_the_best_of_its_own_and_its_direct_neighbours_similarity(ids, sims,
+                                                                              pairs):
+    # Spelled out from the definition: a neighbour's neighbour never counts.
+    lowest = min(sims.values(), default=0.0)
+    expected = {i: max([sims.get(i, lowest)]
+                       + [sims.get(b if a == i else a, lowest) for a, b in pairs if i in (a, b)])
+                for i in ids} if sims else {}
+    assert relevances(ids, sims, pairs) == expected
 
 
 def test_an_item_found_lexically_only_gets_the_lowest_dense_hits_similarity():

@@ -37,10 +37,11 @@ import math
 import re
 from dataclasses import dataclass
 from operator import mul
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gateway.core.recall.fusion import asks
 from gateway.core.recall.recollection import Recollection
+from gateway.core.recall.speakers import SPEAKER_LABEL, speaker_labels  # noqa: F401 — re-exported
 from gateway.core.text.days import UNREAD, Unread, day_key, day_of, mentions_day, named_days
 
 FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
@@ -58,8 +59,6 @@ CANDIDATES = 300
 """The most fused candidates the ranking weighs, best first (a count; the ranking's cost is
 per candidate). (why: docs/decisions.md#candidates--300-gatewaycorerecallrankingpy)"""
 
-SPEAKER_LABEL = re.compile(r"^(?:\[[^\]\n]*\] )?([^\W\d][\w .'-]{0,39})[:：]", re.MULTILINE)
-"""A line's speaker label (`Ada: ...`, `王磊：...`, after a date anchor `[<date>] ` if any)."""
 _LATIN = "A-Za-z0-9\u00c0-\u024f"
 _FIRST_PERSON = re.compile(r"(?i:\b(?:i|me|my|mine|myself|i'm|i've|i'd)\b)|我")
 _QUESTION_READ = 400
@@ -67,9 +66,9 @@ _QUESTION_READ = 400
 the question stands (a long message costs no more)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """What the recaller knows of one candidate turn (None: not found by that search)."""
+class Candidate(NamedTuple):
+    """What the recaller knows of one candidate turn (None: not found by that search).
+    Immutable; one is made per candidate per request (`gather`), so it is a tuple."""
 
     id: str
     text: str
@@ -91,11 +90,11 @@ class Candidate:
     """Who said it ("user", "assistant"), when known."""
     day: datetime.date | None | Unread = UNREAD
     """The day it was said on (`core.text.days.day_of` of its text; None: no day): given by
-    `gather` from its item (derived once per stored item), else derived from `text` here."""
-
-    def __post_init__(self) -> None:
-        if self.day is UNREAD:
-            object.__setattr__(self, "day", day_of(self.text))
+    `gather` from its item (derived once per stored item); UNREAD: derived from `text` when a
+    question names a day."""
+    speakers: tuple[str, ...] | Unread = UNREAD
+    """Its speaker labels (`core.recall.speakers`): given by `gather` from its item (derived
+    once per stored item); UNREAD: derived from `text` when ranked."""
 
 
 class Neighbours(Protocol):
@@ -130,7 +129,7 @@ def gather(fused: Sequence[tuple[str, float]], items: Mapping[str, Recollection]
             i, item.text, item.position, score, similarity.get(i), dense_rank(i),
             found[0] if found else None, found[1] if found else None,
             link.previous if link else None, link.following if link else None,
-            item.kind == "turn", item.role, item.day))
+            item.kind == "turn", item.role, item.day, item.speakers))
     return out
 
 
@@ -190,25 +189,28 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     first_person = _FIRST_PERSON.search(query[-_QUESTION_READ:]) is not None
     sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
     rows = []
-    for c in candidates:  # hot: once per candidate; .get(None) gives the default
-        own = sim(c.id, floor)
+    for (i, text, position, fused, _, dense_rank, _, lexical_rank, previous, following, _,
+         role, _, speakers) in candidates:  # hot: once per candidate; .get(None): the default
+        own = sim(i, floor)
+        if speakers is UNREAD:
+            speakers = speaker_labels(text)
         rows.append((
             own,
-            RANK_K / (RANK_K + c.dense_rank) if c.dense_rank is not None else 0.0,
-            lex(c.id, 0.0),
-            RANK_K / (RANK_K + c.lexical_rank) if c.lexical_rank is not None else 0.0,
-            sim(c.following, floor),
-            lex(c.following, 0.0),
-            float(asking[c.id]),
-            float(ask(c.previous, False)),
-            float(_speaker_named(c.text, query, named)),
-            log1p(len(c.text)),
-            (c.position - lo) / span if span and c.position >= 0 else 0.0,
-            c.fused,
+            RANK_K / (RANK_K + dense_rank) if dense_rank is not None else 0.0,
+            lex(i, 0.0),
+            RANK_K / (RANK_K + lexical_rank) if lexical_rank is not None else 0.0,
+            sim(following, floor),
+            lex(following, 0.0),
+            1.0 if asking[i] else 0.0,
+            1.0 if ask(previous, False) else 0.0,
+            1.0 if speakers and _speaker_named(speakers, query, named) else 0.0,
+            log1p(len(text)),
+            (position - lo) / span if span and position >= 0 else 0.0,
+            fused,
             own - best,
-            sim(c.previous, floor),
-            on_day(c.id, 0.0),
-            float(first_person and c.role == "user"),
+            sim(previous, floor),
+            on_day(i, 0.0),
+            1.0 if first_person and role == "user" else 0.0,
         ))
     return rows
 
@@ -219,7 +221,8 @@ def _on_named_day(query: str, candidates: Sequence[Candidate]) -> Callable[..., 
     `day` (the day the lexical index gives the turn): no candidate's text is read here."""
     if not mentions_day(query):
         return {}.get
-    days = {c.id: c.day for c in candidates if isinstance(c.day, datetime.date)}
+    days = {c.id: day for c in candidates
+            if isinstance(day := day_of(c.text) if c.day is UNREAD else c.day, datetime.date)}
     wanted = set(named_days(query, max(days.values(), default=None)))
     return {i: 1.0 for i, day in days.items() if day_key(day.month, day.day) in wanted}.get
 
@@ -227,19 +230,12 @@ def _on_named_day(query: str, candidates: Sequence[Candidate]) -> Callable[..., 
 def speaker_named(text: str, query: str) -> bool:
     """Whether one of `text`'s speaker labels is a name `query` contains (whole words in
     Latin script; Chinese and Japanese names border other characters)."""
-    return _speaker_named(text, query, {})
+    return _speaker_named(speaker_labels(text), query, {})
 
 
-def _speaker_named(text: str, query: str, known: dict[str, bool]) -> bool:
-    """`speaker_named`, with the answer per label memoised in `known` (for one query)."""
-    # A label ends in a colon (one scan in C); most turns are one line, and a match at the
-    # start is cheaper than a search of every line.
-    if ":" not in text and "\uff1a" not in text:
-        return False
-    if "\n" in text:
-        labels = SPEAKER_LABEL.findall(text)
-    else:
-        labels = [m.group(1)] if (m := SPEAKER_LABEL.match(text)) else []
+def _speaker_named(labels: tuple[str, ...], query: str, known: dict[str, bool]) -> bool:
+    """`speaker_named` of a text with these `labels`, the answer per label memoised in `known`
+    (for one query)."""
     for label in labels:
         answer = known.get(label)
         if answer is None:

@@ -6,6 +6,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Literal
 
+from gateway.core.recall.speakers import speaker_labels
 from gateway.core.text.days import UNREAD, Unread, day_of
 
 RecollectionKind = Literal["turn", "chunk", "fact"]
@@ -41,18 +42,26 @@ class Recollection:
     day, and always for a fact). Derived from `text` once, when the item is made, unless given:
     `dataclasses.replace` carries it, so a recall that re-places and re-scores its items never
     reads a date again."""
+    speakers: tuple[str, ...] | Unread = UNREAD
+    """The speaker labels of a turn's or chunk's lines (`core.recall.speakers`; empty for a
+    fact), derived from `text` once, when the item is made, unless given, and carried like
+    `day`."""
 
     def __post_init__(self) -> None:
         if self.day is UNREAD:
             object.__setattr__(self, "day", day_of(self.text) if self.kind != "fact" else None)
+        if self.speakers is UNREAD:
+            object.__setattr__(self, "speakers",
+                               speaker_labels(self.text) if self.kind != "fact" else ())
 
     def changed(self, *, position: int | None = None, score: float | None = None,
                 relevance: float | None = None) -> Recollection:
         """This item at another `position`, with another `score` or `relevance` (the ones
-        given); everything else, its day included, as it is. Built by the constructor directly:
-        recall re-places and re-scores every candidate of every request."""
+        given); everything else, its day and speakers included, as it is. Built by the
+        constructor directly: recall re-places and re-scores every candidate of every
+        request."""
         return Recollection(self.kind, self.id, self.text, self.source_ids,
                             self.position if position is None else position,
                             self.score if score is None else score,
                             self.relevance if relevance is None else relevance,
-                            self.role, self.day)
+                            self.role, self.day, self.speakers)

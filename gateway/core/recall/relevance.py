@@ -41,25 +41,32 @@ from gateway.core.recall.recollection import Recollection
 
 def with_relevance(items: Iterable[Recollection], similarity: Mapping[str, float],
                    adjacent: Iterable[tuple[str, str]]) -> tuple[Recollection, ...]:
-    """`items` with `relevance` set. `similarity`: the dense hits' similarities by id;
-    `adjacent`: pairs of ids of consecutive turns (earlier, later), where known — only the
-    pairs that hold one of `items` are weighed (a recall's links hold every turn it read)."""
-    if not similarity:
-        return tuple(items)
+    """`items` with `relevance` set (`relevances`)."""
     items = tuple(items)
+    if not similarity:
+        return items
+    relevance = relevances([item.id for item in items], similarity, adjacent)
+    return tuple(item.changed(relevance=relevance[item.id]) for item in items)
+
+
+def relevances(ids: Iterable[str], similarity: Mapping[str, float],
+               adjacent: Iterable[tuple[str, str]]) -> dict[str, float]:
+    """The relevance of each of `ids`: the largest dense similarity of itself and of its
+    neighbours, the lowest dense hit's standing in for any that was no hit; empty when there
+    is no dense hit (relevance unknown). `similarity`: the dense hits' similarities by id;
+    `adjacent`: pairs of ids of consecutive turns (earlier, later), where known — only the
+    pairs that hold one of `ids` are weighed (a recall's links hold every turn it read)."""
+    if not similarity:
+        return {}
     lowest = min(similarity.values())
     sim = similarity.get
-    wanted = {item.id for item in items}
-    best: dict[str, float] = {}
+    best = {i: sim(i, lowest) for i in ids}
     for earlier, later in adjacent:  # a neighbour's similarity counts for both
-        if earlier not in wanted and later not in wanted:
-            continue
-        shared = max(sim(earlier, lowest), sim(later, lowest))
-        for i in (earlier, later):
-            if best.get(i, shared) <= shared:
-                best[i] = shared
-    return tuple(item.changed(relevance=max(sim(item.id, lowest), best.get(item.id, lowest)))
-                 for item in items)
+        if earlier in best and best[earlier] < (other := sim(later, lowest)):
+            best[earlier] = other
+        if later in best and best[later] < (other := sim(earlier, lowest)):
+            best[later] = other
+    return best
 
 
 def above_floor(items: Sequence[Recollection], floor: float | None,

@@ -54,7 +54,7 @@ from gateway.core.recall.ranking import CANDIDATES as RANKED
 from gateway.core.recall.ranking import DEPTH as RANKER_DEPTH
 from gateway.core.recall.ranking import Neighbours, Ranker, gather
 from gateway.core.recall.recollection import Recollection
-from gateway.core.recall.relevance import with_relevance
+from gateway.core.recall.relevance import relevances
 from gateway.core.memory.topics import boost_same_topic, same_topic
 from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.records.keys import MemoryKeySpace
@@ -223,9 +223,11 @@ class Recaller:
                              version=namespaces.user_version, tool_results=tool_results))
         items = _usable(_placed(own_items.items | own_more.items,
                                 user_items.placed + user_more.placed), exclude_ids)
-        return list(with_relevance(
-            [_scored(items[i], score) for i, score in with_successors(fused, following)
-             if i in items], dict(dense_hits), _adjacent(links)))
+        chosen = [(i, score) for i, score in with_successors(fused, following) if i in items]
+        relevance = relevances([i for i, _ in chosen], dict(dense_hits), _adjacent(links))
+        # Each item re-made once, with its score and its relevance (None: unknown).
+        return [items[i].changed(score=score, relevance=relevance.get(i))
+                for i, score in chosen]
 
     async def _unread(self, key: ConversationKey, namespaces: Namespaces,
                       fused: list[tuple[str, float]], found: set[str],
@@ -299,6 +301,3 @@ def _excluded(item: Recollection, exclude_ids: frozenset[str]) -> bool:
     return item.id in exclude_ids or (bool(item.source_ids)
                                       and exclude_ids.issuperset(item.source_ids))
 
-
-def _scored(item: Recollection, score: float) -> Recollection:
-    return item.changed(score=score)
