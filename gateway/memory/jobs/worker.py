@@ -48,6 +48,7 @@ from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.ops.job_metrics import JobMetrics
 from gateway.memory.jobs.fence import JobFence, JobFenced
+from gateway.memory.jobs.heartbeat import Heartbeat, Stopped
 from gateway.memory.jobs.schedule import taking_turns
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.records.settings_store import SettingsStore, UserSettings
@@ -79,17 +80,6 @@ return 0
 _UNLOCK_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
-"""
-# KEYS: the job's lock, the user's erase tombstone, the conversation's tombstone. ARGV: the
-# lock's token, its time to live (ms), the tombstones the job started with ("" absent).
-# Returns 1 (renewed), 0 (a tombstone changed: the job must stop; not renewed) or -1 (the lock
-# is not ours any more). One slot in a cluster: all three carry the user's hash tag.
-_HEARTBEAT_LUA = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if (redis.call('GET', KEYS[2]) or '') ~= ARGV[3]
-    or (redis.call('GET', KEYS[3]) or '') ~= ARGV[4] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
 """
 
 
@@ -146,8 +136,6 @@ class MemoryWorker:
         and its fence looked at (less than half of `lock_ms`). `slice_messages`: the most new
         messages one run processes (None: all). `window`: how many of the oldest due
         conversations are read at once and taken in turn by tenant."""
-        if heartbeat_seconds * 2000 >= lock_ms:
-            raise ValueError("heartbeat_seconds must be less than half the lock's time")
         if slice_messages is not None and slice_messages < 1:
             raise ValueError("slice_messages must be positive")
         self._redis = redis
@@ -159,7 +147,7 @@ class MemoryWorker:
         self._max_attempts = max_attempts
         self._backoff = backoff_seconds
         self._batch = batch
-        self._heartbeat = heartbeat_seconds
+        self._heartbeat = Heartbeat(redis, seconds=heartbeat_seconds, lock_ms=lock_ms)
         self._slice = slice_messages
         self._window = max(window, batch)
         self._clock = clock
@@ -170,7 +158,6 @@ class MemoryWorker:
         self._done = redis.register_script(_DONE_LUA)
         self._requeue = redis.register_script(_REQUEUE_LUA)
         self._unlock = redis.register_script(_UNLOCK_LUA)
-        self._beat = redis.register_script(_HEARTBEAT_LUA)
         self._failures = _Failures()
         self._published: float | None = None
         self._task: asyncio.Task[None] | None = None
@@ -296,31 +283,15 @@ class MemoryWorker:
 
     async def _run_job(self, key: ConversationKey, fence: JobFence, lock_key: str,
                        token: str) -> Outcome:
-        """Run the job as a task, renewing its lock every heartbeat; cancel it when its
-        fence trips or its lock is lost. Raises what the job raised, unless it was fenced."""
-        job = asyncio.get_running_loop().create_task(self._process(key, fence),
-                                                     name=f"memory-job {key}")
-        stopped: Outcome | None = None
+        """Run the job under its heartbeat (gateway/memory/jobs/heartbeat.py). Raises what the
+        job raised, unless it was fenced."""
         try:
-            while not job.done():
-                await asyncio.wait({job}, timeout=self._heartbeat)
-                if job.done():
-                    break
-                beat = await self._beat(keys=[lock_key, *fence.tombstones],
-                                        args=[token, self._lock_ms,
-                                              *(t or "" for t in fence.seen)])
-                if beat != 1:
-                    stopped = Outcome.FENCED if beat == 0 else Outcome.LOST
-                    await _cancelled(job)
-        finally:
-            if not job.done():  # this worker itself is cancelled (or the heartbeat failed)
-                await _cancelled(job)
-        if stopped is not None:
-            return stopped
-        try:
-            return job.result()
+            result = await self._heartbeat.run(self._process(key, fence), fence, lock_key, token)
         except JobFenced:
             return Outcome.FENCED
+        if result is Stopped.FENCED:
+            return Outcome.FENCED
+        return Outcome.LOST if result is Stopped.LOST else result
 
     async def _process(self, key: ConversationKey, fence: JobFence) -> Outcome:
         settings = await self._settings.get(key.tenant, key.user)
@@ -409,14 +380,6 @@ class MemoryWorker:
             return
         self.dead_lettered += 1
         log.error("memory processing of %s dead-lettered: %s", member, error)
-
-
-async def _cancelled(job: asyncio.Task[Outcome]) -> None:
-    """Cancel `job` and wait until it has ended (what it raised meanwhile is dropped)."""
-    job.cancel()
-    await asyncio.wait({job})
-    if not job.cancelled():
-        job.exception()  # retrieved: it ended on its own before the cancel reached it
 
 
 def _new_since(transcript: tuple[StoredMessage, ...], seen: str | None) -> tuple[StoredMessage, ...]:
