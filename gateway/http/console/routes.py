@@ -35,6 +35,7 @@ from gateway.http.console.views import (
 )
 from gateway.memory.control import MemoryControl
 from gateway.memory.export import Export
+from gateway.memory.records.brief_store import BriefStore
 from gateway.memory.records.facts_store import FactStore
 
 if TYPE_CHECKING:
@@ -216,6 +217,10 @@ class Console:
         # Stated by an operator: certain, and resting on no message of the user.
         await facts.upsert(tenant, user, [dataclasses.replace(
             old, value=value, confidence=1.0, source_ids=())])
+        # The user's conversations' memory briefs are made again, with the new value.
+        await BriefStore(control.redis, control.keys).forget(
+            [ConversationKey(tenant, user, c) for c in await control.conversation_ids(tenant,
+                                                                                     user)])
         return _back_to_user(tenant, user)
 
     async def erase_user(self, request: Request, gateway: Gateway, session: Session) -> Response:
