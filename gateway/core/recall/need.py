@@ -20,9 +20,9 @@ Three answers (`Need`):
 - `OPEN`: anything else: the floor and the gate as configured.
 
 Rules, not a classifier: the formulas of each language as a phrase book would list them, not
-the benchmark's probes (bench/locomo/null_probes.py); measured in bench/README.md ("Messages
-that need no memory"). A general question ("How long should I boil an egg?") is `OPEN`: no
-rule of words tells it from a question about the user's own cooking.
+the benchmark's probes (bench/locomo/null_probes.py); what they keep and drop: bench/README.md
+("Messages that need no memory"). A general question ("How long should I boil an egg?") is
+`OPEN`: no rule of words tells it from a question about the user's own cooking.
 
 Invariants: pure; case-insensitive (but "May", a month only when capitalised); a message with
 any word left beyond the formulas (but one name), or longer than `_PLEASANTRIES_AT_MOST`

@@ -2,11 +2,12 @@
 
 A warm recall reads and decodes the stored entries behind ~100 candidate ids (HMGETs of the
 turns and their links, JSON, decryption) twice per request, per namespace searched (the
-conversation's and, for an identified user, the user's): at 10k turns about 2 ms of the
-request path (bench/recall_latency.py). Those entries change only together with the
-namespace's version counter — every writer of turns, links and chunks bumps it in the same
-transaction — so a map id -> decoded item, started afresh whenever the version a request read
-differs from the one it was filled under, serves them without a round trip.
+conversation's and, for an identified user, the user's; its cost:
+docs/decisions.md#the-entry-cache-gatewaymemoryrecallentry_cachepy). Those entries change
+only together with the namespace's version counter — every writer of turns, links and chunks
+bumps it in the same transaction — so a map id -> decoded item, started afresh whenever the
+version a request read differs from the one it was filled under, serves them without a round
+trip.
 
 A conversation namespace changes mostly by additions — each recorded turn bumps its counter,
 so every request after a turn would start afresh and read ~100 entries again. A turn's entry

@@ -18,7 +18,7 @@ neighbours'). Summary
 chunks are candidates unless `chunks` is false (the tenants' default: bench/README.md, "Learned
 ranking"); then every search is of turns only, so each still contributes its depth of turns.
 
-Neighbours (measured on the LoCoMo dev split, bench/results/memory-ablation.md): a turn's
+Neighbours (what they are worth on the LoCoMo dev split: bench/results/memory-ablation.md): a turn's
 vector embeds it after the turn before it, so a dense hit ranks that previous turn too
 (`fusion.with_context`); and each of the best k that asks something is followed by the turn
 after it in its conversation (`fusion.with_successors`) — a recalled question brings its

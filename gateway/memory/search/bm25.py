@@ -1,10 +1,11 @@
 """An incremental BM25 index: documents added and removed one at a time, scored at query time.
 
 bm25s (used before, and still by the benchmark's plain baselines) precomputes every
-document-token score, so adding one document means rebuilding the whole matrix: ~17 ms at 1k
-turns, ~140 ms at 10k, once per recorded turn in every process that searches the
-conversation. Here the postings are kept as they are and scored when a query comes: adding a
-document costs its own tokens, a query costs the postings of its tokens.
+document-token score, so adding one document means rebuilding the whole matrix, once per
+recorded turn in every process that searches the conversation (its cost:
+docs/decisions.md#an-incremental-bm25-gatewaymemorysearchbm25py). Here the postings are kept
+as they are and scored when a query comes: adding a document costs its own tokens, a query
+costs the postings of its tokens.
 
 Scores equal bm25s's defaults (method "lucene", k1 1.5, b 0.75) over the live documents — a
 test checks it against bm25s on random corpora:

@@ -1,9 +1,11 @@
 """Embedding off the event loop: one dedicated thread runs the (blocking, CPU-bound) model.
 
 Why one thread: the model is CPU-bound numpy; two threads would only fight over the same
-cores and over the GIL between matmuls. Why batching: a sentence encoder embeds a batch of 32
-~1.3x-2.5x faster per sentence than one at a time, so calls that arrive while the thread is
-busy (concurrent requests' queries, the memory worker's turns) are embedded together.
+cores and over the GIL between matmuls. Why batching: a sentence encoder embeds a batch
+faster per sentence than one at a time
+(docs/decisions.md#embedding-batches-gatewaymemorysearchembeddingpy), so calls that arrive
+while the thread is busy (concurrent requests' queries, the memory worker's turns) are
+embedded together.
 
 How batching works, with no background task: every call queues its texts and a future, then
 submits one "drain" job to the single-thread executor. A drain takes queued calls, oldest

@@ -2,13 +2,14 @@
 
 BM25 over Chinese text needs words; the text has no spaces. Character bigrams (the fallback in
 `gateway.core.text.lexical`) match "北京" but also every bigram that straddles two words
-("在北"), so short question-shaped turns share many bigrams with any question. Measured on the
-MemoryBank-zh dev set (bench/README.md, "User–assistant chats in two languages"), dictionary
-words instead of characters and bigrams keep more evidence (simulated, at every budget).
+("在北"), so short question-shaped turns share many bigrams with any question. Dictionary
+words instead of characters and bigrams keep more evidence on the MemoryBank-zh dev set
+(bench/README.md, "User–assistant chats in two languages").
 
 rjieba (the Rust jieba-rs, its dictionary compiled in) loads that dictionary when first
-imported (~1.3 s) and never touches the network or the disk after; `warm()` does it at start-up
-so no request waits for it. A cut of a 50-character run takes ~20 µs.
+imported and never touches the network or the disk after; `warm()` does it at start-up so no
+request waits for it (the load and a cut's cost:
+docs/decisions.md#segmentation-loads-at-start-up-gatewaymemorysearchsegmentationpy).
 
 Invariants: pure in effect (the same run always gives the same words, on any thread); the words
 of a run concatenate to the run.

@@ -1,11 +1,10 @@
 """Stemming of English words for lexical search (Snowball English, through PyStemmer).
 
 BM25 matches tokens exactly, so "researching" would never find "research", nor "camped"
-"camping". Measured on the LoCoMo dev split (simulated hybrid recall at 2,000 tokens):
-stemming keeps +2 points of evidence recall, +9 on multi-hop questions, whose evidence says
-the same thing in other word forms. Only ASCII words are stemmed: the English rules would
-mangle other languages' words, which stay as written (CJK has no inflection to strip);
-numbers stay as written.
+"camping"; multi-hop questions' evidence often says the same thing in other word forms
+(what stemming is worth: docs/decisions.md#stemming-gatewaymemorysearchstemmingpy). Only
+ASCII words are stemmed: the English rules would mangle other languages' words, which stay as
+written (CJK has no inflection to strip); numbers stay as written.
 
 Invariants: a query and a document go through the same function, so they meet at the same
 stems; pure in effect (the same words always give the same stems).

@@ -1,8 +1,9 @@
 """Dense search per namespace: FAISS exact inner product over the vectors kept in the store.
 
-Each namespace's vectors hash is loaded lazily into a `faiss.IndexFlatIP` (exact search: at
-10k vectors a query takes ~0.5 ms, and there is nothing to tune or to get wrong) and cached in
-this process. Every search reads the namespace's version counter (one GET) and refreshes the
+Each namespace's vectors hash is loaded lazily into a `faiss.IndexFlatIP` (exact search:
+nothing to tune or to get wrong; its cost:
+docs/decisions.md#exact-dense-search-gatewaymemorysearchvector_indexpy) and cached in this
+process. Every search reads the namespace's version counter (one GET) and refreshes the
 cached index when it changed — one refresh per namespace at a time; above STALE_OK_ABOVE
 vectors the search does not wait for it and answers from the index as it is.
 
