@@ -189,3 +189,22 @@ def test_default_policy_whole_history_keeps_brief_in_the_prefix():
     b = rewrite(replace(request, history=request.history + request.current
                         + (assistant("Rex is fine"),), current=(user("thanks"),)), TOK)
     assert b.messages[:len(a.messages)] == a.messages  # append-only, brief included
+
+
+def test_anthropic_breakpoints_cover_the_brief():
+    from gateway.core.context.cache_hints import with_cache_hint
+    from gateway.core.ids import ConversationKey
+
+    brief = make_brief("language: English", ITEMS, 200, TOK)
+    request = replace(_request(MemoryContext(brief=brief.message, brief_tokens=brief.tokens)),
+                      policy=ContextPolicy())
+    result = rewrite(request, TOK)
+    body = with_cache_hint({"messages": [m.to_openai() for m in result.messages]},
+                           "cache_control", ConversationKey("t", "u", "c"),
+                           result.stable_messages, 0)
+    marked = [i for i, m in enumerate(body["messages"]) if "cache_control" in repr(m)]
+    # The leading system run ends with the brief: its breakpoint is there, the stable
+    # prefix's at the end of the history.
+    assert marked[0] == 1 and marked[-1] == result.stable_messages - 1
+    assert body["messages"][1]["content"] == [{"type": "text", "text": brief.text,
+                                               "cache_control": {"type": "ephemeral"}}]
