@@ -108,6 +108,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                              "(default), or each brought in by one request to the import "
                              "endpoint (no gateway cost figures then: there are no replay "
                              "requests)")
+    parser.add_argument("--drain-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="how long the recorder and memory worker may take after the "
+                             "histories are in (default: %(default)s; an import leaves all of "
+                             "it to after)")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
@@ -220,13 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                            limit=args.limit, store=args.store, concurrency=args.concurrency,
                            processes=args.gateway_processes,
                            dump=PromptDump(file), overrides=args.overrides, folds=folds,
-                           dialect=args.dialect, settle=args.settle, build=args.build)
+                           dialect=args.dialect, settle=args.settle, build=args.build,
+                           drain_timeout=args.drain_timeout)
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
                        store=args.store, concurrency=args.concurrency,
                        processes=args.gateway_processes, dump=None, overrides=args.overrides,
                        folds=folds, dialect=args.dialect, settle=args.settle,
-                       build=args.build)
+                       build=args.build, drain_timeout=args.drain_timeout)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {

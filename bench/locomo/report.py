@@ -134,7 +134,8 @@ def _by_type(rows: Sequence[Row]) -> list[str]:
             if r is None:
                 return "–"
             if t.endswith("_abs"):
-                return f"recalled {_fmt(r['recalled_tokens_mean'], 0)}"
+                recalled = r["recalled_tokens_mean"]
+                return "–" if recalled is None else f"recalled {_fmt(recalled, 0)}"
             return f"{_fmt(r['evidence_recall'])} ({r['n_evidence']})"
         lines.append(f"| {key[0]} | {key[1] or '–'} | {key[2] or '–'} | "
                      + " | ".join(cell(t) for t in types) + " |")
