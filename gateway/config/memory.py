@@ -219,6 +219,12 @@ class MemoryWorkerConfig(Strict):
     is processed in slices, other conversations taking their turn between them.
     (why: docs/decisions.md#memory-work-in-slices-gatewaymemoryjobsworkerpy)"""
 
+    concurrency: int = Field(1, ge=1, le=32)
+    """How many conversations each worker process's memory worker processes at once (each
+    held by its lock): more lets other conversations go on while a run waits on an LLM
+    (summaries, facts, topics); CPU work (embedding, indexing) still shares the process. For
+    more CPU, run more `gateway worker` processes."""
+
     @model_validator(mode="after")
     def _heartbeat_within_lock(self) -> MemoryWorkerConfig:
         if self.heartbeat_seconds * 2 >= self.lock_seconds:

@@ -186,6 +186,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                           backoff_seconds=worker_config.backoff_seconds,
                           heartbeat_seconds=worker_config.heartbeat_seconds,
                           slice_messages=worker_config.slice_messages,
+                          concurrency=worker_config.concurrency,
                           transcripts=store.applied, clock=clock,
                           tracing=tracing, jobs=jobs, archive=archive)
     service = MemoryService(embedding=embedding, recaller=Recaller(embedding, vectors, lexical,

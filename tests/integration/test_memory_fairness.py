@@ -5,6 +5,7 @@ order of completion, never in time."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -153,3 +154,44 @@ def _gauge(text: str, name: str) -> float:
                          if line.startswith(name + " ")]
     assert len(values) == 1, text
     return float(values[0])
+
+
+class Held:
+    """A step that holds the run of one conversation (a slow LLM call) until released, and
+    notes every other conversation it sees."""
+
+    name = "held"
+
+    def __init__(self, key: ConversationKey):
+        self.key = key
+        self.release = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.others = asyncio.Event()
+
+    async def process(self, update: MemoryUpdate) -> None:
+        if update.key == self.key:
+            self.entered.set()
+            await self.release.wait()
+        else:
+            self.others.set()
+
+
+async def test_with_two_at_once_a_run_waiting_on_a_slow_step_does_not_hold_the_others(
+        redis_client):
+    slow, other = BIG, SMALL_B[0]
+    store, recorder = RedisStore(redis_client), Recorder(redis_client, consumer_prefix="t")
+    await record(store, slow, 4)
+    await record(store, other, 4)
+    await recorder.process_available()
+    held = Held(slow)
+    worker = MemoryWorker(redis_client, [held], concurrency=2, poll_seconds=0.01)
+    await worker.start()
+    try:
+        await asyncio.wait_for(held.entered.wait(), 30)
+        # The other conversation is processed while the slow run still waits (with one at
+        # a time this wait never ends: the slow run is released only below).
+        await asyncio.wait_for(held.others.wait(), 30)
+    finally:
+        held.release.set()
+        await worker.stop()
+    assert worker.processed == 2

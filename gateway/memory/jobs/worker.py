@@ -120,7 +120,7 @@ class MemoryWorker:
                  poll_seconds: float = 0.2, lock_ms: int = 60_000, max_attempts: int = 5,
                  backoff_seconds: float = 0.5, batch: int = 8,
                  heartbeat_seconds: float = 1.0, slice_messages: int | None = None,
-                 window: int = 64,
+                 window: int = 64, concurrency: int = 1,
                  transcripts: Callable[[ConversationKey],
                                        Awaitable[tuple[StoredMessage, ...]]] | None = None,
                  clock: Callable[[], float] = time.time, tracing: Tracing | None = None,
@@ -135,7 +135,11 @@ class MemoryWorker:
         nothing is ever moved). `heartbeat_seconds`: how often a running job's lock is renewed
         and its fence looked at (less than half of `lock_ms`). `slice_messages`: the most new
         messages one run processes (None: all). `window`: how many of the oldest due
-        conversations are read at once and taken in turn by tenant."""
+        conversations are read at once and taken in turn by tenant. `concurrency`: how many
+        conversations this worker processes at once (`start`): more lets others go on while
+        a run waits on an LLM; CPU work still shares one core."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be positive")
         if slice_messages is not None and slice_messages < 1:
             raise ValueError("slice_messages must be positive")
         self._redis = redis
@@ -160,7 +164,8 @@ class MemoryWorker:
         self._unlock = redis.register_script(_UNLOCK_LUA)
         self._failures = _Failures()
         self._published: float | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._concurrency = concurrency
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.processed = 0
         """Conversations whose every message was processed (runs that finished one)."""
@@ -182,14 +187,17 @@ class MemoryWorker:
         return self._keys.store.memory_dead_at(shard)
 
     async def start(self) -> None:
+        """`concurrency` loops, each taking one conversation at a time (the locks keep two
+        from taking the same)."""
         self._stopping.clear()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="memory-worker")
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name=f"memory-worker-{n}")
+                       for n in range(self._concurrency)]
 
     async def stop(self) -> None:
         self._stopping.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        tasks, self._tasks = self._tasks, []
+        await asyncio.gather(*tasks)
 
     async def drain(self, timeout: float) -> None:
         """Stop polling, then process what is dirty now, within `timeout` seconds."""
@@ -260,6 +268,8 @@ class MemoryWorker:
             return 0  # another worker has it
         fence: JobFence | None = None
         try:
+            if await self._redis.zscore(self._dirty(shard), member) is None:
+                return 0  # done meanwhile by another loop or worker (read in an older window)
             fence = await JobFence.open(self._redis, self._keys.store, key)
             outcome = await self._run_job(key, fence, lock_key, token)
         except Exception as exc:  # noqa: BLE001 — a processor failed: retried, then dead-lettered
