@@ -136,6 +136,8 @@ class RequestLog:
             out["x-gateway-stable-messages"] = str(self.stable_messages)
         if self.recalled is not None:
             out["x-gateway-memory-recalled"] = str(self.recalled)
+        if self.brief_tokens is not None:
+            out["x-gateway-brief-tokens"] = str(self.brief_tokens)
         if self.pinned is not None:
             out["x-gateway-memory-pinned"] = str(self.pinned)
         if self.topic:
