@@ -77,7 +77,7 @@ async def serve(request: Request, door: Door) -> Response:
         log.tenant = tenant.name
         raw = await read_body(request, gateway.config.server.max_body_bytes)
         off_loop = gateway.pipeline.off_loop
-        chat = await off_loop.run("parse", parsed, door, raw, tenant, request) \
+        chat = await off_loop.run("parse", parsed, door, raw, tenant, request, True) \
             if off_loop.large_body(len(raw)) else parsed(door, raw, tenant, request)
         log.model, log.stream = chat.model, chat.stream
         key, persist = await door.identify(request, tenant, chat)
@@ -100,9 +100,11 @@ async def serve(request: Request, door: Door) -> Response:
     return door.respond(answer, log.headers())
 
 
-def parsed(door: Door, raw: bytes, tenant: Tenant, request: Request) -> ChatRequest:
-    """The body read as the door's request (run off the loop for a large body)."""
-    return door.parse(parse_body(raw), tenant, request)
+def parsed(door: Door, raw: bytes, tenant: Tenant, request: Request,
+           in_pieces: bool = False) -> ChatRequest:
+    """The body read as the door's request; `in_pieces` on a worker thread (a large body):
+    the JSON a value at a time, so the loop thread can take the interpreter between them."""
+    return door.parse(parse_body(raw, in_pieces=in_pieces), tenant, request)
 
 
 def request_log(request: Request, gateway: Gateway) -> RequestLog:

@@ -43,23 +43,30 @@ def check_lengths(body: dict[str, Any], max_chars: int) -> None:
     `messages.3.content.0.content` for a tool_result, which goes upstream as a message of its
     own) whose text is longer than the tenant's `request_limits.max_message_chars`. The body
     is parsed already: its shapes are valid."""
-    for param, chars in _texts(body):
+    for index, block, chars in _texts(body):
         if chars > max_chars:
+            param = "system" if index is None else f"messages.{index}.content" + (
+                "" if block is None else f".{block}.content")
             raise BadRequest(f"{param}: text too long: {chars} characters > {max_chars} "
                              "maximum.", param=param, code="string_above_max_length")
 
 
-def _texts(body: dict[str, Any]) -> Iterator[tuple[str, int]]:
-    yield "system", _chars(body.get("system"))
+def _texts(body: dict[str, Any]) -> Iterator[tuple[int | None, int | None, int]]:
+    """(the message's index, None for `system`; the tool_result block's index, None for the
+    message's content; its characters). A field's name is written only for the one refused:
+    a body holds thousands of messages."""
+    yield None, None, _chars(body.get("system"))
     for i, message in enumerate(body["messages"]):
         content = message["content"]
-        if not isinstance(content, list):
-            yield f"messages.{i}.content", _chars(content)
-            continue
-        for j, block in enumerate(content):
-            if block["type"] == "tool_result":
-                yield f"messages.{i}.content.{j}.content", _chars(block.get("content"))
-        yield f"messages.{i}.content", _chars(content)
+        if type(content) is str:
+            yield i, None, len(content)
+        elif not isinstance(content, list):
+            yield i, None, _chars(content)
+        else:
+            for j, block in enumerate(content):
+                if block["type"] == "tool_result":
+                    yield i, j, _chars(block.get("content"))
+            yield i, None, _chars(content)
 
 
 def _chars(content: Any) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from json.decoder import scanstring as _scanstring
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -66,12 +67,16 @@ class ChatRequest:
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects a body may have. Real requests (tool schemas
 included) stay far below; deeper bodies are refused before anything recurses over them."""
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+"""JSON's whitespace (json.decoder's own pattern)."""
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object of well-formed Unicode, or `BadRequest`.
+def parse_body(raw: bytes, *, in_pieces: bool = False) -> dict[str, Any]:
+    """The body as a JSON object of well-formed Unicode, or `BadRequest`. `in_pieces`: parse
+    it a value at a time (`_loads_in_pieces`: the same result), for a large body parsed on a
+    worker thread, so that thread can hand the interpreter back between pieces.
 
     A lone UTF-16 surrogate (`"\\ud800"`, typically an emoji cut in half by a client that
     truncates JavaScript strings) is valid JSON but not text: it cannot be encoded as UTF-8,
@@ -83,7 +88,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         # Decoded here, strictly: json.loads(bytes) would also take UTF-16/32 and let
         # encoded surrogates through ('surrogatepass').
         text = raw.decode("utf-8-sig")
-        body = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        body = _loads_in_pieces(text) if in_pieces else _loads(text)
     except ValueError as exc:  # decoding, syntax, an integer of more than 4,300 digits
         raise BadRequest(f"The request body is not valid JSON: {exc}", code="invalid_json")
     except RecursionError:  # the C parser recurses once per level
@@ -96,6 +101,82 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     if _SURROGATE_ESCAPE.search(text):
         body = _replace_surrogates(body)
     return body
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
+class _NotInPieces(Exception):
+    """The text is not a JSON object `_loads_in_pieces` can walk: `_loads` decides."""
+
+
+def _loads_in_pieces(text: str) -> Any:
+    """`_loads(text)`, the top-level object's values parsed one at a time and an array value
+    one element at a time (a request's messages), by the same C scanner `json.loads` uses.
+    Between pieces Python code runs, so a thread parsing a large body can hand the GIL to the
+    event loop; one call of `json.loads` holds it for the whole body. Anything unexpected
+    (not an object, a syntax error, a refused constant) is left to `_loads`, so errors are
+    exactly `json.loads`'s."""
+    try:
+        return _walk_object(text)
+    except (_NotInPieces, ValueError, StopIteration, RecursionError, BadRequest):
+        return _loads(text)
+
+
+def _walk_object(text: str) -> dict[str, Any]:
+    scan = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite).scan_once
+    space = _WHITESPACE.match
+    i = space(text, 0).end()
+    if text[i:i + 1] != "{":
+        raise _NotInPieces
+    i = space(text, i + 1).end()
+    body: dict[str, Any] = {}
+    if text[i:i + 1] == "}":
+        i += 1
+    else:
+        while True:
+            if text[i:i + 1] != '"':
+                raise _NotInPieces
+            key, i = _scanstring(text, i + 1, True)
+            i = space(text, i).end()
+            if text[i:i + 1] != ":":
+                raise _NotInPieces
+            i = space(text, i + 1).end()
+            if text[i:i + 1] == "[":
+                value, i = _walk_array(text, i + 1, scan, space)
+            else:
+                value, i = scan(text, i)
+            body[key] = value  # a repeated key: the last value, at the first place (as json)
+            i = space(text, i).end()
+            if text[i:i + 1] == ",":
+                i = space(text, i + 1).end()
+            elif text[i:i + 1] == "}":
+                i += 1
+                break
+            else:
+                raise _NotInPieces
+    if space(text, i).end() != len(text):
+        raise _NotInPieces
+    return body
+
+
+def _walk_array(text: str, i: int, scan: Callable[[str, int], tuple[Any, int]],
+                space: Callable[..., Any]) -> tuple[list[Any], int]:
+    items: list[Any] = []
+    i = space(text, i).end()
+    if text[i:i + 1] == "]":
+        return items, i + 1
+    while True:
+        item, i = scan(text, i)
+        items.append(item)
+        i = space(text, i).end()
+        if text[i:i + 1] == ",":
+            i = space(text, i + 1).end()
+        elif text[i:i + 1] == "]":
+            return items, i + 1
+        else:
+            raise _NotInPieces
 
 
 def _no_constant(name: str) -> Any:

@@ -73,7 +73,7 @@ def _texts(body: dict[str, Any]) -> Iterator[tuple[int | None, str, int]]:
 
 def _part_chars(part: Any) -> int:
     """Characters of a content part's text (a refusal's too; none for an image)."""
-    if not isinstance(part, Mapping):
+    if type(part) is not dict and not isinstance(part, Mapping):
         return 0
     text = part.get("text") if part.get("type") != "refusal" else part.get("refusal")
     return len(text) if isinstance(text, str) else 0

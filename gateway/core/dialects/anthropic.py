@@ -203,6 +203,12 @@ def _system_message(content: Any, where: str) -> Message:
 
 
 def _message(data: Any, index: int, previous: Mapping[str, Any] | None) -> list[Message]:
+    # Exact-type checks first: the ABC check of `isinstance(x, Mapping)` and the name of the
+    # field cost more than the common message's whole handling.
+    if type(data) is dict:
+        role, content = data.get("role"), data.get("content")
+        if type(content) is str and (role == "user" or role == "assistant"):
+            return [Message.plain(role, content)]
     where = f"messages.{index}"
     if not isinstance(data, Mapping):
         raise BadRequest(f"{where}: Input should be an object.", param=where)

@@ -247,15 +247,18 @@ def input_messages(items: list[Any]) -> _Input:
             marked.clear()
 
     for i, item in enumerate(items):
+        # Exact-type checks first: the ABC check of `isinstance(x, Mapping)` costs more than
+        # the common item's whole handling.
+        if type(item) is dict:
+            if len(item) == 2 and type(item.get("content")) is str \
+                    and item.get("role") in ("user", "system", "developer"):
+                # The common item, `{"role": ..., "content": "..."}`: nothing else to check.
+                flush()
+                messages.append(Message.plain(item["role"], item["content"]))
+                continue
+        elif not isinstance(item, Mapping):
+            raise BadRequest(f"`input[{i}]` must be an object.", param=f"input[{i}]")
         where = f"input[{i}]"
-        if not isinstance(item, Mapping):
-            raise BadRequest(f"`{where}` must be an object.", param=where)
-        if type(item) is dict and len(item) == 2 and type(item.get("content")) is str \
-                and item.get("role") in ("user", "system", "developer"):
-            # The common item, `{"role": ..., "content": "..."}`: nothing else to check.
-            flush()
-            messages.append(Message.plain(item["role"], item["content"]))
-            continue
         flags = marks(item, where) if len(item) > 2 else (False, False)
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
@@ -312,8 +315,7 @@ def _parts(content: Any, where: str, *, assistant: bool) -> list[dict[str, Any]]
                          param=f"{where}.content")
     parts = []
     for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        at = f"{where}.content[{j}]"
+        kind = part.get("type") if type(part) is dict or isinstance(part, Mapping) else None
         if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
@@ -324,6 +326,7 @@ def _parts(content: Any, where: str, *, assistant: bool) -> list[dict[str, Any]]
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         else:
+            at = f"{where}.content[{j}]"
             raise BadRequest(f"`{at}`: expected input_text, output_text or input_image (with an "
                              f"`image_url`); got {kind!r}.", param=at)
     return parts
