@@ -484,8 +484,9 @@ def check_all(request: RewriteRequest, tok: Tokenizer) -> str:
 
 
 def reach(reached: Counter[str], branch: str) -> None:
-    """Records that an example reached `branch`: a hypothesis event (listed by `pytest
-    --hypothesis-show-statistics`) and a count the test checks once its examples have run."""
+    """Records that an example reached `branch`: a hypothesis event (in hypothesis's
+    observations of the example) and a count the test checks once its examples have run (a
+    failure lists every branch's count)."""
     event(branch)
     reached[branch] += 1
 
