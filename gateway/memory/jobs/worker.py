@@ -248,10 +248,11 @@ class MemoryWorker:
         """Tell /metrics when the conversation waiting longest was marked (only a change)."""
         if self._jobs is None:
             return
-        marks = [score for shard in self._keys.store.shard_ids()
-                 for _, score in await self._redis.zrange(self._dirty(shard), 0, 0,
-                                                          withscores=True)]
-        oldest = min(marks, default=None)
+        async with self._redis.pipeline(transaction=False) as pipe:  # one round trip
+            for shard in self._keys.store.shard_ids():
+                pipe.zrange(self._dirty(shard), 0, 0, withscores=True)
+            firsts = await pipe.execute()
+        oldest = min((score for first in firsts for _, score in first), default=None)
         if oldest != self._published:
             await self._jobs.memory_oldest(oldest)
             self._published = oldest
