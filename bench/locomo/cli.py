@@ -12,8 +12,9 @@ recorders) against one store: by default an embedded Valkey in a fresh temporary
 afterwards. `--dump-prompts` writes one JSON line per probe: `{conversation, qa, strategy,
 mode, budget, messages}` (the messages forwarded upstream). Progress goes to stderr; the
 markdown report is printed at the end. LongMemEval's file (`longmemeval-dev.json`: questions
-with a type and a date) runs at budgets 8,000 and 16,000 unless `--budgets` names others, and
-is reported by question type too.
+with a type and a date) runs at budgets 8,000 and 16,000 unless `--budgets` names others, its
+histories brought in through the import endpoint unless `--build replay` (the same scores,
+bench/results/longmemeval-import-vs-replay.md), and is reported by question type too.
 """
 
 from __future__ import annotations
@@ -103,11 +104,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="after each replayed request, wait until memory has caught up "
                              "(as `gateway bench cost` does): without it a lagging memory "
                              "worker recalls less and over-budget prompts look cheaper")
-    parser.add_argument("--build", choices=BUILDS, default="replay",
+    parser.add_argument("--build", choices=BUILDS, default=None,
                         help="how the histories reach the gateway: replayed request by request "
                              "(default), or each brought in by one request to the import "
-                             "endpoint (no gateway cost figures then: there are no replay "
-                             "requests)")
+                             "endpoint (default for LongMemEval's file; no gateway cost "
+                             "figures then: there are no replay requests)")
     parser.add_argument("--drain-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="how long the recorder and memory worker may take after the "
                              "histories are in (default: %(default)s; an import leaves all of "
@@ -199,9 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         conversations = [c for c in conversations if c.sample_id in args.conversations]
     _progress(f"{len(conversations)} conversations from {args.data}")
+    typed = any(q.question_type for c in conversations for q in c.questions)
     if args.budgets is None:
-        typed = any(q.question_type for c in conversations for q in c.questions)
         args.budgets = [8000, 16000] if typed else [1000, 2000, 4000]
+    if args.build is None:
+        args.build = "import" if typed else "replay"
     if args.chain > 0:
         conversations = [chain(conversations, args.chain)]
         _progress(f"chained {args.chain} time(s) into {conversations[0].sample_id}: "
