@@ -47,8 +47,7 @@ import redis.asyncio as aioredis
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
 from gateway.ops.job_metrics import JobMetrics
-from gateway.memory.jobs.fence import JobFence, JobFenced
-from gateway.memory.jobs.heartbeat import Heartbeat, Stopped
+from gateway.memory.jobs.fence import Heartbeat, JobFence, JobFenced, Stopped
 from gateway.memory.jobs.schedule import taking_turns
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.records.settings_store import SettingsStore, UserSettings
@@ -294,7 +293,7 @@ class MemoryWorker:
 
     async def _run_job(self, key: ConversationKey, fence: JobFence, lock_key: str,
                        token: str) -> Outcome:
-        """Run the job under its heartbeat (gateway/memory/jobs/heartbeat.py). Raises what the
+        """Run the job under its heartbeat (`fence.Heartbeat`). Raises what the
         job raised, unless it was fenced."""
         try:
             result = await self._heartbeat.run(self._process(key, fence), fence, lock_key, token)
