@@ -10,7 +10,8 @@ Invariants:
   visible, exportable and erasable after a tenant switches memory off;
 - `erase` leaves nothing of the user in the store except its tombstone (named by a hash, see
   `KeySpace.erased`): turns still queued are deleted, and any turn created before the erase
-  that reaches a recorder, `load` or the memory worker later is dropped (see redis_store).
+  that reaches a recorder, `load` or the memory worker later is dropped (see redis_store);
+  a memory job under way writes nothing more (its fence: gateway/memory/jobs/fence.py).
 """
 
 from __future__ import annotations
