@@ -23,7 +23,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.core.history_import import ImportConflict, ImportProblem, parse_messages
+from gateway.core.history_import import (ImportConflict, ImportedMessage, ImportProblem,
+                                         parse_messages)
 from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, StoreUnavailable
 from gateway.http.door import client_disconnected, read_body
@@ -387,17 +388,16 @@ async def import_conversation(request: Request) -> Response:
     gateway, tenant, user = _owner(request)
     key = _conversation(request, tenant, user)
     try:
-        body = parse_body(await read_body(request, MAX_IMPORT_BYTES))
+        raw = await read_body(request, MAX_IMPORT_BYTES)
     except ClientDisconnect:
         return client_disconnected(request, tenant)
-    if unknown := sorted(set(body) - {"messages"}):
-        raise BadRequest(f"Unknown field `{unknown[0]}`; an import has `messages`.",
-                         param=unknown[0])
     inline = gateway.pipeline.inline_recorder
     importer = HistoryImport(gateway.store,
                              apply=inline.process_available if inline is not None else None)
+    off_loop = gateway.pipeline.off_loop
     try:
-        messages = parse_messages(body.get("messages"), limit=MAX_IMPORT_MESSAGES)
+        messages = await off_loop.run("import_parse", _imported, raw) \
+            if off_loop.large_body(len(raw)) else _imported(raw)
         result = await importer.run(key, messages)
     except ImportProblem as exc:
         raise BadRequest(f"Not imported: {exc}", param=exc.param) from None
@@ -413,6 +413,15 @@ async def import_conversation(request: Request) -> Response:
                            "not be kept.", param="messages", code="erased_after_messages",
                            status=409, type="invalid_request_error") from None
     return JSONResponse(result.to_json())
+
+
+def _imported(raw: bytes) -> tuple[ImportedMessage, ...]:
+    """An import body's messages, checked (BadRequest, ImportProblem)."""
+    body = parse_body(raw)
+    if unknown := sorted(set(body) - {"messages"}):
+        raise BadRequest(f"Unknown field `{unknown[0]}`; an import has `messages`.",
+                         param=unknown[0])
+    return parse_messages(body.get("messages"), limit=MAX_IMPORT_MESSAGES)
 
 
 def _no_conversation(key: ConversationKey) -> NotFound:

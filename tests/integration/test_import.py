@@ -204,3 +204,22 @@ def test_another_tenants_key_cannot_import_into_this_tenant(url):
     assert imported(url, "c7", [GOOD], tenant="globex")["added"] == 1
     assert api(url, "GET", "/conversations/c7").status_code == 404
     assert api(url, "GET", "/conversations/c7", tenant="globex").status_code == 200
+
+
+def off_loop_parses(url: str) -> float:
+    """How many import bodies were parsed off the serving loop (`/metrics`)."""
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith('gateway_off_loop_steps_total{step="import_parse"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_large_import_is_parsed_off_the_serving_loop_and_a_small_one_inline(url):
+    small = [{**GOOD, "content": "short"}]
+    assert imported(url, "c8", small)["added"] == 1
+    assert off_loop_parses(url) == 0
+    large = small + [{"role": "user" if n % 2 else "assistant", "content": f"{n} " + "x" * 1000,
+                      "created_at": 1_700_000_001 + n} for n in range(300)]
+    result = imported(url, "c8", large)
+    assert (result["already_stored"], result["added"]) == (1, 300)
+    assert off_loop_parses(url) == 1
