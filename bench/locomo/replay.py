@@ -413,7 +413,7 @@ class Replayer:
     async def _import(self, client: httpx.AsyncClient, w: _Work, mode: str,
                       budget: int) -> None:
         """Each conversation of the stream brought in through the import endpoint, in one
-        request (a history of LongMemEval's S size is ~0.6 MB)."""
+        request (a LongMemEval history is 0.50-0.55 MB)."""
         sample_id = w.conversation.sample_id
         scripts = ([(f"s{n}", s) for n, s in enumerate(w.sessions, start=1)]
                    if mode in SESSION_MODES else [("replay", w.script)])
