@@ -8,9 +8,9 @@ it may hold what other conversations said) and the items from outside the conver
 user's other conversations, facts), best first (gateway/core/context/brief.py). It is stored
 when the request's turn is (`persist`); a request that is not stored (a probe) gets the brief
 it would have made. Later requests read the stored brief — a stateless client resending its
-whole history gets the same bytes. Every request of the conversation, the first included,
-recalls from outside it only when its message asks about the past (what did not fit the
-brief is not shown otherwise). Store failures fail open: the request goes on with the memory
+whole history gets the same bytes. The brief is what the request that makes it recalls from
+outside the conversation (what did not fit it is not shown); every later request recalls from
+outside only when its message asks about the past. Store failures fail open: the request goes on with the memory
 it had, the log says why.
 """
 
@@ -63,9 +63,11 @@ class Briefs:
         if budget <= 0 or not isinstance(snapshot, MemorySnapshot) or not snapshot.memory:
             return memory
         log.brief_tokens = 0
+        made = False
         try:
             stored = await self.store.get(key)
             if stored is None or stored.budget != budget:
+                made = True
                 profile = memory.profile if memory.profile_elsewhere else None
                 brief = make_brief(profile, [r for r in memory.recalled if outside(r)], budget,
                                    tokenizer, framing_for([query]))
@@ -76,7 +78,9 @@ class Briefs:
             logger.warning("memory brief unavailable for request %s: %r", log.request_id, exc)
             log.memory_error = repr(exc)
             return memory
-        return with_brief(memory, stored.brief, asks_past=memory_need(query) is Need.PAST,
+        # The brief is the recall from outside for the message it is made for.
+        return with_brief(memory, stored.brief,
+                          asks_past=not made and memory_need(query) is Need.PAST,
                           outside=outside)
 
 
