@@ -190,3 +190,21 @@ def test_own_words_reads_the_end_of_a_long_message_only():
     assert only("own_words").rank("What colour is my boat?" + filler + " Which colour?",
                                   found)[0][0] == "a"  # the first person is too far back
     assert only("own_words").rank(filler + " What colour is my boat?", found)[0][0] == "u"
+
+
+def test_a_stored_turns_speaker_labels_are_read_once_and_carried_with_it():
+    said = Recollection("turn", "t1", "[2023-05-02] Ann: hi\nBo: and then?", ("t1",), 1, 0.0)
+    assert said.speakers == ("Ann", "Bo")
+    moved = said.changed(position=7, score=0.5, relevance=0.3)
+    assert moved.speakers is said.speakers and moved.day == said.day
+    assert Recollection("fact", "f1", "Ann: likes jazz", (), -1, 0.0).speakers == ()
+    (candidate,) = gather([("t1", 0.5)], {"t1": said}, {}, {}, [], [])
+    assert candidate.speakers is said.speakers
+
+
+def test_a_candidate_without_its_labels_ranks_as_one_given_them():
+    text = "Bo: I went hiking with my dog near the lake."
+    bare = turn("b", text, position=1, fused=0.1)
+    given = bare._replace(speakers=("Bo",))
+    assert feature_rows("Where did Bo go?", [bare]) == feature_rows("Where did Bo go?", [given])
+    assert feature_rows("Where did Bo go?", [bare])[0][FEATURES.index("speaker_named")] == 1.0
