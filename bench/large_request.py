@@ -178,6 +178,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     stop_children_on_sigterm()
     args = parse_args(argv)
+    source = source_info()  # the code the children start with
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-large-") as tmp:
         workdir = Path(tmp)
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop_pidfile_process(data_dir / "redis.pid")
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(), "source": source_info(), "messages": args.messages,
+            "machine": machine(), "source": source, "messages": args.messages,
             "megabytes": args.megabytes,
             "command": "python -m bench large-request " + " ".join(
                 sys.argv[1:] if argv is None else argv)}

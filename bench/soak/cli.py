@@ -198,11 +198,12 @@ def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     stop_children_on_sigterm()
     args = parse_args(argv)
+    source = source_info()  # the code the children start with, not what HEAD is at the end
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
         tally, restarts = run(args, Path(tmp))
     result = summarise(tally)
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(), "source": source_info(), "minutes": args.minutes,
+            "machine": machine(), "source": source, "minutes": args.minutes,
             "warmup_minutes": args.warmup_minutes, "rate": args.rate, "users": args.users,
             "clients": len(TENANTS) * args.users * 6, "turns": args.turns,
             "stream_every": args.stream_every, "worker_restarts": restarts,
