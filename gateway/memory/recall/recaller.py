@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Awaitable, Literal, Sequence, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -64,6 +64,8 @@ from gateway.memory.records.user_recall import SEPARATOR
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 
 Hits = list[tuple[str, float]]
+A = TypeVar("A")
+B = TypeVar("B")
 SuccessorsOf = Literal["questions", "all"]
 
 
@@ -161,29 +163,28 @@ class Recaller:
         async def dense() -> tuple[Hits, Hits]:
             vector = query_vector if query_vector is not None \
                 else await self.embedding.embed_query_one(query)
-            own, others = await asyncio.gather(
+            return await _both(
                 self.vector_index.search(conversation, vector, depth, turns_only=not chunks,
                                          version=namespaces.conversation_version)
-                if conversation else _no_hits(),
+                if conversation else None,
                 self.vector_index.search(user, vector, depth, excluding=key.conversation,
                                          turns_only=not chunks,
                                          version=namespaces.user_version)
-                if user else _no_hits())
-            return own, others
+                if user else None, ([], []))
 
-        (own_dense, user_dense), own_lexical, user_lexical = await asyncio.gather(
+        (own_dense, user_dense), (own_lexical, user_lexical) = await _both(
             dense(),
-            self.lexical_index.search(conversation, query, depth, turns_only=not chunks,
-                                      version=namespaces.conversation_version)
-            if conversation else _no_hits(),
-            self.lexical_index.search(user, query, depth, excluding=key.conversation,
-                                      turns_only=not chunks, version=namespaces.user_version)
-            if user else _no_hits())
+            _both(self.lexical_index.search(conversation, query, depth, turns_only=not chunks,
+                                            version=namespaces.conversation_version)
+                  if conversation else None,
+                  self.lexical_index.search(user, query, depth, excluding=key.conversation,
+                                            turns_only=not chunks,
+                                            version=namespaces.user_version)
+                  if user else None, ([], [])), (([], []), ([], [])))
         own_version = namespaces.conversation_version
-        own_items, user_items = await asyncio.gather(
-            self.reader.own(key, _ids(own_dense, own_lexical), version=own_version),
-            self.reader.others(key, _ids(user_dense, user_lexical),
-                             version=namespaces.user_version, tool_results=tool_results))
+        own_items, user_items = await self._items(key, _ids(own_dense, own_lexical),
+                                                  _ids(user_dense, user_lexical), own_version,
+                                                  namespaces.user_version, tool_results)
         # A dense hit also ranks the turn before it (its vector holds that turn too), and
         # each of the best k brings the turn after it: fuse first, then fetch (one more
         # round trip) only the entries of those the best k need that are not read yet.
@@ -216,11 +217,9 @@ class Recaller:
                      and (successors_of == "all" or (i in first and asks(first[i].text)))}
         wanted = [i for i in dict.fromkeys([i for i, _ in fused] + list(following.values()))
                   if i not in found]
-        own_more, user_more = await asyncio.gather(
-            self.reader.own(key, [i for i in wanted if not _qualified(i)], linked=False,
-                        version=own_version),
-            self.reader.others(key, [i for i in wanted if _qualified(i)], linked=False,
-                             version=namespaces.user_version, tool_results=tool_results))
+        own_more, user_more = await self._items(
+            key, [i for i in wanted if not _qualified(i)], [i for i in wanted if _qualified(i)],
+            own_version, namespaces.user_version, tool_results, linked=False)
         items = _usable(_placed(own_items.items | own_more.items,
                                 user_items.placed + user_more.placed), exclude_ids)
         chosen = [(i, score) for i, score in with_successors(fused, following) if i in items]
@@ -236,11 +235,22 @@ class Recaller:
         """The fused candidates not read yet (the turns before dense hits), with their links:
         the ranking weighs every candidate's text and neighbours."""
         unread = [i for i, _ in fused if i not in found and i not in exclude_ids]
-        return await asyncio.gather(
-            self.reader.own(key, [i for i in unread if not _qualified(i)],
-                            version=namespaces.conversation_version),
-            self.reader.others(key, [i for i in unread if _qualified(i)],
-                               version=namespaces.user_version, tool_results=tool_results))
+        return await self._items(key, [i for i in unread if not _qualified(i)],
+                                 [i for i in unread if _qualified(i)],
+                                 namespaces.conversation_version, namespaces.user_version,
+                                 tool_results)
+
+    async def _items(self, key: ConversationKey, own: list[str], others: list[str],
+                     own_version: str | None, user_version: str | None, tool_results: bool,
+                     *, linked: bool = True) -> tuple[OwnItems, OtherItems]:
+        """The entries behind the conversation's candidate ids (`own`) and those of the user's
+        other conversations (`others`, qualified ids), each list read only when it holds
+        one."""
+        return await _both(
+            self.reader.own(key, own, linked=linked, version=own_version) if own else None,
+            self.reader.others(key, others, linked=linked, version=user_version,
+                               tool_results=tool_results) if others else None,
+            (OwnItems({}, {}), OtherItems([], {})))
 
 
 def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollection],
@@ -263,8 +273,15 @@ def _qualified(item_id: str) -> bool:
     return SEPARATOR in item_id
 
 
-async def _no_hits() -> Hits:
-    return []
+async def _both(first: Awaitable[A] | None, second: Awaitable[B] | None,
+                absent: tuple[A, B]) -> tuple[A, B]:
+    """`first` and `second` awaited side by side; one that is None gives its place in
+    `absent` instead, and a lone awaitable is awaited as it is (no task is made for it)."""
+    if first is not None and second is not None:
+        one, two = await asyncio.gather(first, second)
+        return one, two
+    return (await first if first is not None else absent[0],
+            await second if second is not None else absent[1])
 
 
 def _ids(*hit_lists: Hits) -> list[str]:
