@@ -239,10 +239,11 @@ class Pipeline:
         if kept is not incoming:
             conversation = restore(conversation, incoming)
         history, current = split_current(conversation)
-        memory = await self._recall(key, tenant, instruction_text(conversation), snapshot, log)
+        query = instruction_text(conversation)
+        memory = await self._recall(key, tenant, query, snapshot, log)
         if self.briefs is not None:
             memory = await self.briefs.apply(key, self.recall_settings.get(tenant.name), memory,
-                                             instruction_text(conversation), snapshot, persist,
+                                             query, snapshot, persist,
                                              tokenizer, log)
         started = time.perf_counter()
         history_ids = reconciliation.conversation_ids[:len(history)]
