@@ -163,25 +163,27 @@ def _costs(by_key: dict[tuple[str, str | None, int | None], dict[str, Row]]) -> 
     """The cost table: each assembly's mean input cost per replayed turn under each provider's
     cache rules, and that against the whole history with caching on (`full`)."""
     rows = [(key, cells["all"]) for key, cells in by_key.items()
-            if "all" in cells and cells["all"].get("cost_per_turn")]
-    if not rows:
+            if "all" in cells and (cells["all"].get("cost_per_turn")
+                                   or cells["all"].get("null_probe_recalled_tokens") is not None)]
+    rules = next((list(r["cost_per_turn"]) for _, r in rows if r.get("cost_per_turn")), [])
+    if not rows or not rules:
         return []
-    rules = list(rows[0][1]["cost_per_turn"])
     lines = ["## Cost per replayed turn", "",
              "Mean input cost of a replay request in uncached-input-token units (output left "
              "out), billed against the request before it under each provider's prompt-cache "
              "rules (bench/locomo/billing.py), and × the whole history's (`full`, caching on) "
-             "over the same requests. Null-probe recalled tokens: what recall added to messages "
+             "over the same requests (none for the gateway when its histories were imported: no "
+             "replay requests). Null-probe recalled tokens: what recall added to messages "
              "that need no memory (bench/locomo/null_probes.py).", "",
              "| strategy | mode | budget | prefix reuse | "
              + " | ".join(f"{r} | × whole" for r in rules) + " | null-probe recalled tokens |",
              "|---|---|---:|---:|" + "---:|---:|" * len(rules) + "---:|"]
     for (strategy, mode, budget), row in sorted(rows, key=lambda item: (
             item[0][2] or 0, item[0][0], item[0][1] or "")):
-        ratio = row.get("cost_vs_whole") or {}
+        ratio, cost = row.get("cost_vs_whole") or {}, row.get("cost_per_turn") or {}
         lines.append(f"| {strategy} | {mode or '–'} | {budget or '–'} | "
                      f"{_fmt(row['prefix_reuse'])} | "
-                     + " | ".join(f"{_fmt(row['cost_per_turn'][r], 0)} | "
+                     + " | ".join(f"{_fmt(cost.get(r), 0)} | "
                                   f"{_fmt(ratio.get(r), 2)}" for r in rules)
                      + f" | {_fmt(row.get('null_probe_recalled_tokens'), 0)} |")
     return lines + [""]
