@@ -214,7 +214,7 @@ class MemoryWorkerConfig(Strict):
     """How often a running memory job renews its lock and looks for an erase or delete of
     what it works on (then it stops): an erase waits about this long for running jobs.
     Less than half of `lock_seconds`."""
-    slice_messages: int = Field(100, ge=1)
+    slice_messages: int = Field(50, ge=1)
     """The most new messages one run of the memory processors takes: a longer conversation
     is processed in slices, other conversations taking their turn between them.
     (why: docs/decisions.md#memory-work-in-slices-gatewaymemoryjobsworkerpy)"""
