@@ -79,7 +79,10 @@ def parse_time(value: Any, param: str) -> float:
             moment = moment.replace(tzinfo=timezone.utc)
         seconds = moment.timestamp()
     else:
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer beyond any float
+            seconds = math.inf
     if not math.isfinite(seconds) or not 0 <= seconds <= LATEST_TIME:
         raise ImportProblem("A time must fall between 1970 and the year 9999 (epoch seconds, "
                             "not milliseconds).", param)

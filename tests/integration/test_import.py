@@ -169,6 +169,8 @@ GOOD = {"role": "user", "content": "hi", "created_at": 1_700_000_000}
     ({"messages": [{**GOOD, "created_at": "yesterday"}]}, "messages[0].created_at"),
     ({"messages": [{**GOOD, "created_at": 1_700_000_000_000}]}, "messages[0].created_at"),
     ({"messages": [{**GOOD, "created_at": -1}]}, "messages[0].created_at"),
+    ({"messages": [{**GOOD, "created_at": 10 ** 400}]}, "messages[0].created_at"),
+    ({"messages": [{**GOOD, "created_at": "0001-01-01T00:00:00"}]}, "messages[0].created_at"),
     ({"messages": [{**GOOD, "created_at": True}]}, "messages[0].created_at"),
     ({"messages": [{**GOOD, "tool_calls": []}]}, "messages[0].tool_calls"),
 ])

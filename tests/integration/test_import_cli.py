@@ -4,6 +4,7 @@ imported into a real store, then read back through the gateway over HTTP."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +80,21 @@ def run_import(capsys, config: Path, file: Path, *args: str) -> tuple[int, list[
 
 
 def transcript(url: str, conversation: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{url}/v1/memory/conversations/{conversation}", timeout=30,
-                         headers={"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": ERIN})
-    assert response.status_code == 200, response.text
-    document = response.json()
+    """The conversation's messages once the gateway's recorder has applied every imported
+    turn (the CLI only enqueues them)."""
+    deadline = time.monotonic() + 60
+    while True:
+        response = httpx.get(f"{url}/v1/memory/conversations/{conversation}", timeout=30,
+                             headers={"Authorization": f"Bearer {KEYS['acme']}",
+                                      "X-User-Id": ERIN})
+        assert response.status_code == 200, response.text
+        document = response.json()
+        if not document["pending"]:
+            break
+        assert time.monotonic() < deadline, document["pending"]
+        time.sleep(0.05)
     return [{"role": m["message"]["role"], "content": m["message"]["content"],
-             "created_at": m["created_at"]} for m in document["messages"] + document["pending"]]
+             "created_at": m["created_at"]} for m in document["messages"]]
 
 
 def test_a_chatgpt_export_imports_its_active_branch_only(tmp_path, capsys, config_file):
