@@ -52,8 +52,8 @@ MAX_BODY_BYTES = 4096
 """A settings change is a few bytes (an import has its own limit, MAX_IMPORT_BYTES)."""
 MAX_NAME_LENGTH = 256
 MAX_IMPORT_BYTES = 16 * 1024 * 1024
-"""An import's body at most (a 128k-token history is ~0.6 MB); larger: split it in several
-imports of the same conversation, oldest first (each skips what is already stored)."""
+"""An import's body at most; a larger history is split in several imports of the same
+conversation, oldest first (each skips what is already stored)."""
 MAX_IMPORT_MESSAGES = 20_000
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
 """Items of a list answer unless `limit` names another number, and at most."""
