@@ -93,21 +93,22 @@ async def test_a_slice_left_undone_keeps_the_conversation_dirty_with_its_waterma
     assert not await redis_client.zcard(KeySpace().memory_dirty)
 
 
-async def test_tenants_take_turns_over_the_oldest_due_conversations(redis_client):
+async def test_a_tenants_backlog_of_a_hundred_does_not_keep_another_tenant_waiting(
+        redis_client):
     dirty = KeySpace().memory_dirty
-    backlog = [ConversationKey("tenant-a", f"u{i}", "c") for i in range(30)]
+    backlog = [ConversationKey("tenant-a", f"u{i}", "c") for i in range(100)]
     late = ConversationKey("tenant-b", "bea", "c")
     store, recorder = RedisStore(redis_client), Recorder(redis_client, consumer_prefix="t")
     for key in [*backlog, late]:
         await record(store, key, 2)
     await recorder.process_available()
-    # Tenant A's thirty were all marked before tenant B's one.
+    # Tenant A's hundred were all marked before tenant B's one.
     marks = dict(await redis_client.zrange(dirty, 0, -1, withscores=True))
     assert max(marks[encode_key(k)] for k in backlog) <= marks[encode_key(late)]
     log = Log()
     worker = MemoryWorker(redis_client, [log])
 
-    assert await worker.process_available() == 31
+    assert await worker.process_available() == 101
     assert [key for key, _, _ in log.runs][:2] == [backlog[0], late]
 
 

@@ -4,7 +4,10 @@ The dirty set is ordered by time (oldest first). Taken in that order, a tenant t
 hundred conversations dirty a moment before another tenant marked one would have all of its
 hundred processed first. `taking_turns` reorders a window of the oldest due entries so that
 tenants take turns: the oldest entry of each tenant (tenants ordered by their oldest entry),
-then the second of each, and so on; within a tenant, oldest first.
+then the second of each, and so on; within a tenant, oldest first. Tenants take turns
+within the window only (the worker's `window`, 512 entries): a tenant with more due
+conversations than that, all older than another tenant's, keeps the other's waiting until its
+backlog ahead of it fits in the window.
 """
 
 from __future__ import annotations

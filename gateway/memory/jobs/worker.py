@@ -119,7 +119,7 @@ class MemoryWorker:
                  poll_seconds: float = 0.2, lock_ms: int = 60_000, max_attempts: int = 5,
                  backoff_seconds: float = 0.5, batch: int = 8,
                  heartbeat_seconds: float = 1.0, slice_messages: int | None = None,
-                 window: int = 64, concurrency: int = 1,
+                 window: int = 512, concurrency: int = 1,
                  transcripts: Callable[[ConversationKey],
                                        Awaitable[tuple[StoredMessage, ...]]] | None = None,
                  clock: Callable[[], float] = time.time, tracing: Tracing | None = None,
