@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stream-every", type=int, default=4,
                         help="every k-th request of a client streams (0: none)")
     parser.add_argument("--sample-seconds", type=float, default=60.0)
+    parser.add_argument("--no-memory", dest="memory", action="store_false",
+                        help="tenants without memory (to tell memory's growth from the rest)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.warmup_minutes < 0 or args.rate <= 0 or args.users < 1 \
@@ -66,9 +68,10 @@ def tenant_keys() -> dict[str, str]:
     return {tenant: f"soak-{tenant}-key" for tenant in TENANTS}
 
 
-def gateway_config(data_dir: Path, fake_url: str) -> dict[str, Any]:
+def gateway_config(data_dir: Path, fake_url: str, memory: bool = True) -> dict[str, Any]:
     """Embedded store, the worker in its own process (the defaults), three tenants routed to
-    the fake upstream as an OpenAI-compatible provider. JSON is valid YAML."""
+    the fake upstream as an OpenAI-compatible provider (`memory` on or off). JSON is valid
+    YAML."""
     route = {"model": "openai/echo", "api_base": f"{fake_url}/v1",
              "api_key_env": UPSTREAM_KEY_ENV}
     return {
@@ -78,6 +81,7 @@ def gateway_config(data_dir: Path, fake_url: str) -> dict[str, Any]:
             "api_keys": [{"sha256": hashlib.sha256(key.encode()).hexdigest()}],
             "models": {"echo": route},
             "context": {"max_context_tokens": 8000, "reserve_completion_tokens": 1000},
+            "memory": {"enabled": memory},
         } for tenant, key in tenant_keys().items()},
     }
 
@@ -108,7 +112,7 @@ def run(args: argparse.Namespace, workdir: Path) -> tuple[Tally, int]:
     fake_port, port = free_port(), free_port()
     fake_url, url = f"http://{HOST}:{fake_port}", f"http://{HOST}:{port}"
     config = workdir / "gateway.yaml"
-    config.write_text(json.dumps(gateway_config(data_dir, fake_url), indent=2))
+    config.write_text(json.dumps(gateway_config(data_dir, fake_url, args.memory), indent=2))
     argv = [sys.executable, "-m", "gateway"]
     try:
         with ChildServers() as servers:
@@ -172,7 +176,9 @@ def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
              f"embedded store) in front of the fake upstream; {meta['clients']} clients (3 "
              f"tenants × {meta['users']} users × 3 doors × stateless/stateful) at "
              f"{meta['rate']:g} req/s together, conversations of {meta['turns']} turns, every "
-             f"{meta['stream_every']}th request of a client streamed. Shared machine.", "",
+             f"{meta['stream_every']}th request of a client streamed"
+             + ("" if meta.get("memory", True) else ", tenants' memory off")
+             + ". Shared machine.", "",
              f"Requests answered: {ok:,} ({per_door}); "
              f"errors: {result['outcomes'].get('error', 0)}; worker exits (restarted): "
              f"{meta['worker_restarts']}.", "",
@@ -207,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_minutes": args.warmup_minutes, "rate": args.rate, "users": args.users,
             "clients": len(TENANTS) * args.users * 6, "turns": args.turns,
             "stream_every": args.stream_every, "worker_restarts": restarts,
+            "memory": args.memory,
             "command": "python -m bench soak " + " ".join(sys.argv[1:] if argv is None
                                                            else argv)}
     write_result(args.out, {"meta": meta, **result}, markdown(meta, result), indent=1)
