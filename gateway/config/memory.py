@@ -142,7 +142,7 @@ class TenantMemoryConfig(Strict):
     conversations, profile and facts say that matters to the conversation's opening message,
     made at its first request and forwarded unchanged after the client's system prompt
     (gateway/core/context/brief.py); 0: no brief.
-    (why this default: docs/decisions.md#brief_tokens-gatewayconfigmemorypy)"""
+    (why: docs/decisions.md#brief_tokens--400-gatewayconfigmemorypy)"""
     summarizer_model: str | None = None
     """A model alias of this tenant summarising older turns; none: extractive summaries."""
     extractor_model: str | None = None
