@@ -7,14 +7,14 @@ What it reproduces, with the gateway's own code wherever the code is pure:
 - the stored transcript of a `stateless`/`stateful` client (bench/locomo/script.py), its turn
   entries, context texts and anchors (`gateway.memory.jobs.turn_index.turn_entries`);
 - dense search (USE, exact inner product as FAISS IndexFlatIP) and stemmed BM25
-  (`gateway.memory.search.bm25.Bm25` over `lexical_index`'s tokens), `Recaller.recall`'s fusion,
-  context ranking and successors (`gateway.core.recall.fusion`), and its learned ranking of the
-  fused candidates (`gateway.core.recall.ranking`, the same candidates and features), with
-  the learned ranking's weights trained without the conversation (`--ranker held-out`, as
+  (`gateway.memory.search.bm25.Bm25` over `lexical_index`'s tokens), then `Recaller.recall`'s
+  own assembly of the hits (`gateway.core.recall.assembly`: fusion with context ranking, the
+  learned ranking of the fused candidates, the best k, successors, relevance), with the
+  learned ranking's weights trained without the conversation (`--ranker held-out`, as
   `bench locomo` does by default) or the shipped ones;
-- each recalled item's relevance and the floor and gate below which it is not forwarded
-  (`gateway.core.recall.relevance`, the embedder's calibrated thresholds unless a knob sets
-  them, as a tenant's `memory.recall_relevance_floor` / `_gate` do);
+- the floor and gate below which a recalled item is not forwarded
+  (`gateway.core.recall.relevance.above_floor`, the embedder's calibrated thresholds unless a
+  knob sets them, as a tenant's `memory.recall_relevance_floor` / `_gate` do);
 - the rewrite (`gateway.core.context.rewrite.rewrite`) with the bench tenant's policy, scored with
 the
   harness's Scorer (strict rules).
@@ -57,18 +57,18 @@ from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
 from gateway.config.memory import TenantMemoryConfig
-from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
-                                       with_successors)
+from gateway.core.recall import assembly
+from gateway.core.recall.assembly import Fused, fused_order
+from gateway.core.recall.fusion import RECENCY_WEIGHT, RRF_K
 from gateway.core.context.blocks import MemoryContext
 from gateway.core.messages import Message, chain
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
-from gateway.core.recall.ranking import CANDIDATES as RANKED
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
-from gateway.core.recall.ranking import Candidate, Ranker, gather, speaker_named
+from gateway.core.recall.ranking import Candidate, Ranker, speaker_named
 from gateway.core.recall.need import Need, memory_need
-from gateway.core.recall.relevance import above_floor, with_relevance
+from gateway.core.recall.relevance import above_floor
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
 from gateway.memory.recall.entry_cache import Link
@@ -222,78 +222,82 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
     return corpus
 
 
-def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
-    """`Recaller.recall`'s candidates for a conversation namespace, in fused order, with what
-    the recaller knows of each (`gateway.core.recall.ranking.Candidate`)."""
-    inference = asks_inference(query)
+def fused(corpus: Corpus, query: str, knobs: Knobs) -> Fused:
+    """`Recaller.recall`'s fused candidates for a conversation namespace
+    (`gateway.core.recall.assembly.fused_order`), over the simulated indexes: the dense hits
+    (exact inner product) and the stemmed BM25 hits at the recaller's depth."""
     depth = knobs.depth or max(knobs.top_k, 20, RANKING_DEPTH if knobs.ranking == "learned"
                                else 0)
-    q = corpus.query_vectors[query]
-    sims = corpus.vectors @ q
+    sims = corpus.vectors @ corpus.query_vectors[query]
     order = np.argsort(-sims, kind="stable")[:depth]
-    dense = [corpus.entries[i].id for i in order]
     scores = corpus.bm25.scores(lexical_tokens(query, corpus.segment, corpus.latest))
     n = min(depth, len(scores))
     top = np.argpartition(-scores, n - 1)[:n]
     top = top[np.argsort(-scores[top], kind="stable")]
-    lexical = [corpus.entries[i].id for i in top if scores[i] > 0]
-    positions = {e.id: e.position for e in corpus.entries}
-    ranked_dense = with_context(dense, corpus.previous) if knobs.context else dense
-    fused = fuse([ranked_dense, lexical], positions, k=knobs.rrf_k,
-                 recency_weight=knobs.recency_weight,
-                 weights=(1.0, knobs.inference_lexical_weight if inference else 1.0))
-    if inference and knobs.inference_speaker_boost != 1.0:
-        fused = _speakers_first(corpus, query, fused, knobs.inference_speaker_boost)
-    if "items" not in corpus.extra:  # what the recaller's entry reads give, once a corpus
-        corpus.extra["items"] = {e.id: Recollection("turn", e.id, e.text, (e.id,), e.position,
-                                                    0.0, role=e.role) for e in corpus.entries}
-        corpus.extra["links"] = {e.id: Link(corpus.previous.get(e.id),
-                                            corpus.following.get(e.id))
-                                 for e in corpus.entries}
-    return gather(fused[:RANKED if knobs.ranking == "learned" else None],
-                  corpus.extra["items"], corpus.extra["links"],
-                  {corpus.entries[i].id: float(sims[i]) for i in order}, ranked_dense,
-                  [[(corpus.entries[i].id, float(scores[i])) for i in top if scores[i] > 0]])
+    inference = asks_inference(query)
+    boost = knobs.inference_speaker_boost if inference else 1.0
+    return fused_order([(corpus.entries[i].id, float(sims[i])) for i in order],
+                       [[(corpus.entries[i].id, float(scores[i])) for i in top if scores[i] > 0]],
+                       _items(corpus), corpus.previous, ranked=knobs.ranking == "learned",
+                       rrf_k=knobs.rrf_k, recency_weight=knobs.recency_weight,
+                       context=knobs.context,
+                       lexical_weight=knobs.inference_lexical_weight if inference else 1.0,
+                       rescore=None if boost == 1.0
+                       else lambda hits: _speakers_first(corpus, query, hits, boost))
+
+
+def candidates(corpus: Corpus, query: str, knobs: Knobs) -> list[Candidate]:
+    """`Recaller.recall`'s candidates for a conversation namespace, in fused order, with what
+    the recaller knows of each (`gateway.core.recall.ranking.Candidate`)."""
+    return assembly.candidates(fused(corpus, query, knobs), _items(corpus), _links(corpus))
 
 
 def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
-    """`Recaller.recall` for a conversation namespace, over the simulated indexes, each item
-    marked with its relevance, and what the recall service forwards of it (the items at or
-    above the relevance floor, none below the gate unless the message refers to the past,
-    none at all for a message that needs no memory: gateway/core/recall/need.py)."""
+    """`Recaller.recall` for a conversation namespace, over the simulated indexes, through the
+    gateway's own assembly (`gateway.core.recall.assembly`), and what the recall service
+    forwards of it (`above_floor`: the items at or above the relevance floor, none below the
+    gate unless the message refers to the past, none at all for a message that needs no
+    memory: gateway/core/recall/need.py)."""
     need = memory_need(query)
     if need is Need.NONE:
         return []
     successors_of = knobs.inference_successors_of if asks_inference(query) \
         else knobs.successors_of
-    found = candidates(corpus, query, knobs)
-    ranker = corpus.ranker or knobs.ranker
-    ranked = ranker.rank(query, found) if knobs.ranking == "learned" \
-        else [(c.id, c.fused) for c in found]
-    ranked = ranked[:knobs.top_k]
-    following = {i: corpus.following[i] for i, _ in ranked
-                 if knobs.successors and successors_of != "none" and i in corpus.following
-                 and (successors_of == "all" or asks(corpus.entries[corpus.by_id[i]].text))}
-    out = []
-    for i, score in with_successors(ranked, following):
-        e = corpus.entries[corpus.by_id[i]]
-        out.append(Recollection("turn", e.id, e.text, (e.id,), e.position, score,
-                                day=corpus.extra["items"][e.id].day))  # read once a corpus
-    # The recaller's dense hits: its depth (as `candidates`), their similarities.
-    depth = knobs.depth or max(knobs.top_k, 20, RANKING_DEPTH if knobs.ranking == "learned"
-                               else 0)
-    sims = corpus.vectors @ corpus.query_vectors[query]
-    order = np.argsort(-sims, kind="stable")[:depth]
-    marked = with_relevance(out, {corpus.entries[i].id: float(sims[i]) for i in order},
-                            [(p, i) for i, p in corpus.previous.items()])
+    found = fused(corpus, query, knobs)
+    items, links = _items(corpus), _links(corpus)
+    chosen = assembly.best(query, found, items, links, top_k=knobs.top_k,
+                           ranker=(corpus.ranker or knobs.ranker)
+                           if knobs.ranking == "learned" else None,
+                           successors=knobs.successors and successors_of != "none",
+                           successors_of=successors_of)
+    recalled = assembly.recollections(chosen, items, found.similarity,
+                                      assembly.adjacent(links))
     floor = corpus.relevance_floor if knobs.relevance_floor is None else knobs.relevance_floor
     gate = corpus.relevance_gate if knobs.relevance_gate is None else knobs.relevance_gate
-    return list(above_floor(marked, floor, gate, need, knobs.per_relevant))
+    return list(above_floor(recalled, floor, gate, need, knobs.per_relevant))
+
+
+def _items(corpus: Corpus) -> dict[str, Recollection]:
+    """What the recaller's entry reads give of each turn (made once a corpus)."""
+    if "items" not in corpus.extra:
+        corpus.extra["items"] = {e.id: Recollection("turn", e.id, e.text, (e.id,), e.position,
+                                                    0.0, role=e.role) for e in corpus.entries}
+    return corpus.extra["items"]
+
+
+def _links(corpus: Corpus) -> dict[str, Link]:
+    """Each turn's neighbours, as the recaller's entry reads give them (made once a corpus)."""
+    if "links" not in corpus.extra:
+        corpus.extra["links"] = {e.id: Link(corpus.previous.get(e.id),
+                                            corpus.following.get(e.id))
+                                 for e in corpus.entries}
+    return corpus.extra["links"]
 
 
 def _speakers_first(corpus: Corpus, query: str, fused: list[tuple[str, float]],
                     boost: float) -> list[tuple[str, float]]:
-    """`fused` with the scores of turns spoken by a person `query` names times `boost`."""
+    """An experiment (`Knobs.inference_speaker_boost`): `fused` with the scores of turns
+    spoken by a person `query` names times `boost`."""
     boosted = [(i, score * boost if speaker_named(corpus.entries[corpus.by_id[i]].text, query)
                 else score) for i, score in fused]
     return sorted(boosted, key=lambda pair: -pair[1])

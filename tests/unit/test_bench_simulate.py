@@ -5,8 +5,10 @@ relevance floor and gate keep; held-out ranking; the shapes it reports side by s
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
+from bench.locomo import simulate as simulation
 from bench.locomo.data import load
 from bench.locomo.meter import PromptMeter
 from bench.locomo.ranker import held_out_rankers
@@ -101,3 +103,18 @@ def test_shapes_name_a_file_and_its_budgets():
         ("LoCoMo dev", (2000,)), ("MemoryBank-en", (500, 1000)), ("MemoryBank-zh", (500, 1000))]
     assert [s.budgets for s in shapes(None, (4000,))] == [(4000,)] * 3
     assert column(SHAPES[1], 1000) == "MemoryBank-en 1,000"
+
+
+STEPS = {"fuse", "reciprocal_rank_fusion", "with_context", "with_successors", "gather",
+         "relevances", "with_relevance", "boost_same_topic"}
+"""Recall's steps, which the simulation reaches only through `gateway.core.recall.assembly`."""
+
+
+def test_the_simulation_runs_the_gateways_recall_assembly_not_a_copy_of_its_steps():
+    tree = ast.parse(Path(simulation.__file__).read_text(encoding="utf-8"))
+    imported = {alias.asname or alias.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    called = {node.func.id for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert not (imported | called) & STEPS
+    assert {"fused_order", "assembly"} <= imported

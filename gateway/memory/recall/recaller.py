@@ -30,6 +30,10 @@ other conversations are ordered by when they started, oldest first, their items 
 in them. Recalled items are shown in that order, and recency weighs by it. Without items from
 other conversations every position is the item's place in the conversation, as it was.
 
+The steps from the hits to the recollections are `gateway.core.recall.assembly`'s (pure; the
+offline simulation, bench/locomo/simulate.py, runs the same); this module searches and reads
+the entries they need between them.
+
 Invariants: only the conversation's namespace and its user's namespace (identified users only)
 are searched — never another user's or tenant's; no item of the current conversation comes
 from the user namespace; a turn is returned with the text its entry holds (redacted,
@@ -42,20 +46,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Awaitable, Literal, Sequence, TypeVar
+from typing import Any, Awaitable, Sequence, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
 
-from gateway.core.recall.fusion import (RECENCY_WEIGHT, RRF_K, asks, fuse, with_context,
-                                 with_successors)
 from gateway.core.ids import ConversationKey
-from gateway.core.recall.ranking import CANDIDATES as RANKED
+from gateway.core.recall.assembly import (SuccessorsOf, adjacent, best, fused_order,
+                                          recollections)
+from gateway.core.recall.fusion import RECENCY_WEIGHT, RRF_K
 from gateway.core.recall.ranking import DEPTH as RANKER_DEPTH
-from gateway.core.recall.ranking import Neighbours, Ranker, gather
+from gateway.core.recall.ranking import Ranker
 from gateway.core.recall.recollection import Recollection
-from gateway.core.recall.relevance import relevances
-from gateway.core.memory.topics import boost_same_topic, same_topic
 from gateway.memory.search.embedding import EmbeddingService
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.memory.ports import LexicalIndex, Namespace, VectorIndex
@@ -66,7 +68,6 @@ from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 Hits = list[tuple[str, float]]
 A = TypeVar("A")
 B = TypeVar("B")
-SuccessorsOf = Literal["questions", "all"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,41 +193,33 @@ class Recaller:
         found = own_items.items.keys() | {r.id for _, _, r in user_items.placed}
         first = _usable(_placed(own_items.items, user_items.placed), exclude_ids)
         previous = {i: p for i, link in links.items() if (p := link.previous) is not None}
-        dense_hits = sorted(own_dense + user_dense, key=lambda hit: -hit[1])
-        ranked_dense = [i for i in with_context([i for i, _ in dense_hits], previous)
-                        if i in first or (i not in found and i not in exclude_ids)]
-        fused = fuse([ranked_dense,
-                      [i for i, _ in own_lexical if i in first],
-                      [i for i, _ in user_lexical if i in first]],
-                     {i: item.position for i, item in first.items()},
-                     k=rrf_k or self.rrf_k, recency_weight=self.recency_weight)
+        fused = fused_order(own_dense + user_dense, (own_lexical, user_lexical), first,
+                            previous, read=found, excluded=exclude_ids,
+                            ranked=ranker is not None, rrf_k=rrf_k or self.rrf_k,
+                            recency_weight=self.recency_weight)
         if ranker is not None:
-            fused = fused[:RANKED]
-            own_more, user_more = await self._unread(key, namespaces, fused, found, exclude_ids,
-                                                     tool_results)
+            own_more, user_more = await self._unread(key, namespaces, fused.order, found,
+                                                     exclude_ids, tool_results)
             own_items = OwnItems(own_items.items | own_more.items, own_items.links)
             user_items = OtherItems(user_items.placed + user_more.placed, user_items.links)
             found = found | own_more.items.keys() | {r.id for _, _, r in user_more.placed}
             links |= own_more.links | user_more.links
             first = _usable(_placed(own_items.items, user_items.placed), exclude_ids)
-            fused = ranker.rank(query, gather(fused, first, links, dict(dense_hits),
-                                              ranked_dense, (own_lexical, user_lexical)))
-        fused = _same_topic_first(fused, own_items.items, topic_start, topic_boost)[:k]
-        following = {i: links[i].following for i, _ in fused
-                     if successors and i in links and links[i].following is not None
-                     and (successors_of == "all" or (i in first and asks(first[i].text)))}
-        wanted = [i for i in dict.fromkeys([i for i, _ in fused] + list(following.values()))
+        chosen = best(query, fused, first, links, top_k=k, ranker=ranker,
+                      successors=successors, successors_of=successors_of,
+                      topic_positions={i: r.position for i, r in own_items.items.items()}
+                      if topic_start is not None and topic_boost else None,
+                      topic_start=topic_start, topic_boost=topic_boost)
+        wanted = [i for i in dict.fromkeys([i for i, _ in chosen.ranked]
+                                           + list(chosen.following.values()))
                   if i not in found]
         own_more, user_more = await self._items(
             key, [i for i in wanted if not _qualified(i)], [i for i in wanted if _qualified(i)],
             own_version, namespaces.user_version, tool_results, linked=False)
         items = _usable(_placed(own_items.items | own_more.items,
                                 user_items.placed + user_more.placed), exclude_ids)
-        chosen = [(i, score) for i, score in with_successors(fused, following) if i in items]
-        relevance = relevances([i for i, _ in chosen], dict(dense_hits), _adjacent(links))
         # Each item re-made once, with its score and its relevance (None: unknown).
-        return [items[i].changed(score=score, relevance=relevance.get(i))
-                for i, score in chosen]
+        return recollections(chosen, items, fused.similarity, adjacent(links))
 
     async def _unread(self, key: ConversationKey, namespaces: Namespaces,
                       fused: list[tuple[str, float]], found: set[str],
@@ -251,22 +244,6 @@ class Recaller:
             self.reader.others(key, others, linked=linked, version=user_version,
                                tool_results=tool_results) if others else None,
             (OwnItems({}, {}), OtherItems([], {})))
-
-
-def _same_topic_first(fused: list[tuple[str, float]], own: dict[str, Recollection],
-                      topic_start: int | None, boost: float) -> list[tuple[str, float]]:
-    """The fused ranking with the current topic's items boosted (by their place in this
-    conversation: `own` holds the places before `_placed` moves them)."""
-    if topic_start is None or boost == 0:
-        return fused
-    same = same_topic({i: r.position for i, r in own.items()}, topic_start)
-    return boost_same_topic(fused, same, boost)
-
-
-def _adjacent(links: dict[str, Neighbours]) -> list[tuple[str, str]]:
-    """Consecutive turns (earlier, later) the entries read link."""
-    pairs = [(p, i) for i, link in links.items() if (p := link.previous) is not None]
-    return pairs + [(i, f) for i, link in links.items() if (f := link.following) is not None]
 
 
 def _qualified(item_id: str) -> bool:
