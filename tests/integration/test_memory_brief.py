@@ -215,3 +215,18 @@ def test_no_brief_when_scoped_to_conversations_or_with_no_budget(redis_url, memo
         api = {"Authorization": f"Bearer {KEYS['acme']}", "X-User-Id": "ursula"}
         assert httpx.get(url + "/v1/memory/conversations/new/brief", headers=api,
                          timeout=30).json()["content"] is None
+
+
+def test_a_brief_that_cannot_be_read_fails_open(gateway_url, redis_url):
+    remember(gateway_url)
+    key = MemoryKeySpace().conversation(conversation_key("new", user="ursula")).brief
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        r.hset(key, "not", "a string")  # every read of the brief fails (WRONGTYPE)
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=KEYS["acme"], max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="messages", messages=[{"role": "system", "content": SYSTEM},
+                                    {"role": "user", "content": "What is my name?"}],
+        extra_headers=headers("new", "ursula"))
+    sent = forwarded(raw.parse().choices[0].message.content or "")
+    assert briefs(sent) == [] and sent[0]["content"] == SYSTEM
+    assert "ResponseError" in raw.headers["x-gateway-memory-error"]
