@@ -1,6 +1,7 @@
 """HTTP handlers of the user-control API (`/v1/memory/...`). They only translate: authenticate
 the tenant, take the user from the tenant's user header, validate, call
-`gateway.memory.control.MemoryControl`, serialise.
+`gateway.memory.control.MemoryControl` (reads) or `gateway.memory.erasure.MemoryErasure`
+(deletes), serialise. Each handler starts from its `Caller` (`_caller`, `_in_conversation`).
 
 Every request names one user of one tenant (API key + user header) and can only reach that
 user's data; the conversation endpoints without a user header reach the tenant's anonymous
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from redis.exceptions import ConnectionError as StoreConnectionError
@@ -29,6 +31,7 @@ from gateway.core.ids import ANONYMOUS_USER, ConversationKey, valid_id
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, StoreUnavailable
 from gateway.http.door import client_disconnected, read_body
 from gateway.memory.control import MemoryControl
+from gateway.memory.erasure import MemoryErasure
 from gateway.memory.export import Export
 from gateway.memory.importing import HistoryImport, ImportErased
 from gateway.memory.records.brief_store import BriefStore, brief_json
@@ -65,8 +68,35 @@ DISK_WAIT_SECONDS = 2.0
 "rewritten"`); past it the answer says "pending" and the rewrite goes on."""
 
 
-def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, str]:
-    """(gateway, tenant name, user id) of the request; 401/400 when either is missing.
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Whom a request acts for: one user of one tenant, and the parts that serve them."""
+    gateway: Gateway
+    tenant: str
+    user: str
+
+    def control(self) -> MemoryControl:
+        return MemoryControl(self.gateway.store.client, self.gateway.store)
+
+    def erasure(self) -> MemoryErasure:
+        settle = min(SETTLE_SECONDS, self.gateway.config.memory.worker.lock_seconds)
+        return MemoryErasure(self.gateway.store.client, self.gateway.store,
+                             settle_seconds=settle, disk=self.gateway.disk,
+                             disk_wait_seconds=DISK_WAIT_SECONDS)
+
+    def usage(self) -> UsageCounters:
+        return UsageCounters(self.gateway.store.client, self.gateway.store.keys)
+
+    async def existing(self, key: ConversationKey) -> MemoryControl:
+        """The reads, once the conversation is known to exist (404 otherwise)."""
+        control = self.control()
+        if not await control.exists(key):
+            raise _no_conversation(key)
+        return control
+
+
+def _caller(request: Request, *, anonymous: bool = False) -> Caller:
+    """Whom the request acts for; 401/400 when the tenant or the user is missing.
 
     A tenant key reaches its own tenant only (`X-Gateway-Tenant`, if sent, must name it:
     403 otherwise). An admin key reaches any tenant, named in `X-Gateway-Tenant` (required).
@@ -94,27 +124,25 @@ def _owner(request: Request, *, anonymous: bool = False) -> tuple[Gateway, str, 
     header = tenant.headers.user_id
     user = request.headers.get(header)
     if user is None and anonymous:
-        return gateway, tenant.name, ANONYMOUS_USER
+        return Caller(gateway, tenant.name, ANONYMOUS_USER)
     if user is None or not valid_id(user):
         raise BadRequest(f"The `{header}` header is required: 1-128 characters of letters, "
                          "digits and ._@:+=- (starting with a letter or digit).",
                          param=header, code="invalid_user_id")
-    return gateway, tenant.name, user
+    return Caller(gateway, tenant.name, user)
 
 
-def _control(gateway: Gateway) -> MemoryControl:
-    settle = min(SETTLE_SECONDS, gateway.config.memory.worker.lock_seconds)
-    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle,
-                         disk=gateway.disk, disk_wait_seconds=DISK_WAIT_SECONDS)
-
-
-def _conversation(request: Request, tenant: str, user: str) -> ConversationKey:
+def _in_conversation(request: Request, *,
+                     anonymous: bool = True) -> tuple[Caller, ConversationKey]:
+    """The caller (`_caller`) and the conversation named in the path (400 if its id is not
+    valid)."""
+    caller = _caller(request, anonymous=anonymous)
     conversation = request.path_params["conversation_id"]
     if not valid_id(conversation):
         raise BadRequest("The conversation id must be 1-128 characters of letters, digits and "
                          "._@:+=- (starting with a letter or digit).",
                          param="conversation_id", code="invalid_id")
-    return ConversationKey(tenant, user, conversation)
+    return caller, ConversationKey(caller.tenant, caller.user, conversation)
 
 
 def _name(request: Request, param: str) -> str:
@@ -163,10 +191,11 @@ def _deleted(kind: str, item_id: str, disk: str | None = None) -> JSONResponse:
     return JSONResponse(body)
 
 
-def _settings_json(gateway: Gateway, tenant: str, settings: UserSettings) -> JSONResponse:
+def _settings_json(caller: Caller, settings: UserSettings) -> JSONResponse:
     return JSONResponse({"object": "memory.settings", "memory": settings.memory,
                          "auto_extract": settings.auto_extract,
-                         "tenant_memory": gateway.config.tenants[tenant].memory.enabled})
+                         "tenant_memory":
+                             caller.gateway.config.tenants[caller.tenant].memory.enabled})
 
 
 async def _settings_change(request: Request) -> dict[str, bool]:
@@ -183,68 +212,68 @@ async def _settings_change(request: Request) -> dict[str, bool]:
 
 
 async def get_settings(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
-    return _settings_json(gateway, tenant, await _control(gateway).get_settings(tenant, user))
+    caller = _caller(request)
+    return _settings_json(caller, await caller.control().get_settings(caller.tenant,
+                                                                      caller.user))
 
 
 async def patch_settings(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    caller = _caller(request)
     try:
         change = await _settings_change(request)
     except ClientDisconnect:
-        return client_disconnected(request, tenant)
-    settings = await _control(gateway).set_settings(
-        tenant, user, memory=change.get("memory"), auto_extract=change.get("auto_extract"))
-    return _settings_json(gateway, tenant, settings)
+        return client_disconnected(request, caller.tenant)
+    settings = await caller.control().set_settings(
+        caller.tenant, caller.user, memory=change.get("memory"),
+        auto_extract=change.get("auto_extract"))
+    return _settings_json(caller, settings)
 
 
 async def list_facts(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    caller = _caller(request)
     limit, after = _page(request)  # (facts are capped per user: read together, then paged)
-    facts = await _control(gateway).facts_with_sources(tenant, user)
+    facts = await caller.control().facts_with_sources(caller.tenant, caller.user)
     return _paged([{**f, "id": f["key"]} for f in facts], limit, after)
 
 
 async def delete_fact(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    caller = _caller(request)
     key = _name(request, "fact_key")
-    disk = await _control(gateway).delete_fact(tenant, user, key)
+    disk = await caller.erasure().delete_fact(caller.tenant, caller.user, key)
     if disk is None:
         raise NotFound(f"No fact `{key}` is stored for this user.", param="fact_key")
     return _deleted("fact", key, disk)
 
 
 async def get_profile(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
+    caller = _caller(request)
     return JSONResponse({"object": "memory.profile",
-                         **await _control(gateway).profile(tenant, user)})
+                         **await caller.control().profile(caller.tenant, caller.user)})
 
 
 async def delete_profile(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
-    return _deleted("profile", user, await _control(gateway).delete_profile(tenant, user))
+    caller = _caller(request)
+    return _deleted("profile", caller.user,
+                    await caller.erasure().delete_profile(caller.tenant, caller.user))
 
 
 async def list_conversations(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
+    caller = _caller(request, anonymous=True)
     limit, after = _page(request)
-    items, more = await _control(gateway).conversations(tenant, user, limit=limit, after=after)
+    items, more = await caller.control().conversations(caller.tenant, caller.user,
+                                                       limit=limit, after=after)
     return _listed(items, more)
 
 
 async def get_conversation(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
-    control = _control(gateway)
-    if not await control.exists(key):
-        raise _no_conversation(key)
-    return await _streamed(Export(control, tenant, user).conversation(key))
+    caller, key = _in_conversation(request)
+    control = await caller.existing(key)
+    return await _streamed(Export(control, caller.tenant, caller.user).conversation(key))
 
 
 async def delete_conversation(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
-    disk = await _control(gateway).delete_conversation(key)
+    caller, key = _in_conversation(request)
+    disk = await caller.erasure().delete_conversation(key)
     if disk is None:
         raise _no_conversation(key)
     return _deleted("conversation", key.conversation, disk)
@@ -252,11 +281,8 @@ async def delete_conversation(request: Request) -> Response:
 
 async def get_brief(request: Request) -> Response:
     """What the model is told about the user in this conversation: its memory brief."""
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
-    control = _control(gateway)
-    if not await control.exists(key):
-        raise _no_conversation(key)
+    caller, key = _in_conversation(request)
+    control = await caller.existing(key)
     stored = await BriefStore(control.redis, control.keys,
                               encryption=control.store.encryption).get(key)
     return JSONResponse({"object": "memory.brief", "conversation": key.conversation,
@@ -264,19 +290,17 @@ async def get_brief(request: Request) -> Response:
 
 
 async def list_chunks(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
-    chunks = await _control(gateway).chunks_with_sources(key)
+    caller, key = _in_conversation(request)
+    chunks = await caller.control().chunks_with_sources(key)
     if chunks is None:
         raise _no_conversation(key)
     return _listed(chunks)
 
 
 async def delete_chunk(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
+    caller, key = _in_conversation(request)
     chunk_id = _name(request, "chunk_id")
-    disk = await _control(gateway).delete_chunk(key, chunk_id)
+    disk = await caller.erasure().delete_chunk(key, chunk_id)
     if disk is None:
         raise NotFound(f"No summary chunk `{chunk_id}` in conversation `{key.conversation}`.",
                        param="chunk_id")
@@ -284,8 +308,8 @@ async def delete_chunk(request: Request) -> Response:
 
 
 async def export(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
-    document = Export(_control(gateway), tenant, user)
+    caller = _caller(request)
+    document = Export(caller.control(), caller.tenant, caller.user)
     await document.opening()
     return await _streamed(document.body())
 
@@ -309,25 +333,23 @@ async def _streamed(body: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 async def erase(request: Request) -> Response:
-    gateway, tenant, user = _owner(request)
-    return JSONResponse((await _control(gateway).erase(tenant, user)).to_json())
+    caller = _caller(request)
+    return JSONResponse((await caller.erasure().erase(caller.tenant, caller.user)).to_json())
 
 
 async def list_pins(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
-    pins = await _control(gateway).pins(key)
+    caller, key = _in_conversation(request)
+    pins = await caller.control().pins(key)
     if pins is None:
         raise _no_conversation(key)
     return _listed(pins)
 
 
 async def put_pin(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
+    caller, key = _in_conversation(request)
     message_id = _name(request, "message_id")
     try:
-        pin = await _control(gateway).pin(key, message_id)
+        pin = await caller.control().pin(key, message_id)
     except PinLimitReached as exc:
         raise GatewayError(f"Not pinned: {exc}; unpin one first.", param="message_id",
                            code="pin_limit_reached", status=409,
@@ -339,19 +361,17 @@ async def put_pin(request: Request) -> Response:
 
 
 async def delete_pin(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
+    caller, key = _in_conversation(request)
     message_id = _name(request, "message_id")
-    if not await _control(gateway).unpin(key, message_id):
+    if not await caller.control().unpin(key, message_id):
         raise NotFound(f"No pinned message `{message_id}` in conversation "
                        f"`{key.conversation}`.", param="message_id")
     return _deleted("pin", message_id)
 
 
 async def list_topics(request: Request) -> Response:
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
-    topics = await _control(gateway).topics(key)
+    caller, key = _in_conversation(request)
+    topics = await caller.control().topics(key)
     if topics is None:
         raise _no_conversation(key)
     return JSONResponse(topics)
@@ -359,24 +379,23 @@ async def list_topics(request: Request) -> Response:
 
 async def get_usage(request: Request) -> Response:
     """The user's usage over all their conversations (docs/user-control-api.md#usage)."""
-    gateway, tenant, user = _owner(request, anonymous=True)
-    usage = await UsageCounters(gateway.store.client, gateway.store.keys).user(tenant, user)
-    return JSONResponse({"object": "memory.usage", "user": user, **usage.as_json()})
+    caller = _caller(request, anonymous=True)
+    usage = await caller.usage().user(caller.tenant, caller.user)
+    return JSONResponse({"object": "memory.usage", "user": caller.user, **usage.as_json()})
 
 
 async def get_tenant_usage(request: Request) -> Response:
     """The tenant's usage over all its users (recorded turns; docs/operating.md)."""
-    gateway, tenant, _ = _owner(request, anonymous=True)
-    usage = await UsageCounters(gateway.store.client, gateway.store.keys).tenant(tenant)
-    return JSONResponse({"object": "usage", "tenant": tenant, **usage.as_json()})
+    caller = _caller(request, anonymous=True)
+    usage = await caller.usage().tenant(caller.tenant)
+    return JSONResponse({"object": "usage", "tenant": caller.tenant, **usage.as_json()})
 
 
 async def get_conversation_usage(request: Request) -> Response:
     """One conversation's usage; 404 if it is not stored (nor ever counted)."""
-    gateway, tenant, user = _owner(request, anonymous=True)
-    key = _conversation(request, tenant, user)
-    usage = await UsageCounters(gateway.store.client, gateway.store.keys).conversation(key)
-    if not usage.counters["requests"] and not await _control(gateway).exists(key):
+    caller, key = _in_conversation(request)
+    usage = await caller.usage().conversation(key)
+    if not usage.counters["requests"] and not await caller.control().exists(key):
         raise _no_conversation(key)
     return JSONResponse({"object": "memory.conversation.usage",
                          "conversation": key.conversation, **usage.as_json()})
@@ -385,12 +404,12 @@ async def get_conversation_usage(request: Request) -> Response:
 async def import_conversation(request: Request) -> Response:
     """Messages with their times appended to the conversation as if recorded live
     (docs/user-control-api.md#import); idempotent."""
-    gateway, tenant, user = _owner(request)
-    key = _conversation(request, tenant, user)
+    caller, key = _in_conversation(request, anonymous=False)
+    gateway = caller.gateway
     try:
         raw = await read_body(request, MAX_IMPORT_BYTES)
     except ClientDisconnect:
-        return client_disconnected(request, tenant)
+        return client_disconnected(request, caller.tenant)
     inline = gateway.pipeline.inline_recorder
     importer = HistoryImport(gateway.store,
                              apply=inline.process_available if inline is not None else None)

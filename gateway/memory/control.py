@@ -1,38 +1,29 @@
-"""What a user may see and do with what the gateway keeps of them (the user-control API's
-logic; gateway/http/memory_api.py is its HTTP face): list, delete, erase; the export is
-gateway/memory/export.py.
+"""What a user may see of what the gateway keeps of them, and the few edits that forget
+nothing (the user-control API's reads; gateway/http/memory_api.py is its HTTP face): settings,
+profile, conversations, facts and summary chunks with their sources, pins, topics. Deleting and
+erasing is gateway/memory/erasure.py; the export is gateway/memory/export.py; the JSON shapes
+are gateway/memory/rendering.py.
 
 Invariants:
 - everything is scoped to one (tenant, user): keys come from `KeySpace` / `MemoryKeySpace`
-  built from both, entries of shared structures (streams, dirty set, dead letters) are
-  matched on both fields — another user's or tenant's data is never read or touched;
+  built from both — another user's or tenant's data is never read;
 - reads do not depend on the memory runtime: data stored while memory was enabled stays
-  visible, exportable and erasable after a tenant switches memory off;
-- `erase` leaves nothing of the user in the store except its tombstone (named by a hash, see
-  `KeySpace.erased`): turns still queued are deleted, and any turn created before the erase
-  that reaches a recorder, `load` or the memory worker later is dropped (see redis_store);
-  a memory job under way writes nothing more (its fence: gateway/memory/jobs/fence.py).
+  visible, exportable and erasable after a tenant switches memory off.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import redis.asyncio as aioredis
 
-from gateway.core.memory.compaction import SummaryChunk
-from gateway.core.memory.facts import Fact
 from gateway.core.ids import ConversationKey
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import StoredMessage
 from gateway.memory.pages import MessagePages
-from gateway.memory.records.brief_store import BriefStore
 from gateway.memory.records.chunk_store import ChunkStore
 from gateway.memory.records.facts_store import FactStore
 from gateway.memory.records.keys import MemoryKeySpace
@@ -41,64 +32,26 @@ from gateway.memory.records.profile_store import ProfileStore
 from gateway.memory.records.settings_store import SettingsStore, UserSettings
 from gateway.memory.records.topic_store import TopicStore, topic_json
 from gateway.memory.jobs.user_index import UserRecallIndex
-from gateway.store.disk import DiskRewrites
-from gateway.store.codec import CodecError, decode_key, encode_key
+from gateway.memory.rendering import (chunk_json, conversation_json, fact_json, message_json,
+                                      source_json)
 from gateway.store.keys import ConversationKeys
 from gateway.store.redis_store import RedisStore
 
 Json = dict[str, Any]
 _PAGE = 500
 
-log = logging.getLogger("gateway.memory")
-
 
 async def _no_embedding(texts: Sequence[str]) -> np.ndarray:
     raise RuntimeError("the control API never embeds (it only reads and deletes facts)")
 
 
-def message_json(message: StoredMessage) -> Json:
-    """A stored message as the API shows it: its id and place, and the message as sent."""
-    return {"id": message.id, "parent_id": message.parent_id,
-            "created_at": message.created_at, "incomplete": message.incomplete,
-            "message": message.message.to_openai()}
-
-
-def source_json(conversation: str, message: StoredMessage) -> Json:
-    return {"conversation": conversation, "id": message.id, "role": message.message.role,
-            "content": message.message.to_openai().get("content")}
-
-
-@dataclass(frozen=True, slots=True)
-class Erasure:
-    erased_at: float
-    """The store's time of the erase (seconds): turns created up to it never come back."""
-    keys_deleted: int
-    entries_deleted: int
-    """Queued jobs, dead letters and dirty marks of the user, in shared structures."""
-    complete: bool
-    """True when no memory job was running on the user's conversations once the erase had
-    swept them: nothing can come back. False if a job still held its lock when the erase
-    stopped waiting (`settle_seconds`): its writes are refused by its fence
-    (gateway/memory/jobs/fence.py), but the erase could not see it end — repeat the erase to
-    confirm (it is idempotent). Jobs see the tombstone within a heartbeat and stop."""
-    disk: str = "not_needed"
-    """The state of copies on the store's disk (`rewrite_disk_copies`)."""
-
-    def to_json(self) -> Json:
-        return {"object": "memory.erasure", "erased_at": self.erased_at,
-                "keys_deleted": self.keys_deleted, "entries_deleted": self.entries_deleted,
-                "complete": self.complete, "disk": self.disk}
-
-
 class MemoryControl:
-    """The user-control operations over the store. `settle_seconds` bounds how long a delete
-    waits for a memory worker still processing the conversation (its lock) before sweeping
-    again what that run wrote."""
+    """The user-control reads over the store, and the stores they go through (which
+    `MemoryErasure` and the export use too)."""
 
     def __init__(self, redis: aioredis.Redis, store: RedisStore,
-                 keys: MemoryKeySpace | None = None, *, settle_seconds: float = 10.0,
-                 poll_seconds: float = 0.05, clock: Callable[[], float] = time.time,
-                 disk: DiskRewrites | None = None, disk_wait_seconds: float = 2.0):
+                 keys: MemoryKeySpace | None = None, *,
+                 clock: Callable[[], float] = time.time):
         self.redis = redis
         self.store = store
         self.keys = keys or MemoryKeySpace(store.keys)
@@ -111,11 +64,7 @@ class MemoryControl:
         self.pin_store = PinStore(redis, self.keys, **sealed)
         self.topic_store = TopicStore(redis, self.keys, **sealed)
         self.pages = MessagePages(redis, store)
-        self.settle_seconds = settle_seconds
-        self.poll_seconds = poll_seconds
         self.clock = clock
-        self.disk = disk
-        self.disk_wait_seconds = disk_wait_seconds
 
     # -- settings and profile ----------------------------------------------------------------
 
@@ -128,12 +77,6 @@ class MemoryControl:
 
     async def profile(self, tenant: str, user: str) -> Json:
         return (await self.profiles.get(tenant, user)).to_dict()
-
-    async def delete_profile(self, tenant: str, user: str) -> str:
-        """Forget the profile; the state of its copies on disk (`rewrite_disk_copies`)."""
-        await self.profiles.delete(tenant, user)
-        await self._forget_briefs(tenant, user)
-        return await self.rewrite_disk_copies()
 
     # -- conversations -----------------------------------------------------------------------
 
@@ -176,32 +119,9 @@ class MemoryControl:
                               "messages": [message_json(m) for m in b.messages]}
                              for b in branches]}
 
-    async def delete_conversation(self, key: ConversationKey) -> str | None:
-        """Forget the conversation: transcript, branches, pending turns, meta and every memory
-        key derived from it, its queued and dead-lettered jobs and its requests in the
-        console's request log (no key or entry keeps its id: its tombstone, named by a hash,
-        drops a job a recorder already holds — `RedisStore.delete`), its
-        entries in the user-level recall index, and what the user's facts owe to it — a fact
-        stated only in it is deleted, the others lose its messages from their sources
-        (`core.facts.forget_sources`). The state of its copies on disk
-        (`rewrite_disk_copies`); None if there was no such conversation."""
-        if not await self.exists(key):
-            return None
-        said = await self._ids_of(key)
-        await self._forget_response_ids([key])
-        await self.store.delete(key)
-        await self._delete_conversation_entries(key)
-        memory = self.keys.conversation(key)
-        await self._settle([memory.lock])
-        await self.redis.delete(*memory.all(), self.keys.store.last_request(key),
-                                self.keys.store.responses(key),
-                                self.keys.store.conversation_usage(key))
-        await self.user_index.remove_conversation(key)
-        await self.redis.zrem(self.keys.store.memory_dirty_of(key), encode_key(key))
-        # After the settle: a memory run of this conversation may have been adding facts.
-        await self.facts.forget_sources(key.tenant, key.user, said)
-        await self._forget_briefs(key.tenant, key.user)
-        return await self.rewrite_disk_copies()
+    async def message_ids(self, key: ConversationKey) -> frozenset[str]:
+        """Ids of the conversation's messages, every branch (read a page at a time)."""
+        return frozenset([m.id async for page in self.pages.every(key) for m in page])
 
     # -- facts and chunks, with their sources ------------------------------------------------
 
@@ -216,15 +136,6 @@ class MemoryControl:
                                                wanted - sources.keys()))
         return [fact_json(f, sources) for f in facts]
 
-    async def delete_fact(self, tenant: str, user: str, fact_key: str) -> str | None:
-        """The state of the fact's copies on disk; None if there was no such fact."""
-        if await self.facts.get(tenant, user, fact_key) is None:
-            return None  # checked first: deleting a missing fact would still bump a version
-        if not await self.facts.delete(tenant, user, fact_key):
-            return None
-        await self._forget_briefs(tenant, user)
-        return await self.rewrite_disk_copies()
-
     async def chunks_with_sources(self, key: ConversationKey) -> list[Json] | None:
         """Summary chunks oldest first (deleted ones as blank tombstones); None if the
         conversation does not exist."""
@@ -233,14 +144,6 @@ class MemoryControl:
         chunks = await self.chunks.list(key)
         messages = await self._sources(key, {i for c in chunks for i in c.source_ids})
         return [chunk_json(c, messages) for c in chunks]
-
-    async def delete_chunk(self, key: ConversationKey, chunk_id: str) -> str | None:
-        """The state of the chunk's copies on disk; None if there was no such chunk."""
-        if not await self.chunks.delete(key, chunk_id):
-            return None
-        await self.user_index.remove_chunk(key, chunk_id)
-        await self._forget_briefs(key.tenant, key.user)
-        return await self.rewrite_disk_copies()
 
     # -- pinned messages ---------------------------------------------------------------------
 
@@ -271,65 +174,10 @@ class MemoryControl:
         return {"object": "memory.topics", "current": topic_json(state.current)
                 if state.current else None, "data": [topic_json(s) for s in state.segments]}
 
-    # -- export and erase --------------------------------------------------------------------
-
-    async def erase(self, tenant: str, user: str) -> Erasure:
-        """Erase everything of the user. Order matters: the tombstone first (from then on no
-        turn created before it is applied, enqueued, loaded or learned from, and every
-        memory job under way is fenced: none of its writes lands from then on), then the
-        user's entries in shared structures, then its keys; then, once memory runs already
-        under way have stopped (their locks released: a job's heartbeat sees the tombstone
-        and cancels it), a second sweep."""
-        erased_ms = await self.store.mark_erased(tenant, user)
-        await self._forget_response_ids([ConversationKey(tenant, user, c)
-                                         for c in await self.conversation_ids(tenant, user)])
-        entries = await self._delete_entries(tenant, user)
-        deleted, locks = await self._delete_keys(tenant, user, spare_locks=True)
-        complete = await self._settle(locks)
-        again, _ = await self._delete_keys(tenant, user, spare_locks=False)
-        entries += await self._delete_entries(tenant, user, streams=False)
-        disk = await self.rewrite_disk_copies()
-        return Erasure(erased_ms / 1000, deleted + again, entries, complete, disk)
-
-    async def rewrite_disk_copies(self) -> str:
-        """Have every primary's append-only file rewritten by a rewrite that starts after what
-        was just deleted (until then the files still hold it), waiting up to
-        `disk_wait_seconds`: "rewritten", "pending" (it goes on in the background, and is
-        resumed by the next process if this one ends first), "not_needed" (no AOF) or
-        "failed: <reason>" (e.g. a managed Redis that disables BGREWRITEAOF) — never raises:
-        the keys are deleted either way (gateway/store/disk.py). RDB snapshots an operator
-        configured keep their copies until the next snapshot (docs/user-control-api.md,
-        "What a delete reaches")."""
-        if self.disk is None:
-            return await DiskRewrites.once(self.redis, self.keys.store.disk_rewrite_owed(),
-                                           self.disk_wait_seconds)
-        return await self.disk.after_delete(self.disk_wait_seconds)
-
     # -- helpers -----------------------------------------------------------------------------
-
-    async def _forget_briefs(self, tenant: str, user: str) -> None:
-        """Delete every memory brief of the user's conversations after an edit of their
-        memory: each is made again, without what was deleted, at its next request."""
-        await BriefStore(self.redis, self.keys).forget(
-            [ConversationKey(tenant, user, c) for c in await self.conversation_ids(tenant, user)])
-
-    async def _forget_response_ids(self, keys: list[ConversationKey]) -> None:
-        """The tenant-level lookups from a Responses API id to its conversation hold no content
-        but the user's and the conversation's ids: they go with the conversation (its hash of
-        responses, under the conversation's keys, names them)."""
-        for key in keys:
-            ids = [i for i in await self.redis.hkeys(self.keys.store.responses(key))
-                   if i != "latest"]
-            if ids:
-                await self.redis.unlink(*(self.keys.store.response_owner(key.tenant, i)
-                                          for i in ids))
 
     def _ck(self, tenant: str, user: str, conversation: str) -> ConversationKeys:
         return self.keys.store.conversation(ConversationKey(tenant, user, conversation))
-
-    async def _ids_of(self, key: ConversationKey) -> frozenset[str]:
-        """Ids of the conversation's messages, every branch (read a page at a time)."""
-        return frozenset([m.id async for page in self.pages.every(key) for m in page])
 
     async def _sources(self, key: ConversationKey, wanted: set[str]) -> dict[str, Json]:
         """The messages of the conversation with an id in `wanted`, as sources."""
@@ -347,92 +195,6 @@ class MemoryControl:
                     return m
         return None
 
-    async def _user_keys(self, tenant: str, user: str) -> list[str]:
-        names: set[str] = set()
-        for pattern in (self.keys.store.conversations_of(tenant, user),
-                        self.keys.user_pattern(tenant, user)):
-            async for name in self.redis.scan_iter(match=pattern, count=_PAGE):
-                names.add(name)
-        return sorted(names)
-
-    async def _delete_keys(self, tenant: str, user: str, *,
-                           spare_locks: bool) -> tuple[int, list[str]]:
-        """Delete every key of the user; with `spare_locks`, memory locks held right now are
-        kept (returned) so the caller can wait for their runs to end."""
-        names = await self._user_keys(tenant, user)
-        locks = [n for n in names if n.endswith(":m:lock")] if spare_locks else []
-        spared = set(locks)
-        doomed = [n for n in names if n not in spared]
-        deleted = 0
-        for start in range(0, len(doomed), _PAGE):
-            # UNLINK: the server frees a big value (a 100 MB transcript) off its main thread,
-            # so no call of the batch waits on it. A failure mid-way (a 503 to the client)
-            # leaves the rest for the erase repeated: it finds only what is left.
-            deleted += int(await self.redis.unlink(*doomed[start:start + _PAGE]))
-            if len(doomed) > _PAGE:  # progress of a big erase, for the operator
-                log.info(json.dumps({"event": "erase_progress", "tenant": tenant,
-                                     "keys_done": min(start + _PAGE, len(doomed)),
-                                     "keys_total": len(doomed)}))
-        return deleted, locks
-
-    async def _settle(self, locks: Sequence[str]) -> bool:
-        """Wait (bounded) until none of `locks` is held; True if none is."""
-        deadline = time.monotonic() + self.settle_seconds
-        while locks and await self.redis.exists(*locks):
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(self.poll_seconds)
-        return True
-
-    async def _delete_entries(self, tenant: str, user: str, *, streams: bool = True) -> int:
-        """The user's members of the memory dirty set and dead-letter hash, and (with
-        `streams`) its queued and dead-lettered record jobs and its requests in the tenant's
-        request log (gateway/pipeline/request_history.py)."""
-        owned = _owned_by(tenant, user)
-        keys = self.keys.store
-        shard = keys.shard_of(tenant, user)  # the user's entries are all on its shard's queues
-        dirty = keys.memory_dirty_at(shard)
-        memory_dead = keys.memory_dead_at(shard)
-        removed = 0
-        members = [m async for m, _ in self.redis.zscan_iter(dirty, count=_PAGE) if owned(m)]
-        if members:
-            removed += int(await self.redis.zrem(dirty, *members))
-        fields = [f async for f, _ in self.redis.hscan_iter(memory_dead, count=_PAGE)
-                  if owned(f)]
-        if fields:
-            removed += int(await self.redis.hdel(memory_dead, *fields))
-        if streams:
-            for stream in (keys.records_at(shard), keys.dead_at(shard),
-                           keys.request_log(tenant)):
-                removed += await self._delete_stream_entries(stream, tenant, user)
-        return removed
-
-    async def _delete_conversation_entries(self, key: ConversationKey) -> int:
-        keys = self.keys.store
-        shard = keys.shard_of(key.tenant, key.user)
-        removed = 0
-        for stream in (keys.records_at(shard), keys.dead_at(shard),
-                       keys.request_log(key.tenant)):
-            removed += await self._delete_stream_entries(stream, key.tenant, key.user,
-                                                         key.conversation)
-        return removed
-
-    async def _delete_stream_entries(self, stream: str, tenant: str, user: str,
-                                     conversation: str | None = None) -> int:
-        """The entries of the user (of one of its conversations, if named) in `stream`."""
-        # A recorder holding a deleted entry in its pending list acks it when it re-reads it
-        # (the entry comes back without fields); the tombstone covers one being applied.
-        removed, cursor = 0, "-"
-        while True:
-            page = await self.redis.xrange(stream, cursor, "+", count=_PAGE)
-            ids = [i for i, f in page if f.get("tenant") == tenant and f.get("user") == user
-                   and (conversation is None or f.get("conversation") == conversation)]
-            if ids:
-                removed += int(await self.redis.xdel(stream, *ids))
-            if len(page) < _PAGE:
-                return removed
-            cursor = "(" + page[-1][0]
-
 
 def _conversation_of(rest: str) -> str | None:
     """The conversation id at the start of `rest` ("<length>:<id>:..."), or None."""
@@ -440,41 +202,3 @@ def _conversation_of(rest: str) -> str | None:
     if not sep or not length.isdigit() or len(tail) < int(length):
         return None
     return tail[:int(length)]
-
-
-def _owned_by(tenant: str, user: str) -> Callable[[str], bool]:
-    def owned(member: str) -> bool:
-        try:
-            key = decode_key(member)
-        except CodecError:
-            return False
-        return key.tenant == tenant and key.user == user
-    return owned
-
-
-def conversation_json(conversation: str, meta: dict[str, str]) -> Json:
-    def number(name: str) -> float | None:
-        return float(meta[name]) if name in meta else None
-    return {"object": "memory.conversation", "id": conversation,
-            "message_count": int(meta.get("message_count", 0)),
-            "created_at": number("created_at"), "updated_at": number("updated_at")}
-
-
-def _resolved(ids: Iterable[str], messages: dict[str, Json]) -> list[Json]:
-    """The source messages still stored (a deleted conversation's are gone), in id order."""
-    return [messages[i] for i in ids if i in messages]
-
-
-def fact_json(fact: Fact, messages: dict[str, Json]) -> Json:
-    return {"object": "memory.fact", **fact.to_dict(),
-            "sources": _resolved(fact.source_ids, messages)}
-
-
-def chunk_json(chunk: SummaryChunk, messages: dict[str, Json]) -> Json:
-    return {"object": "memory.chunk", "id": chunk.id, "text": chunk.text,
-            "deleted": chunk.deleted, "first_position": chunk.first_position,
-            "last_position": chunk.last_position, "start_date": chunk.start_date,
-            "end_date": chunk.end_date, "created_at": chunk.created_at, "method": chunk.method,
-            "source_ids": list(chunk.source_ids),
-            "sources": _resolved(chunk.source_ids, messages)}
-

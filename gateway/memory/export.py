@@ -24,18 +24,13 @@ from typing import Any, AsyncIterator, Iterable
 
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
-from gateway.memory.control import (
-    MemoryControl,
-    chunk_json,
-    conversation_json,
-    fact_json,
-    source_json,
-    message_json,
-)
+from gateway.memory.control import MemoryControl
 from gateway.memory.records.brief_store import BriefStore, brief_json
 from gateway.memory.records.pin_store import pin_json
 from gateway.memory.records.topic_store import topic_json
 from gateway.memory.pages import PAGE, MessagePages
+from gateway.memory.rendering import (chunk_json, conversation_json, fact_json, message_json,
+                                      source_json)
 from gateway.store.codec import decode_record
 
 Json = dict[str, Any]

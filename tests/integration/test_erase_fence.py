@@ -25,7 +25,7 @@ from gateway.config.tenants import TenantDirectory
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import Message
 from gateway.core.transcript import TurnRecord
-from gateway.memory.control import MemoryControl
+from gateway.memory.erasure import MemoryErasure
 from gateway.memory.jobs.worker import MemoryUpdate, MemoryWorker
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.store import EmbeddedRedis, RedisStore, connect
@@ -116,8 +116,8 @@ class Setup:
         from gateway.memory.records.keys import MemoryKeySpace
         return MemoryKeySpace(self.store.keys)
 
-    def control(self, settle_seconds: float) -> MemoryControl:
-        return MemoryControl(self.client, self.store, settle_seconds=settle_seconds,
+    def control(self, settle_seconds: float) -> MemoryErasure:
+        return MemoryErasure(self.client, self.store, settle_seconds=settle_seconds,
                              poll_seconds=0.01, disk_wait_seconds=10)
 
 

@@ -352,10 +352,10 @@ def test_erasing_a_user_who_has_nothing_succeeds(redis_url, tenant):
 
 
 async def test_erase_waits_for_a_memory_run_under_way_then_sweeps_what_it_wrote(redis_client):
-    from gateway.memory.control import MemoryControl
+    from gateway.memory.erasure import MemoryErasure
 
     memory = MemoryKeySpace().conversation(KEY)
-    control = MemoryControl(redis_client, RedisStore(redis_client), settle_seconds=5)
+    control = MemoryErasure(redis_client, RedisStore(redis_client), settle_seconds=5)
     await redis_client.set(memory.lock, "worker-token", px=300)  # a run ending in 0.3 s
     await redis_client.set(memory.chunks, "Zorblax written before the erase")
     started = time.monotonic()
@@ -365,10 +365,10 @@ async def test_erase_waits_for_a_memory_run_under_way_then_sweeps_what_it_wrote(
 
 
 async def test_erase_reports_a_run_that_outlasts_its_wait_as_incomplete(redis_client):
-    from gateway.memory.control import MemoryControl
+    from gateway.memory.erasure import MemoryErasure
 
     memory = MemoryKeySpace().conversation(KEY)
-    control = MemoryControl(redis_client, RedisStore(redis_client), settle_seconds=0.1)
+    control = MemoryErasure(redis_client, RedisStore(redis_client), settle_seconds=0.1)
     await redis_client.set(memory.lock, "worker-token", px=60_000)
     erasure = await control.erase(KEY.tenant, KEY.user)
     assert not erasure.complete

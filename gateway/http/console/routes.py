@@ -34,6 +34,7 @@ from gateway.http.console.views import (
     users_page,
 )
 from gateway.memory.control import MemoryControl
+from gateway.memory.erasure import MemoryErasure
 from gateway.memory.export import Export
 from gateway.memory.records.brief_store import BriefStore
 from gateway.memory.records.facts_store import FactStore
@@ -190,7 +191,7 @@ class Console:
     async def delete_fact(self, request: Request, gateway: Gateway, session: Session) -> Response:
         tenant, user = _tenant(request, gateway), _user(request)
         fact = request.state.form.get("key", "")
-        if not await _control(gateway).delete_fact(tenant, user, fact):
+        if not await _erasure(gateway).delete_fact(tenant, user, fact):
             raise ConsoleError(404, "No such fact is stored for this user.")
         return _back_to_user(tenant, user)
 
@@ -227,7 +228,7 @@ class Console:
         tenant, user = _tenant(request, gateway), _user(request)
         if request.state.form.get("confirm") != user:
             raise ConsoleError(400, "Not erased: type the user id to confirm.")
-        await _control(gateway).erase(tenant, user)
+        await _erasure(gateway).erase(tenant, user)
         return RedirectResponse(f"/console/t/{quote(tenant)}?erased=1", status_code=303)
 
     async def delete_conversation(self, request: Request, gateway: Gateway,
@@ -235,7 +236,7 @@ class Console:
         key = _conversation(request, gateway)
         if request.state.form.get("confirm") != key.conversation:
             raise ConsoleError(400, "Not deleted: type the conversation id to confirm.")
-        await _control(gateway).delete_conversation(key)
+        await _erasure(gateway).delete_conversation(key)
         return _back_to_user(key.tenant, key.user)
 
 
@@ -252,8 +253,12 @@ def _sessions(gateway: Gateway) -> SessionStore:
 
 
 def _control(gateway: Gateway) -> MemoryControl:
+    return MemoryControl(gateway.store.client, gateway.store)
+
+
+def _erasure(gateway: Gateway) -> MemoryErasure:
     settle = min(10.0, gateway.config.memory.worker.lock_seconds)
-    return MemoryControl(gateway.store.client, gateway.store, settle_seconds=settle,
+    return MemoryErasure(gateway.store.client, gateway.store, settle_seconds=settle,
                          disk=gateway.disk)
 
 

@@ -15,7 +15,7 @@ into summary chunks, extract facts and profile). Invariants:
 - fenced: every write of a job goes through its `JobFence` (gateway/memory/jobs/fence.py),
   atomically refused once the user is erased or the conversation deleted; the heartbeat also
   looks at the tombstones and cancels a job whose fence tripped, so an erase waiting for the
-  job's lock (gateway/memory/control.py) sees it released within one heartbeat;
+  job's lock (gateway/memory/erasure.py) sees it released within one heartbeat;
 - bounded: one run processes at most `slice_messages` new messages (`MemoryUpdate` holds the
   transcript up to the slice's end); a conversation with more to do stays dirty and goes to
   the back of the queue, and due conversations are taken in turn by tenant

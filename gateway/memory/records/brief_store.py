@@ -2,7 +2,7 @@
 
 The brief (gateway/core/context/brief.py) is made at a conversation's first request and read
 by every later one. It is made again when it is gone — the user deleted a fact, the profile,
-a summary chunk or a conversation (gateway/memory/control.py forgets every brief of the
+a summary chunk or a conversation (gateway/memory/erasure.py forgets every brief of the
 user: `forget_all`) — or when the tenant's `memory.brief_tokens` changed. Its key extends the
 conversation's key base (`ConversationMemoryKeys.brief`), so deleting or erasing the
 conversation removes it, and in a cluster it lives on the conversation's slot.
