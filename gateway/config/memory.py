@@ -137,12 +137,14 @@ class TenantMemoryConfig(Strict):
     """The user's facts offered with each request (identified users); 0, the default: facts
     are extracted, listed and exportable but not offered.
     (why: docs/decisions.md#facts_k--0-gatewayconfigmemorypy)"""
-    brief_tokens: int = Field(400, ge=0, le=8000)
+    brief_tokens: int = Field(0, ge=0, le=8000)
     """The most tokens of a conversation's memory brief (`scope: user`): what the user's other
     conversations, profile and facts say that matters to the conversation's opening message,
     made at its first request and forwarded unchanged after the client's system prompt
-    (gateway/core/context/brief.py); 0: no brief.
-    (why: docs/decisions.md#brief_tokens--400-gatewayconfigmemorypy)"""
+    (gateway/core/context/brief.py); with a brief, memory from outside the conversation is
+    recalled after the history only for messages that ask about the past. 0, the default: no
+    brief (memory from outside is offered after the history for every message, as before).
+    (why: docs/decisions.md#brief_tokens--0-gatewayconfigmemorypy)"""
     summarizer_model: str | None = None
     """A model alias of this tenant summarising older turns; none: extractive summaries."""
     extractor_model: str | None = None

@@ -79,8 +79,8 @@ class Briefs:
             log.memory_error = repr(exc)
             return memory
         # The brief is the recall from outside for the message it is made for.
-        return with_brief(memory, stored.brief,
-                          asks_past=not made and memory_need(query) is Need.PAST,
+        need = snapshot.need if snapshot.query == query else memory_need(query)
+        return with_brief(memory, stored.brief, asks_past=not made and need is Need.PAST,
                           outside=outside)
 
 

@@ -33,7 +33,7 @@ BRIEF_HEADER = "Known about the user from earlier conversations"
 
 @pytest.fixture
 def gateway_url(redis_url: str) -> Iterator[str]:
-    config = gateway_config(redis_url, tenant={"memory": {"facts_k": 5}})
+    config = gateway_config(redis_url, tenant={"memory": {"facts_k": 5, "brief_tokens": 400}})
     with running_gateway(config) as url:
         yield url
 
@@ -179,7 +179,7 @@ def test_the_console_shows_the_brief_as_text(redis_url):
     from tests.support import console
 
     xss = "I said <script>alert(1)</script> about my name Zorblax."
-    with running_gateway(console.console_config(redis_url, facts_k=5)) as url:
+    with running_gateway(console.console_config(redis_url, facts_k=5, brief_tokens=400)) as url:
         console.chat(url, "erin", "c1", [{"role": "user", "content": NAME}])
         console.chat(url, "erin", "c1", [{"role": "user", "content": xss}])
         console.chat(url, "erin", "c2", [{"role": "user", "content": "What is my name?"}])
@@ -205,7 +205,7 @@ def test_the_log_line_counts_the_briefs_tokens(gateway_url, caplog):
                                                  tokenizer_for_model("fake/echo-messages"))
 
 
-@pytest.mark.parametrize("memory", [{"scope": "conversation"}, {"brief_tokens": 0}])
+@pytest.mark.parametrize("memory", [{"scope": "conversation", "brief_tokens": 400}, {"brief_tokens": 0}])
 def test_no_brief_when_scoped_to_conversations_or_with_no_budget(redis_url, memory):
     with running_gateway(gateway_config(redis_url, tenant={"memory": memory})) as url:
         remember(url)

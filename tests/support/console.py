@@ -14,15 +14,17 @@ from tests.support.gateway import KEYS
 ADMIN_KEY = "console-admin-key-for-tests"
 
 
-def console_config(redis_url: str, facts_k: int = 0, **console: Any) -> Config:
+def console_config(redis_url: str, facts_k: int = 0, brief_tokens: int = 0,
+                   **console: Any) -> Config:
     """Two tenants with memory (inline recording, the test embedder, compaction after two
-    rounds; `facts_k` facts offered per request), admin keys, and the console on over plain
-    http."""
+    rounds; `facts_k` facts offered per request, memory briefs of `brief_tokens`), admin keys,
+    and the console on over plain http."""
     from tests.integration.test_memory_erase import memory_config
 
     data = memory_config(redis_url).model_dump(mode="json", exclude_defaults=True)
     for tenant in data["tenants"].values():
         tenant.setdefault("memory", {})["facts_k"] = facts_k
+        tenant["memory"]["brief_tokens"] = brief_tokens
     data["admin"] = {"keys": [{"sha256": hash_key(ADMIN_KEY)}]}
     data["console"] = {"enabled": True, "secure_cookie": False, **console}
     return parse_config(data)
