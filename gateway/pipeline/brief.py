@@ -72,8 +72,11 @@ class Briefs:
                 brief = make_brief(profile, [r for r in memory.recalled if outside(r)], budget,
                                    tokenizer, framing_for([query]))
                 stored = StoredBrief(brief, budget, self.clock())
-                if persist:
-                    await self.store.put(key, stored)
+                # The request's start: the memory the brief is made from was read after it.
+                read_at = self.clock() - (time.perf_counter() - log.started)
+                if persist and not await self.store.put(key, stored, read_at=read_at):
+                    logger.info("memory brief of request %s not stored: the user was erased "
+                                "or the conversation deleted meanwhile", log.request_id)
         except Exception as exc:  # noqa: BLE001 — the brief fails open, logged
             logger.warning("memory brief unavailable for request %s: %r", log.request_id, exc)
             log.memory_error = repr(exc)

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import WatchError
 
 from gateway.core.context.brief import Brief
 from gateway.core.ids import ConversationKey
 from gateway.memory.records.keys import MemoryKeySpace
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
+from gateway.store.redis_store import erased_before
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +58,31 @@ class BriefStore:
             log.warning("stored brief of %s is unreadable (%s); made again", key, exc)
             return None
 
-    async def put(self, key: ConversationKey, stored: StoredBrief) -> None:
+    async def put(self, key: ConversationKey, stored: StoredBrief, *, read_at: float) -> bool:
+        """Store the brief unless the user was erased or the conversation deleted at or after
+        `read_at` (seconds: when the memory it was made from was read) — checked in the same
+        transaction as the write (WATCH on both tombstones, which share the conversation's
+        slot). False: refused, nothing written."""
         b = stored.brief
         data = {"text": b.text, "item_ids": list(b.item_ids), "lines": list(b.lines),
                 "profile": b.profile, "tokens": b.tokens, "budget": stored.budget,
                 "made_at": stored.made_at}
-        await self.redis.set(self.keys.conversation(key).brief,
-                             self.encryption.seal(key.tenant,
-                                                  json.dumps(data, ensure_ascii=False)))
+        sealed = self.encryption.seal(key.tenant, json.dumps(data, ensure_ascii=False))
+        tombstones = (self.keys.store.erased(key.tenant, key.user),
+                      self.keys.store.conversation(key).deleted)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(*tombstones)
+                # One GET each: a cluster's pipeline refuses MGET.
+                values = [await pipe.get(t) for t in tombstones]
+                if any(erased_before(value, read_at) for value in values):
+                    return False
+                pipe.multi()
+                pipe.set(self.keys.conversation(key).brief, sealed)
+                await pipe.execute()
+            except WatchError:  # an erase or delete landed meanwhile
+                return False
+        return True
 
     async def forget(self, keys: list[ConversationKey]) -> None:
         """Delete the briefs of `keys` (each is made again at its conversation's next
