@@ -201,8 +201,7 @@ def _check_depth(body: Any) -> None:
 
 def _deeper_than(value: dict[str, Any] | list[Any], levels: int) -> bool:
     """Whether the container `value` nests more than `levels` deep (itself is one level).
-    Recursive, at most `levels` + 1 calls deep; a call per container, none per string — a
-    601-message body costs ~0.1 ms, less than counting its brackets would."""
+    Recursive, at most `levels` + 1 calls deep; a call per container, none per string."""
     if levels <= 0:
         return True
     for child in value.values() if type(value) is dict else value:

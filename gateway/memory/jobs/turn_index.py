@@ -95,10 +95,9 @@ def turn_entries(transcript: Sequence[StoredMessage], start: int = 0,
 
     A turn is embedded in its context: the previous indexable message, then its own text. A
     reply ("Yes, every Sunday at the lake") says little without the question it answers, and
-    a question is found through the answer's words too. Measured on the LoCoMo dev split
-    (bench/results/memory-ablation.md): hybrid recall with context vectors keeps ~5 points more
-    of the evidence at 2,000 tokens than with each turn embedded alone. Only the vector
-    changes: the text shown is the turn's own."""
+    a question is found through the answer's words too (why: docs/decisions.md, "index:
+    context_vectors, stemming, segmentation"). Only the vector changes: the text shown is the
+    turn's own."""
     tail = transcript[start:]
     redacted = [redact(m.message.text) if indexable(m) else "" for m in tail]
     anchors = anchor_dates(redacted, initial=anchor)
