@@ -22,3 +22,14 @@ def machine() -> dict[str, Any]:
     """{"cores", "cpu_model", "python" (the version), "platform"}."""
     return {"cores": os.cpu_count(), "cpu_model": cpu_model(),
             "python": platform.python_version(), "platform": platform.platform()}
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident set size of `pid` in MB (VmRSS), None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None

@@ -35,7 +35,8 @@ from bench.cost.tally import Tally
 from bench.locomo.cli import run as serve_and_replay
 from bench.locomo.data import Conversation
 from bench.locomo.meter import PromptMeter
-from bench.locomo.replay import RESERVE, SESSION_MODES, Outcome, PromptDump
+from bench.locomo.dump import PromptDump
+from bench.locomo.replay import RESERVE, SESSION_MODES, Outcome
 from bench.locomo.score import Score, Scorer
 from bench.locomo.script import Script, build_script, session_scripts
 from bench.locomo.null_probes import null_probes

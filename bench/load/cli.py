@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import aiohttp
 import yaml
 
+from bench.machine import rss_mb
 from bench.output import write_result
 from bench.overhead.processes import ChildServer, ChildServers, free_port, stop_children_on_sigterm
 
@@ -77,15 +78,6 @@ class Run:
     rss: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     wall_s: float = 0.0
 
-
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def write_config(path: Path, store: str, fake_url: str, embedder: str = "use") -> Path:

@@ -39,7 +39,8 @@ from bench.locomo import report
 from bench.dialects import DIALECTS
 from bench.machine import machine
 from bench.locomo.data import Conversation, chain, file_sha256, load
-from bench.locomo.replay import (BUILDS, DEFAULT_MODES, MODES, Outcome, PromptDump, Replayer,
+from bench.locomo.dump import PromptDump
+from bench.locomo.replay import (BUILDS, DEFAULT_MODES, MODES, Outcome, Replayer,
                                  gateway_config)
 from bench.locomo.results import rows
 from bench.locomo.retrieval import RRF_K

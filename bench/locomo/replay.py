@@ -39,17 +39,17 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import threading
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import httpx
 from redis.exceptions import ResponseError
 
 from bench.locomo.data import Conversation, Question
+from bench.locomo.dump import Chat, Key, PromptDump
 from bench.locomo.billing import bill
 from bench.locomo.meter import PromptMeter
 from bench.locomo.null_probes import null_probes, recalled_tokens
@@ -72,9 +72,6 @@ DEFAULT_MODES = ("stateless", "stateful", "sessions")
 SESSION_MODES = ("sessions", "continued")
 BUILDS = ("replay", "import")
 """The modes that replay each session as a conversation of its own."""
-Key = tuple[str, str | None, int | None]
-"""(strategy, mode, budget)."""
-Chat = list[dict[str, Any]]
 
 
 def tenant(budget: int, fold: str | None = None) -> str:
@@ -188,43 +185,6 @@ class _Work:
     replay_ids: list[str] = field(default_factory=list)
     probes: dict[tuple[str, int, int], tuple[Chat, int, str]] = field(default_factory=dict)
     """(mode, budget, question index) → (forwarded prompt, header tokens, request id)."""
-
-
-class PromptDump:
-    """`--dump-prompts`: one JSON line per probe (`qa`: its index), per null probe of the
-    gateway (`qa` null, `null`: its index) and per replayed request of the gateway (`qa` null,
-    `turn`: the request's place in its conversation), written from any thread; `bench
-    locomo-rescore` scores the probes and re-computes the replay's prefix reuse from it."""
-
-    def __init__(self, file: IO[str]) -> None:
-        self._file = file
-        self._lock = threading.Lock()
-
-    def write(self, sample_id: str, question: Question, key: Key, messages: Chat) -> None:
-        strategy, mode, budget = key
-        self._line({"conversation": sample_id, "qa": question.index, "strategy": strategy,
-                    "mode": mode, "budget": budget, "messages": messages})
-
-    def write_turn(self, sample_id: str, thread: str, turn: int, key: Key,
-                   messages: Chat, stable: int | None = None) -> None:
-        """`thread`: the gateway conversation the request went to (a session of its own in
-        the `sessions` and `continued` modes); `stable`: its `x-gateway-stable-messages`
-        (None: not sent)."""
-        strategy, mode, budget = key
-        self._line({"conversation": sample_id, "qa": None, "thread": thread, "turn": turn,
-                    "strategy": strategy, "mode": mode, "budget": budget, "stable": stable,
-                    "messages": messages})
-
-    def write_null(self, sample_id: str, probe: int, key: Key, messages: Chat) -> None:
-        """A null probe's forwarded prompt (`null`: its index in null_probes.py's list)."""
-        strategy, mode, budget = key
-        self._line({"conversation": sample_id, "qa": None, "null": probe, "strategy": strategy,
-                    "mode": mode, "budget": budget, "messages": messages})
-
-    def _line(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False)
-        with self._lock:
-            self._file.write(line + "\n")
 
 
 class Replayer:

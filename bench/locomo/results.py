@@ -36,7 +36,8 @@ from collections import defaultdict
 from statistics import fmean
 from typing import Any, Iterable, Sequence
 
-from bench.locomo.replay import Key, Observation, Outcome
+from bench.locomo.dump import Key
+from bench.locomo.replay import Observation, Outcome
 
 CATEGORY_KEYS = ("1", "2", "3", "4", "5", "all")
 STRATEGY_ORDER = ("gateway", "full", "truncate", "last-n", "bm25", "dense", "hybrid")

@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bench.locomo.data import CATEGORIES, Conversation, load
+from bench.locomo.data import CATEGORIES, Conversation
 from bench.locomo.meter import PromptMeter
 from bench.locomo.null_probes import null_probes, recalled_tokens
 from bench.locomo.question_form import asks_inference

@@ -8,11 +8,11 @@ import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import aiohttp
 
+from bench.machine import rss_mb
 from bench.soak.traffic import Client
 
 
@@ -31,16 +31,6 @@ class Tally:
         if len(self.error_examples) < 10:
             self.error_examples.append(text)
 
-
-def rss_mb(pid: int) -> float | None:
-    """Resident set size of `pid` in MB (VmRSS), None once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 async def drive(base_url: str, clients: list[Client], rate: float, warmup_s: float,
