@@ -44,7 +44,9 @@ def config_file(workdir: Path) -> Path:
             "api_keys": [{"sha256": hash_key(KEY)}],
             "models": {"echo": {"model": "fake/echo"}, "summariser": {"model": "fake/slow-60000"}},
             "memory": {"summarizer_model": "summariser",
-                       "compaction": {"min_rounds": 2, "recent_window_turns": 1}},
+                       "compaction": {"min_rounds": 2, "recent_window_turns": 1,
+                                      # under a span's length: the summariser is called
+                                      "chunk_max_tokens": 20}},
         }},
     }))
     return path
