@@ -16,7 +16,6 @@ PLEASANTRIES = [
     "谢谢！", "谢谢啦", "早上好！你今天怎么样？", "好的，明天见！", "暂时就这些，谢谢！", "晚安",
 ]
 QUESTIONS = [
-    "When did Dana start her pottery class?", "What is my cat called?",
     "Thanks! What should I cook tonight?", "Good morning! Any news about the trip?",
     "Thanks Bob and Alice", "Hey Dana! I just got back from a trip!", "Yes, do that",
     "What is 17 times 23?", "How long should I boil an egg?", "好看吗？", "鸡蛋应该煮多久？",

@@ -15,14 +15,16 @@ Three answers (`Need`):
 - `PAST`: it refers to what was said before ("remember", "last time", "we talked about",
   "上次", "还记得", "我们聊过") or names a day ("On April 27th", "5月4号", "yesterday", "上周六":
   a question about what happened then, which a stored turn of that day answers while being
-  little like it — the date carries the question, and a sentence encoder hardly sees dates).
-  Recalled items skip the gate; the floor still applies.
+  little like it — the date carries the question, and a sentence encoder hardly sees dates),
+  or asks about the past of the people in the conversation by its grammar ("What is the name
+  of the playlist I created?", "What did Caroline research?", "我去过哪些城市？":
+  gateway/core/recall/personal.py). Recalled items skip the gate; the floor still applies.
 - `OPEN`: anything else: the floor and the gate as configured.
 
 Rules, not a classifier: the formulas of each language as a phrase book would list them, not
 the benchmark's probes (bench/locomo/null_probes.py); what they keep and drop: bench/README.md
 ("Messages that need no memory"). A general question ("How long should I boil an egg?") is
-`OPEN`: no rule of words tells it from a question about the user's own cooking.
+`OPEN`: present tense, a modal or a conditional asks for knowledge, not memory.
 
 Invariants: pure; case-insensitive (but "May", a month only when capitalised); a message with
 any word left beyond the formulas (but one name), or longer than `_PLEASANTRIES_AT_MOST`
@@ -35,6 +37,7 @@ from __future__ import annotations
 import enum
 import re
 
+from gateway.core.recall.personal import asks_own_past
 from gateway.core.text.days import named_days
 
 
@@ -113,7 +116,7 @@ def memory_need(message: str) -> Need:
     docstring)."""
     tail = message[-_PAST_READ:]
     text = tail.translate(_APOSTROPHES).lower()
-    if _PAST.search(text) or named_days(tail):
+    if _PAST.search(text) or named_days(tail) or asks_own_past(tail):
         return Need.PAST
     if len(message) > _PLEASANTRIES_AT_MOST:
         return Need.OPEN
