@@ -13,9 +13,11 @@ to a present request:
 - English, a past auxiliary with a first-person or second-person subject: "did I", "have we",
   "was I", "did my sister", "did you" (but "did you know", a general question);
 - English, in a clause that is itself the question (it opens with a question word or an
-  auxiliary): a first-person subject and a verb in the past ("the playlist I created", "the
-  hotel we've stayed at"), not after a modal, a present auxiliary or "if" ("Am I allowed",
-  "what if I mixed" are not the past); and "what is my ...", a fact about the user;
+  auxiliary): a first- or second-person subject and a verb in the past ("the playlist I
+  created", "the hotel we've stayed at", "the trail you recommended"), not after a modal, a
+  present auxiliary or "if" ("Am I allowed", "what if I mixed" are not the past), nor after
+  "have" ("Have you heard of ...?" asks what the assistant knows); and "what is my ...", a fact
+  about the user;
 - English, anywhere: "I once <past>", "you once <past>", and "before" as an adverb closing a
   clause ("I recommended a film before, what was it?");
 - English, a person's name in a past question: after "did", "has" or "had" and before a verb
@@ -67,11 +69,12 @@ _AUXILIARY = re.compile(
     r"\b(?:did|didn't|have|haven't|had|hadn't|was|wasn't|were|weren't)\s+(?:i|we)\b"
     r"|\bdid(?:n't)?\s+(?:my|our)\b|\bdid(?:n't)?\s+you\s+(?!know\b)[a-z]")
 _SUBJECT_PAST = re.compile(
-    rf"(?<![\w'])(?P<before>\w+\s+)?(?:i|we)(?:'ve|\s+have|\s+had)?\s+{_ADVERB}"
+    rf"(?<![\w'])(?P<before>\w+\s+)?(?:i|we|you)(?:'ve|\s+have|\s+had)?\s+{_ADVERB}"
     rf"(?P<verb>{_PAST_VERB})\b")
-# Before a subject, these make its verb form no past: a modal, a present auxiliary, "if".
+# Before a subject, these make its verb form no past: a modal, a present auxiliary, "if"; or
+# make it a question of experience ("Have you heard of ...?"; "have I", "did I": `_AUXILIARY`).
 _NOT_BEFORE = {"am", "are", "is", "do", "does", "can", "could", "should", "would", "will",
-               "shall", "may", "might", "must", "if", "let"}
+               "shall", "may", "might", "must", "if", "let", "have", "has", "had", "did"}
 _MY = re.compile(r"^\W*(?:what|who|which|when)(?:'s|\s+is|\s+are|\s+was|\s+were)\s+"
                  r"(?:the\s+\w+\s+of\s+)?my\b")
 _ANYWHERE = re.compile(rf"\b(?:i|we|you)\s+once\s+{_PAST_VERB}\b|\bbefore\s*(?:[,.?!;]|$)")
