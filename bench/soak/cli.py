@@ -37,6 +37,8 @@ DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "soak.json"
 HOST = "127.0.0.1"
 TENANTS = ("acme", "globex", "initech")
 PROCESSES = ("gateway", "worker", "store")
+INDEXES = "indexes"
+"""The serving process's search indexes (their estimate, `gateway_memory_index_bytes`)."""
 UPSTREAM_KEY_ENV = "BENCH_UPSTREAM_KEY"
 
 
@@ -147,11 +149,12 @@ def log_count(path: Path, word: str) -> int:
 def summarise(tally: Tally) -> dict[str, Any]:
     measured = [s for s in tally.rss if s["t"] >= 0]
     memory = {}
-    for name in PROCESSES:
+    for name in (*PROCESSES, INDEXES):
         series = [s[name] for s in measured if name in s]
         if series:
             memory[name] = {"start_mb": series[0], "end_mb": series[-1], "max_mb": max(series),
-                            "growth_pct": round(100 * (series[-1] - series[0]) / series[0], 1)}
+                            "growth_pct": round(100 * (series[-1] - series[0])
+                                                / max(series[0], 0.1), 1)}
     latency = {}
     for door, values in tally.latencies_ms.items():
         values = sorted(values)
@@ -191,10 +194,12 @@ def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
     for door, v in result["latency"].items():
         lines.append(f"| {door} | {v['requests']:,} | {v['p50_ms']} | {v['p99_ms']} |")
     lines += ["", "RSS every sample (MB; t in minutes from the end of the warm-up):", "",
-              "| t min | " + " | ".join(PROCESSES) + " |", "|---:|" + "---:|" * len(PROCESSES)]
+              "| t min | " + " | ".join(PROCESSES) + f" | {INDEXES} (of gateway) |",
+              "|---:|" + "---:|" * (len(PROCESSES) + 1)]
     for s in result["rss"]:
         lines.append(f"| {s['t'] / 60:.1f} | "
-                     + " | ".join(f"{s[p]:.1f}" if p in s else "–" for p in PROCESSES) + " |")
+                     + " | ".join(f"{s[p]:.1f}" if p in s else "–"
+                                  for p in (*PROCESSES, INDEXES)) + " |")
     if result["error_examples"]:
         lines += ["", "Errors (first few):", ""] + [f"- `{e}`" for e in result["error_examples"]]
     lines += ["", f"Command: `{meta['command']}`", ""]

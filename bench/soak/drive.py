@@ -68,7 +68,7 @@ async def drive(base_url: str, clients: list[Client], rate: float, warmup_s: flo
             beat += interval
             await asyncio.sleep(max(0.0, beat - time.monotonic()))
 
-    async def sampler() -> None:
+    async def sampler(session: aiohttp.ClientSession) -> None:
         next_at = started
         while True:
             now = time.monotonic()
@@ -77,6 +77,9 @@ async def drive(base_url: str, clients: list[Client], rate: float, warmup_s: flo
                 mb = rss_mb(pid)
                 if mb is not None:
                     sample[name] = round(mb, 1)
+            held = await index_bytes(session, base_url)
+            if held is not None:
+                sample["indexes"] = round(held / 1e6, 1)
             tally.rss.append(sample)
             if now >= stop_at:
                 return
@@ -88,4 +91,17 @@ async def drive(base_url: str, clients: list[Client], rate: float, warmup_s: flo
     connector = aiohttp.TCPConnector(limit=len(clients))
     async with aiohttp.ClientSession(connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=60)) as session:
-        await asyncio.gather(sampler(), *(client_loop(c, session) for c in clients))
+        await asyncio.gather(sampler(session), *(client_loop(c, session) for c in clients))
+
+
+async def index_bytes(session: aiohttp.ClientSession, base_url: str) -> float | None:
+    """What the serving process's search indexes hold (`gateway_memory_index_bytes`, summed
+    over the indexes), or None when /metrics does not say."""
+    try:
+        async with session.get(base_url + "/metrics") as response:
+            text = await response.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("gateway_memory_index_bytes{")]
+    return sum(values) if values else None

@@ -246,6 +246,10 @@ class IndexConfig(Strict):
     segmentation: bool = True
     """Cut Chinese into dictionary words for BM25 (jieba's, through rjieba); false: character
     unigrams and bigrams."""
+    cache_mb: int = Field(512, ge=2)
+    """The search indexes a process builds from the store (dense and lexical, half each) hold
+    at most this many MiB, estimated; beyond it the least recently searched namespaces are
+    dropped (and rebuilt from the store when searched again). The newest is always kept."""
 
 
 class MemoryConfig(Strict):

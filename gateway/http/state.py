@@ -98,6 +98,9 @@ class Gateway:
         if self.recorder is not None:
             self.metrics.recorder_applied.set(self.recorder.applied)
             self.metrics.recorder_dead.set(self.recorder.dead_lettered)
+        if self.memory is not None:
+            self.metrics.index_bytes.labels("dense").set(self.memory.vector_index.nbytes)
+            self.metrics.index_bytes.labels("lexical").set(self.memory.lexical_index.nbytes)
         if self.buffer is not None:
             self.metrics.buffer_held.set(len(self.buffer))
             self.metrics.buffer_buffered.set(self.buffer.buffered)

@@ -110,9 +110,10 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
     e = config.memory.embedder
     embedder = embedder_from_config(e.backend, e.model, e.threads)
     embedding = EmbeddingService(embedder)
-    vectors = FaissVectorIndex(redis, embedder.dim, keys, space=embedding.space)
     index = config.memory.index
-    lexical = Bm25LexicalIndex(redis, keys, stem=index.stemming,
+    half = index.cache_mb << 19  # MiB / 2, in bytes
+    vectors = FaissVectorIndex(redis, embedder.dim, keys, space=embedding.space, max_bytes=half)
+    lexical = Bm25LexicalIndex(redis, keys, max_bytes=half, stem=index.stemming,
                                segment=index.segmentation, **sealed)
     chunks = ChunkStore(redis, keys, space=embedding.space, **sealed)
     profiles = ProfileStore(redis, keys, **sealed)

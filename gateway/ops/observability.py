@@ -294,6 +294,11 @@ class Metrics:
                                    "Store calls of this process that found no free connection "
                                    "within the store timeout.", registry=self.registry)
 
+        self.index_bytes = Gauge("gateway_memory_index_bytes",
+                                 "Search indexes this process holds in memory, estimated "
+                                 "bytes, by index (dense, lexical); bounded by "
+                                 "memory.index.cache_mb.", ["index"], registry=self.registry)
+
     def observe_pool(self, stats: PoolStats) -> None:
         self.pool_in_use.set(stats.in_use)
         self.pool_max.set(stats.max_connections)

@@ -376,6 +376,11 @@ def test_a_users_facts_reach_their_other_conversations_and_no_one_elses(gateway_
     assert "Lisbon" in own.json()["choices"][0]["message"]["content"]
     assert int(own.headers["x-gateway-memory-recalled"]) >= 1  # no memory brief by default
     assert "Lisbon" not in other.text
+    # What the recall's search indexes hold in this process is shown, by index.
+    held = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+            for line in httpx.get(gateway_url + "/metrics", timeout=10).text.splitlines()
+            if line.startswith("gateway_memory_index_bytes{")}
+    assert set(held) == {'index="dense"', 'index="lexical"'} and all(held.values()), held
 
 
 async def test_memory_that_cannot_be_read_is_skipped_and_said_in_a_header(gateway_url,

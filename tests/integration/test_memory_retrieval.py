@@ -470,16 +470,19 @@ async def test_embedding_service_batches_concurrent_calls_and_keeps_their_rows()
         service.close()
 
 
-def test_namespace_cache_is_bounded_by_entries_and_items():
-    cache: NamespaceCache[str] = NamespaceCache(max_namespaces=2, max_items=10)
+def test_namespace_cache_is_bounded_by_entries_and_size():
+    cache: NamespaceCache[str] = NamespaceCache(max_namespaces=2, max_size=10)
     a, b, c = (Namespace.of_facts("t", u) for u in "abc")
     cache.put(a, Cached("1", "A", 4))
     cache.put(b, Cached("1", "B", 4))
     assert cache.get(a) is not None  # a is now the most recently used
     cache.put(c, Cached("1", "C", 4))
     assert (cache.get(a), cache.get(b)) == (Cached("1", "A", 4), None)
+    assert cache.size == 8
+    cache.put(a, Cached("2", "A", 5))  # grown in place: accounted again, not twice
+    assert cache.size == 9 and len(cache) == 2
     cache.put(b, Cached("2", "B", 30))  # too big alone: kept, everything else evicted
-    assert len(cache) == 1 and cache.get(b) is not None
+    assert len(cache) == 1 and cache.get(b) is not None and cache.size == 30
 
 
 def test_build_embedder_rejects_an_unknown_kind():
@@ -806,3 +809,41 @@ async def test_a_forked_away_turn_is_never_served_from_cached_entries(redis_clie
         texts_now = [r.text for r in await memory.recaller.recall(KEY, "locker number", k=10)]
         assert not any("4417" in t for t in texts_now)
         await asyncio.sleep(0.05)
+
+
+async def test_the_search_indexes_stay_within_their_byte_budget(redis_client, memory):
+    """Two conversations' indexes where the budget holds either but not both: the least
+    recently searched is dropped, `nbytes` stays within the budget, and every search answers
+    as an unbounded index does (the dropped one is rebuilt from the store)."""
+    keys = [ConversationKey("acme", "alice", "c1"), ConversationKey("acme", "alice", "c2")]
+    for n, key in enumerate(keys):
+        await memory.indexer.sync(key, conversation(filler(60, seed=n)))
+    spaces = [Namespace.of_conversation(k) for k in keys]
+    text = "garden piano weather"
+    query = memory.embedding.embedder.embed([text])[0]
+
+    async def dense(index: FaissVectorIndex, ns: Namespace) -> list:
+        return await index.search(ns, query, 1000)
+
+    async def lexical(index: Bm25LexicalIndex, ns: Namespace) -> list:
+        return await settled(index, ns, text, k=1000)
+
+    for ns in spaces:  # both built whole: their sizes are the budget's measure
+        await dense(memory.vectors, ns)
+        await lexical(memory.lexical, ns)
+    both = (memory.vectors.nbytes, memory.lexical.nbytes)
+    assert all(size > 0 for size in both)
+    bounded = (FaissVectorIndex(redis_client, memory.embedding.dim, KEYS,
+                                space=memory.embedding.space, max_bytes=both[0] - 1),
+               Bm25LexicalIndex(redis_client, KEYS, max_bytes=both[1] - 1))
+    try:
+        for ns in [*spaces, *spaces]:  # A, B, A, B: each search drops the other
+            for search, index, unbounded, budget in zip(
+                    (dense, lexical), bounded, (memory.vectors, memory.lexical), both):
+                got, want = await search(index, ns), await search(unbounded, ns)
+                assert got and dict(got) == pytest.approx(dict(want))  # every hit (ties in
+                # another order)
+                assert len(index._cache) == 1 and 0 < index.nbytes < budget
+    finally:
+        for index in bounded:
+            index.close()

@@ -21,6 +21,7 @@ and searches it.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from typing import Sequence
 
@@ -35,8 +36,10 @@ class Bm25:
 
     def __init__(self) -> None:
         self._vocab: dict[str, int] = {}
-        self._rows: list[list[int]] = []     # per token: the rows holding it
-        self._tfs: list[list[float]] = []    # per token: its count in each of those rows
+        # Per token: the rows holding it, and its count in each (machine-sized arrays: a
+        # posting costs 8 bytes, not two Python objects).
+        self._rows: list[array] = []         # of int32
+        self._tfs: list[array] = []          # of float32
         self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # postings as arrays
         self._df: list[int] = []             # per token: live rows holding it
         self._tokens: list[tuple[int, ...]] = []  # per row: its distinct token ids
@@ -44,11 +47,18 @@ class Bm25:
         self._lengths = np.zeros(64, dtype=np.float32)
         self._alive = np.zeros(64, dtype=bool)
         self.live = 0
+        self.postings = 0
+        """(token, row) pairs held, live and dead."""
         self._total_length = 0
 
     def __len__(self) -> int:
         """Rows ever added (live and removed)."""
         return len(self._tokens)
+
+    @property
+    def total_length(self) -> int:
+        """Tokens in the live documents, summed."""
+        return self._total_length
 
     @property
     def dead(self) -> int:
@@ -66,13 +76,14 @@ class Bm25:
             t = self._vocab.get(token)
             if t is None:
                 t = self._vocab[token] = len(self._df)
-                self._rows.append([])
-                self._tfs.append([])
+                self._rows.append(array("i"))
+                self._tfs.append(array("f"))
                 self._df.append(0)
             self._rows[t].append(row)
             self._tfs[t].append(float(count))
             self._df[t] += 1
             ids.append(t)
+        self.postings += len(ids)
         self._lengths[row] = len(tokens)
         self._tokens.append(tuple(ids))
         self._alive[row] = True
@@ -124,7 +135,7 @@ class Bm25:
     def _postings(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         cached = self._arrays.get(t)
         if cached is None or len(cached[0]) != len(self._rows[t]):
-            cached = (np.asarray(self._rows[t], dtype=np.int64),
-                      np.asarray(self._tfs[t], dtype=np.float32))
+            cached = (np.array(self._rows[t], dtype=np.int64),
+                      np.array(self._tfs[t], dtype=np.float32))
             self._arrays[t] = cached
         return cached

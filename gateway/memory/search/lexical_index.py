@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -66,6 +67,12 @@ OFFLOAD_ABOVE = 1000
 # Namespaces with more documents than this answer from the index they have while a refresh
 # runs: what it lacks are the newest turns, which the recent window forwards verbatim anyway.
 STALE_OK_ABOVE = 50
+# The resident memory of a document, estimated: per document (its id and row), per distinct
+# term in it (its posting, and the posting's array form while cached), per word (its slot in
+# the document's kept words).
+DOCUMENT_BYTES = 200
+POSTING_BYTES = 28
+WORD_BYTES = 8
 
 
 @dataclass(slots=True)
@@ -96,7 +103,9 @@ class _Lexical:
     def add(self, item: str, words: list[str], text: str | None = None,
             day: datetime.date | None = None) -> None:
         """`text`: a chunk's text (kept to skip tokenising it again while unchanged); `day`:
-        the document's day (its term is among `words`)."""
+        the document's day (its term is among `words`). The words are kept interned: one
+        object per distinct word, however many documents hold it."""
+        words = list(map(sys.intern, words))
         if text is not None:
             self.texts[item] = text
         if day is not None and (self.latest is None or day > self.latest):
@@ -109,6 +118,12 @@ class _Lexical:
         self.rows[item] = self.bm25.add(words)
         self.ids.append(item)
         self.tokens[item] = words
+
+    @property
+    def nbytes(self) -> int:
+        """The index's resident memory, estimated (rows dead or alive)."""
+        return (len(self.ids) * DOCUMENT_BYTES + self.bm25.postings * POSTING_BYTES
+                + self.bm25.total_length * WORD_BYTES)
 
     def remove(self, item: str) -> None:
         row = self.rows.pop(item, None)
@@ -174,7 +189,7 @@ class Bm25LexicalIndex:
     """`LexicalIndex` over the store's texts. Call `close()` at shutdown."""
 
     def __init__(self, redis: aioredis.Redis, keys: MemoryKeySpace = MemoryKeySpace(), *,
-                 max_namespaces: int = 256, max_documents: int = 500_000, stem: bool = True,
+                 max_namespaces: int = 256, max_bytes: int = 256 << 20, stem: bool = True,
                  segment: bool = True, encryption: Encryption = NO_ENCRYPTION):
         """`stem`: stem English words (gateway.memory.search.stemming), in documents and queries;
         `segment`: cut Chinese into dictionary words (gateway.memory.search.segmentation; its
@@ -185,12 +200,17 @@ class Bm25LexicalIndex:
         self.keys = keys
         self.stem = stem
         self.segment = segmenter(segment)
-        self._cache: NamespaceCache[_Lexical] = NamespaceCache(max_namespaces, max_documents)
+        self._cache: NamespaceCache[_Lexical] = NamespaceCache(max_namespaces, max_bytes)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bm25")
         self._refreshing: dict[Namespace, asyncio.Task[_Lexical]] = {}
 
     def _document(self, text: str) -> tuple[list[str], datetime.date | None]:
         return document_terms(text, stem=self.stem, segment=self.segment)
+
+    @property
+    def nbytes(self) -> int:
+        """The cached namespaces' indexes, estimated resident bytes."""
+        return self._cache.size
 
     def close(self) -> None:
         for task in self._refreshing.values():
@@ -226,7 +246,7 @@ class Bm25LexicalIndex:
         task = self._refreshing.get(namespace)
         if task is None:
             task = self._start_refresh(namespace)
-        if cached is not None and cached.size > STALE_OK_ABOVE:
+        if cached is not None and cached.value.bm25.live > STALE_OK_ABOVE:
             return cached.value  # the refresh runs beside this search
         return await asyncio.shield(task)
 
@@ -273,7 +293,7 @@ class Bm25LexicalIndex:
                     old.add(item, words, _chunk_text(item, text), day)
             lexical = old.compacted()
         lexical.raws = raws
-        self._cache.put(namespace, Cached(version, lexical, lexical.bm25.live))
+        self._cache.put(namespace, Cached(version, lexical, lexical.nbytes))
         return lexical
 
     def _build(self, base: dict[str, tuple[list[str], str | None]], fresh: dict[str, str],

@@ -58,22 +58,28 @@ class Cached(Generic[T]):
     """The namespace's version counter when `value` was built (None: no counter yet)."""
     value: T
     size: int
-    """Items in `value` (what the cache's item budget counts)."""
+    """What `value` costs against the cache's budget (the search indexes: estimated bytes)."""
 
 
 class NamespaceCache(Generic[T]):
-    """Least-recently-used map Namespace -> Cached, bounded by entries and by items in total
-    (a 10k-turn conversation costs ~20 MB of vectors; the item budget bounds memory, not only
-    the count). The newest entry is always kept, whatever its size."""
+    """Least-recently-used map Namespace -> Cached, bounded by entries and by `size` in total
+    (a long conversation's index outweighs hundreds of short ones: the budget bounds memory,
+    not only the count). The newest entry is always kept, whatever its size. A cached value
+    that grows in place is accounted for when it is put again."""
 
-    def __init__(self, max_namespaces: int = 256, max_items: int = 500_000):
+    def __init__(self, max_namespaces: int = 256, max_size: int = 500_000):
         self.max_namespaces = max_namespaces
-        self.max_items = max_items
+        self.max_size = max_size
         self._entries: OrderedDict[Namespace, Cached[T]] = OrderedDict()
-        self._items = 0
+        self._size = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def size(self) -> int:
+        """The sizes of the entries held, summed."""
+        return self._size
 
     def get(self, namespace: Namespace) -> Cached[T] | None:
         entry = self._entries.get(namespace)
@@ -84,10 +90,10 @@ class NamespaceCache(Generic[T]):
     def put(self, namespace: Namespace, entry: Cached[T]) -> None:
         old = self._entries.pop(namespace, None)
         if old is not None:
-            self._items -= old.size
+            self._size -= old.size
         self._entries[namespace] = entry
-        self._items += entry.size
+        self._size += entry.size
         while len(self._entries) > 1 and (len(self._entries) > self.max_namespaces
-                                          or self._items > self.max_items):
+                                          or self._size > self.max_size):
             _, evicted = self._entries.popitem(last=False)
-            self._items -= evicted.size
+            self._size -= evicted.size

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -58,6 +59,8 @@ OFFLOAD_ABOVE = 2048
 # (as the lexical index does): the request does not wait for the refresh's two round trips,
 # and what the index lacks are the newest turns, which the recent window forwards anyway.
 STALE_OK_ABOVE = 50
+# The resident memory of a row beyond its vector, estimated: its id, row and conversation.
+ROW_BYTES = 300
 
 
 @dataclass(slots=True)
@@ -96,6 +99,12 @@ class _Dense:
     def live(self) -> int:
         return len(self.rows)
 
+    @property
+    def nbytes(self) -> int:
+        """The index's resident memory, estimated (rows dead or alive; FAISS grows its
+        storage by doubling, so a half-empty half is counted)."""
+        return len(self.ids) * (self.dim * 4 * 3 // 2 + ROW_BYTES)
+
     def register(self, items: Sequence[str], encoded: Sequence[str | None]) -> None:
         """Give `items` the next rows (their rows so far, if any, die); the caller adds their
         vectors to `index` next, in the same order. `encoded[i]` is kept for mutable items
@@ -105,7 +114,7 @@ class _Dense:
             self.rows[item] = len(self.ids)
             self.ids.append(item)
             if self.grouped:
-                self.conversations.append(split_id(item)[0])
+                self.conversations.append(sys.intern(split_id(item)[0]))
             if text is not None:
                 self.stored[item] = text
 
@@ -143,16 +152,21 @@ class FaissVectorIndex:
     """`VectorIndex` over the store's vectors. Call `close()` at shutdown."""
 
     def __init__(self, redis: aioredis.Redis, dim: int, keys: MemoryKeySpace = MemoryKeySpace(),
-                 *, space: str, max_namespaces: int = 256, max_vectors: int = 500_000):
+                 *, space: str, max_namespaces: int = 256, max_bytes: int = 256 << 20):
         """`space`: the vector space searched (vector_store.space_of the embedder)."""
         self.redis = redis
         self.dim = dim
         self.space = space
         self.keys = keys
-        self._cache: NamespaceCache[_Dense] = NamespaceCache(max_namespaces, max_vectors)
+        self._cache: NamespaceCache[_Dense] = NamespaceCache(max_namespaces, max_bytes)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="faiss",
                                             initializer=_single_threaded_faiss)
         self._refreshing: dict[Namespace, asyncio.Task[_Dense]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        """The cached namespaces' indexes, estimated resident bytes."""
+        return self._cache.size
 
     def close(self) -> None:
         for task in self._refreshing.values():
@@ -196,7 +210,7 @@ class FaissVectorIndex:
                                                           name="faiss-refresh")
             self._refreshing[namespace] = task
             task.add_done_callback(functools.partial(self._refreshed, namespace))
-        if cached is not None and cached.size > STALE_OK_ABOVE:
+        if cached is not None and cached.value.live > STALE_OK_ABOVE:
             return cached.value  # the refresh runs beside this search
         return await asyncio.shield(task)
 
@@ -238,7 +252,7 @@ class FaissVectorIndex:
                                                                  dense.index.add, matrix)
             elif matrix is not None:
                 dense.index.add(matrix)
-        self._cache.put(namespace, Cached(version, dense, dense.live))
+        self._cache.put(namespace, Cached(version, dense, dense.nbytes))
         return dense
 
     def _apply(self, namespace: Namespace, dense: _Dense, present: set[str],
