@@ -47,6 +47,7 @@ def test_pleasantries_recall_nothing_even_when_stored_pleasantries_match_them(un
 def test_a_question_about_what_was_said_before_passes_the_gate(gated):
     say(gated, CAT, "a", "ursula")
 
-    assert "Quixote" not in seen(gated, "What is my cat called?", "b", "ursula")
+    assert "Quixote" not in seen(gated, "How often should I feed my cat?", "b", "ursula")
     assert "Quixote" in seen(gated, "Do you remember what my cat is called?", "c", "ursula")
+    assert "Quixote" in seen(gated, "What is my cat called?", "e", "ursula")
     assert "Quixote" in seen(gated, "你还记得我的猫叫什么吗？ my cat", "d", "ursula")
