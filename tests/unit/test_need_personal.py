@@ -36,6 +36,7 @@ PRESENT_OR_BACKGROUND = [
     "Am I allowed to park here on Sundays?", "What would happen if I mixed baking soda and milk?",
     "Should I need a visa, how long does it take?", "Do I need to feed a sourdough starter daily?",
     "How do I get used to waking up early?", "I've got a question about taxes. Any advice?",
+    "I've never cooked lamb before. How long should I roast it?",
     "Have you heard of the Fibonacci sequence?", "What would you recommend for a cold?",
     "When did World War II end?", "What happened to the Roman Empire?",
     "我饿了，吃什么好？", "我明天过生日，有什么好玩的？", "我该怎么学做饭？",

@@ -18,8 +18,9 @@ to a present request:
   present auxiliary or "if" ("Am I allowed", "what if I mixed" are not the past), nor after
   "have" ("Have you heard of ...?" asks what the assistant knows); and "what is my ...", a fact
   about the user;
-- English, anywhere: "I once <past>", "you once <past>", and "before" as an adverb closing a
-  clause ("I recommended a film before, what was it?");
+- English, anywhere: "I once <past>", "you once <past>", and a first- or second-person past
+  verb in a clause that "before" closes as an adverb ("I recommended a film before, what was
+  it?"; not "I've never cooked lamb before": no experience is no event);
 - English, a person's name in a past question: after "did", "has" or "had" and before a verb
   ("What did Caroline research?", "How long has Melanie had ..."), after "was"/"were" and not
   before a participle ("When was Jon in Rome?", "What was Tom's first car?", but "When was
@@ -77,7 +78,8 @@ _NOT_BEFORE = {"am", "are", "is", "do", "does", "can", "could", "should", "would
                "shall", "may", "might", "must", "if", "let", "have", "has", "had", "did"}
 _MY = re.compile(r"^\W*(?:what|who|which|when)(?:'s|\s+is|\s+are|\s+was|\s+were)\s+"
                  r"(?:the\s+\w+\s+of\s+)?my\b")
-_ANYWHERE = re.compile(rf"\b(?:i|we|you)\s+once\s+{_PAST_VERB}\b|\bbefore\s*(?:[,.?!;]|$)")
+_ANYWHERE = re.compile(rf"\b(?:i|we|you)\s+(?:once\s+{_PAST_VERB}\b"
+                       rf"|{_PAST_VERB}\b(?=[^,.?!;]*\bbefore\s*(?:[,.?!;]|$)))")
 _NAME = r"(?!I\b)[A-Z][a-z]+(?:'s)?"
 _NAMED = re.compile(
     rf"\b(?:[Dd]id|[Hh]as|[Hh]ad)\s+{_NAME}\s+[a-z]"
