@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any, Iterator
 
 import anthropic
@@ -189,6 +190,20 @@ def test_the_console_shows_the_brief_as_text(redis_url):
     assert "<script>" not in shown and "&lt;script&gt;" in shown
 
 
+def logged_line(caplog: Any, formatter: logging.Formatter, **fields: str) -> dict[str, Any]:
+    """The one request log line with `fields` (it is written as the response ends, so it may
+    come a moment after the client has the answer: waited for, up to 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        lines = [json.loads(formatter.format(r)) for r in caplog.records]
+        found = [x for x in lines if x.get("event") == "chat_completion"
+                 and all(x.get(k) == v for k, v in fields.items())]
+        if found or time.monotonic() > deadline:
+            (line,) = found
+            return line
+        time.sleep(0.02)
+
+
 def test_the_log_line_counts_the_briefs_tokens(gateway_url, caplog):
     from gateway.ops.logs import JsonFormatter
 
@@ -197,9 +212,7 @@ def test_the_log_line_counts_the_briefs_tokens(gateway_url, caplog):
         sent, _ = chat(gateway_url, [{"role": "system", "content": SYSTEM},
                                      {"role": "user", "content": "What is my name?"}], "new",
                        "ursula")
-    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records]
-    (line,) = [x for x in lines if x.get("event") == "chat_completion"
-               and x.get("conversation") == "new"]
+        line = logged_line(caplog, JsonFormatter(), conversation="new")
     assert line["brief_tokens"] > 0
     assert line["brief_tokens"] == count_message(Message.from_openai(sent[1]),
                                                  tokenizer_for_model("fake/echo-messages"))
