@@ -4,7 +4,7 @@ import datetime
 
 import pytest
 
-from gateway.core.text.dates import anchor_dates, find_dates, with_anchor
+from gateway.core.text.dates import anchor_dates, find_dates, opening_date, with_anchor
 
 D = datetime.date
 
@@ -52,8 +52,28 @@ def test_anchor_is_the_last_date_written_at_or_before_each_message():
 
 
 def test_anchor_carried_in_from_earlier_messages():
-    assert anchor_dates(["a", "b 2023-01-02"], initial="8 May 2023") == \
+    assert anchor_dates(["a", "2023-01-02 b"], initial="8 May 2023") == \
         ["8 May 2023", "2023-01-02"]
+
+
+@pytest.mark.parametrize("text, opening", [
+    ("[2023/05/20 (Sat) 06:03] I love the playlist.", "2023/05/20"),
+    (" [10 June, 2023] Caroline: back", "10 June, 2023"),
+    ("1:56 pm on 8 May, 2023: hello", "1:56 pm on 8 May, 2023"),
+    ("2024年3月2日 上午10:00 你好", "2024年3月2日 上午10:00"),
+    ("I was born on December 20, 1983.", None),  # what the message is about
+    ("Sure! The treaty was signed on 8 May 1945 in Berlin.", None),
+    ("[Mon] 8 May 2023 went well", None),
+    ("", None),
+])
+def test_only_a_date_a_message_opens_with_is_a_session_marker(text, opening):
+    assert opening_date(text) == opening
+
+
+def test_a_date_written_inside_a_message_does_not_move_the_anchor():
+    texts = ["[2023/05/20 (Sat) 06:03] Tell me about my grandfather.",
+             "He was born on December 20, 1983, you said.", "Thanks!"]
+    assert anchor_dates(texts) == ["2023/05/20", "2023/05/20", "2023/05/20"]
 
 
 @pytest.mark.parametrize("text, anchor, shown", [

@@ -3,7 +3,10 @@
 Recalled turns are shown with the date they were said on (`[8 May, 2023] Caroline: ...`), so a
 temporal question ("when did she go to the support group?") keeps its answer. The date comes
 from the text itself: session markers such as "1:56 pm on 8 May, 2023" or "2024年3月2日 上午10:00"
-that apps and transcripts put before a session, carried forward to every later message.
+that apps and transcripts put before a session, carried forward to every later message. Only a
+date a message opens with is such a marker ("[8 May, 2023] Caroline: ...", "2024年3月2日 你好");
+a date written further on ("I was born on December 20, 1983") is what the message is about,
+not when it was said.
 
 Invariants:
 - only complete calendar dates count (day, month and year, and a real day of that month):
@@ -49,6 +52,11 @@ _PATTERNS = (
 )
 
 
+# What may stand before a session marker's date, and how far the marker reaches.
+_OPENING = re.compile(r"\s*\[?\s*")
+_MARKER_CHARS = 80
+
+
 @dataclass(frozen=True, slots=True)
 class DateMention:
     """One date written in a text: `text[start:end] == written`."""
@@ -92,20 +100,23 @@ def _to_date(kind: str, match: re.Match[str]) -> datetime.date | None:
 
 def anchor_dates(texts: Sequence[str], initial: str | None = None) -> list[str | None]:
     """For each message of a conversation (oldest first), the date it belongs to: the last
-    date written at or before it (within the message, the last one), as written; `initial`
-    (the anchor carried in from earlier messages, None at the start) until the conversation
-    writes a date. `len(result) == len(texts)`."""
-    return carried([last_written(text) for text in texts], initial)
+    date a message at or before it opens with (`opening_date`), as written; `initial` (the
+    anchor carried in from earlier messages, None at the start) until a message opens with a
+    date. `len(result) == len(texts)`."""
+    return carried([opening_date(text) for text in texts], initial)
 
 
-def last_written(text: str) -> str | None:
-    """The last complete date written in `text`, as written; None if it writes none."""
-    mentions = find_dates(text)
-    return mentions[-1].written if mentions else None
+def opening_date(text: str) -> str | None:
+    """The complete date `text` opens with (after blanks, inside a leading `[` or not), as
+    written; None if it opens with none."""
+    head = _OPENING.match(text)
+    start = head.end() if head else 0
+    mentions = find_dates(text[start:start + _MARKER_CHARS])
+    return mentions[0].written if mentions and mentions[0].start == 0 else None
 
 
 def carried(written: Sequence[str | None], initial: str | None = None) -> list[str | None]:
-    """`anchor_dates` from each message's `last_written` date (a caller that keeps those per
+    """`anchor_dates` from each message's `opening_date` (a caller that keeps those per
     message need not search its texts again)."""
     anchors: list[str | None] = []
     current = initial

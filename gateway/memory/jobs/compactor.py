@@ -36,7 +36,7 @@ from gateway.core.memory.compaction import (
     dates_of, is_topic_shift, merged_chunk, plan_compaction, plan_merge,
     recent_window_start, span_dates)
 from gateway.core.memory.content import has_content, is_tool_result
-from gateway.core.text.dates import carried, last_written
+from gateway.core.text.dates import carried, opening_date
 from gateway.core.memory.extractive import Utterance, utterances_from_summary
 from gateway.core.ids import ConversationKey
 from gateway.core.messages import StoredMessage
@@ -163,8 +163,8 @@ class Compactor:
         """The date of each message: from dates written in the conversation when it has
         any (a session marker such as "1:56 pm on 8 May, 2023"), else when it was recorded."""
         # "": the message writes no date (the memo holds no None).
-        found = [self.memo.derive("date_written", m.id,
-                                  lambda m=m: last_written(m.message.text) or "")
+        found = [self.memo.derive("date_opening", m.id,
+                                  lambda m=m: opening_date(m.message.text) or "")
                  for m in transcript]
         written = dates_of(carried([f or None for f in found]))
         if any(written):
