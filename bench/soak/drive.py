@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.machine import rss_mb
 from bench.soak.traffic import Client
@@ -102,6 +103,6 @@ async def index_bytes(session: aiohttp.ClientSession, base_url: str) -> float | 
             text = await response.text()
     except (aiohttp.ClientError, asyncio.TimeoutError):
         return None
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("gateway_memory_index_bytes{")]
+    values = [sample.value for family in text_string_to_metric_families(text)
+              if family.name == "gateway_memory_index_bytes" for sample in family.samples]
     return sum(values) if values else None
