@@ -161,8 +161,6 @@ class Pipeline:
                                                     self._snapshot(key, tenant, chat),
                                                     return_exceptions=True)
             if isinstance(stored, BaseException):
-                if isinstance(snapshot, MemorySnapshot):
-                    snapshot.discard()
                 if not isinstance(stored, Exception):
                     raise stored
                 # Any store failure fails open, logged.
@@ -226,8 +224,6 @@ class Pipeline:
         if len(reconciliation.new) > cap:
             # The one thing the stored-messages cap refuses: a turn it could never hold (older
             # messages move to the archive; these would all be new at once).
-            if isinstance(snapshot, MemorySnapshot):
-                snapshot.discard()
             raise BadRequest(f"Invalid 'messages': {len(reconciliation.new)} new messages for "
                              f"this conversation, but it stores at most {cap} "
                              "(request_limits.max_stored_messages).", param="messages",
@@ -281,10 +277,10 @@ class Pipeline:
 
     async def _snapshot(self, key: ConversationKey, tenant: Tenant,
                         chat: ChatRequest) -> MemorySnapshot | None:
-        """Memory's first reads for this request (None: the tenant has no memory), its
-        question's embedding started: the question as the client's own messages show it —
-        the reconciled conversation ends with them, so it is the same one (if it is not,
-        recall embeds the right one)."""
+        """Memory's first reads for this request (None: the tenant has no memory), with what
+        its question asks of recall: the question as the client's own messages show it — the
+        reconciled conversation ends with them, so it is the same one (if it is not, recall
+        decides again for the right one)."""
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:
             return None

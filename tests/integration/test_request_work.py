@@ -181,3 +181,16 @@ def test_the_anthropic_and_responses_doors_do_no_more_work_than_the_chat_door(ga
     other = work(gateway_url, counts, 300, door)
     for name in CEILING:
         assert other[name] <= chat[name], (name, door, dict(chat), dict(other))
+
+
+def test_a_question_with_nothing_to_search_is_never_embedded(gateway_url, monkeypatch):
+    # An anonymous client's new conversation: no index of its own yet, no user memory.
+    counts = Counts(monkeypatch)
+    with counts.per_request(1) as counted:
+        response = httpx.post(gateway_url + DOORS["chat"], timeout=120, json={
+            "model": "echo", "messages": [{"role": "user", "content": QUESTION.format(k=0)}]},
+            headers={"Authorization": f"Bearer {KEYS['acme']}",
+                     "X-Conversation-Id": "work-nothing-yet", "X-Gateway-Persist": "false"})
+        assert response.status_code == 200, response.text
+    assert counted["embedded_texts"] == 0, dict(counted)
+    assert counted["store_round_trips"] > 0  # the request did read its conversation

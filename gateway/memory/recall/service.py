@@ -15,8 +15,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Mapping
 
-import numpy as np
-
 from gateway.config.context import ContextConfig
 from gateway.config.memory import TenantMemoryConfig
 from gateway.core.memory.compaction import SummaryChunk, render_chunk
@@ -133,15 +131,9 @@ class MemorySnapshot:
     topic: TopicSegment | None = None
     """The conversation's current topic (None: not tracked, or none yet)."""
     query: str = ""
-    """The question whose embedding `embedding` computes."""
-    embedding: asyncio.Future[np.ndarray] | None = None
+    """The question `need` was decided for."""
     need: Need | None = None
     """What `query` asks of recall (`search_need`); None: no search for it."""
-
-    def discard(self) -> None:
-        """Cancel the embedding if nobody awaited it (a no-op once it is done)."""
-        if self.embedding is not None and not self.embedding.done():
-            self.embedding.cancel()
 
 
 class MemoryService:
@@ -167,33 +159,24 @@ class MemoryService:
         which namespaces recall searches,
         with their version counters. The pipeline runs it beside loading the transcript.
 
-        `query`: the question as the client's messages show it. Its embedding starts now, on
-        the embedding thread, while the store answers and the transcript is reconciled
-        (overlapped instead of added); it is wasted on a conversation with nothing to recall
-        yet. The snapshot must be passed to `context_for` or `discard`ed, which awaits or
-        cancels that embedding. (why: docs/decisions.md, "The query's embedding starts with
-        the snapshot")"""
-        embedding, need = None, search_need(query, recall)
+        `query`: the question as the client's messages show it; what it asks of recall
+        (`search_need`) is decided here, and its embedding is made by `context_for` only when
+        a search runs (why not here: docs/decisions.md, "The query is embedded when recall
+        runs")."""
+        need = search_need(query, recall)
         user = reads_user_memory(key, recall)
-        if need is not None:
-            embedding = asyncio.ensure_future(self.embedding.embed_query_one(query))
-        try:
-            async with self.recaller.redis.pipeline(transaction=False) as pipe:
-                pipe.hgetall(self.settings.key(key.tenant, key.user))
-                if user:
-                    pipe.hgetall(self.profiles.key(key.tenant, key.user))
-                if recall.summaries:
-                    pipe.lrange(self.chunks.key(key), 0, -1)
-                if recall.pins:
-                    pipe.hgetall(self.pins.key(key))
-                if recall.topics:  # one small field, in the same round trip
-                    self.topics.queue_current(pipe, key)
-                queue_namespaces(pipe, self.recaller.keys, key, user=user)
-                replies = list(await pipe.execute())
-        except BaseException:
-            if embedding is not None:
-                embedding.cancel()
-            raise
+        async with self.recaller.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.settings.key(key.tenant, key.user))
+            if user:
+                pipe.hgetall(self.profiles.key(key.tenant, key.user))
+            if recall.summaries:
+                pipe.lrange(self.chunks.key(key), 0, -1)
+            if recall.pins:
+                pipe.hgetall(self.pins.key(key))
+            if recall.topics:  # one small field, in the same round trip
+                self.topics.queue_current(pipe, key)
+            queue_namespaces(pipe, self.recaller.keys, key, user=user)
+            replies = list(await pipe.execute())
         settings = self.settings.parse(replies.pop(0))
         profile = self.profiles.parse(key.tenant, key.user, replies.pop(0)) \
             if user else None
@@ -201,7 +184,7 @@ class MemoryService:
         pinned = self.pins.parse(replies.pop(0), key) if recall.pins else ()
         topic = self.topics.parse_current(key.tenant, replies.pop(0)) if recall.topics else None
         return MemorySnapshot(settings.memory, profile, chunks, read_namespaces(key, replies),
-                              pinned, topic, query, embedding, need)
+                              pinned, topic, query, need)
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
                           snapshot: MemorySnapshot | None = None) -> MemoryContext:
@@ -209,12 +192,9 @@ class MemoryService:
         read it already (else read here)."""
         if snapshot is None:
             snapshot = await self.snapshot(key, recall)
-        try:
-            if not snapshot.memory:
-                return MemoryContext()
-            recalled = await self._recall(key, query, recall, snapshot)
-        finally:
-            snapshot.discard()
+        if not snapshot.memory:
+            return MemoryContext()
+        recalled = await self._recall(key, query, recall, snapshot)
         chunks = snapshot.chunks
         last = chunks[-1].source_ids[-1] if chunks and chunks[-1].source_ids else None
         return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
@@ -241,10 +221,7 @@ class MemoryService:
             if reads_user_memory(key, recall) and recall.facts_k > 0 else None
         if namespaces.conversation is None and namespaces.user is None and facts is None:
             return ()  # nothing to search
-        if snapshot.embedding is not None and snapshot.query == query:
-            vector = await snapshot.embedding
-        else:
-            vector = await self.embedding.embed_query_one(query)
+        vector = await self.embedding.embed_query_one(query)
         turns, known = await asyncio.gather(
             self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
                                  successors=recall.successors,
