@@ -16,6 +16,8 @@ from json.decoder import scanstring as _scanstring
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import orjson
+
 from gateway.config import RequestLimitsConfig
 from gateway.core.messages import ROLES, Message
 from gateway.core.one_shot import MARKER
@@ -71,6 +73,10 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 """JSON's whitespace (json.decoder's own pattern)."""
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+"""A `bytes.translate` table: every ASCII digit to "0", every other byte to a space."""
+_NINETEEN_DIGITS = b"0" * 19
+"""The shortest run of digits that can spell an integer past 64 bits."""
 
 
 def parse_body(raw: bytes, *, in_pieces: bool = False) -> dict[str, Any]:
@@ -84,6 +90,11 @@ def parse_body(raw: bytes, *, in_pieces: bool = False) -> dict[str, Any]:
     replacement character every UTF-8 decoder uses for broken input: the request goes through
     and its turn is recorded, the same way on every resend (so transcripts still match).
     """
+    if not in_pieces:
+        body = _loads_exactly_by_orjson(raw)
+        if body is not None:
+            _check_depth(body)
+            return body
     try:
         # Decoded here, strictly: json.loads(bytes) would also take UTF-16/32 and let
         # encoded surrogates through ('surrogatepass').
@@ -105,6 +116,22 @@ def parse_body(raw: bytes, *, in_pieces: bool = False) -> dict[str, Any]:
 
 def _loads(text: str) -> Any:
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
+def _loads_exactly_by_orjson(raw: bytes) -> dict[str, Any] | None:
+    """The body as `parse_body` reads it, by orjson, or None where orjson cannot say the
+    same: orjson refuses everything `_loads` refuses (invalid UTF-8, NaN, 1e999, a trailing
+    comma) and more (a byte order mark, a lone surrogate escape), and those bodies are left
+    to `_loads` for its own error or repair; so is a body that is not an object, and one
+    with a run of 19 or more digits anywhere, where an integer past 64 bits may be (orjson
+    reads it as a float, `json` exactly)."""
+    if _NINETEEN_DIGITS in raw.translate(_DIGITS_AS_ZERO):
+        return None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return body if type(body) is dict else None
 
 
 class _NotInPieces(Exception):

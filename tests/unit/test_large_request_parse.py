@@ -1,6 +1,6 @@
-"""A large body parsed in pieces (`parse_body(raw, in_pieces=True)`) gives exactly what the
-whole-body parse gives: the same value for every JSON object, the same error (type, message,
-code) for every other text."""
+"""A large body parsed in pieces by `json` (`parse_body(raw, in_pieces=True)`) gives exactly
+what the whole-body parse gives (orjson where it can say the same, else `json`): the same value
+for every JSON object, the same error (type, message, code) for every other text."""
 
 from __future__ import annotations
 
@@ -46,11 +46,20 @@ def test_any_text_gets_the_same_answer_either_way(text):
     b'{"messages": [1, 2,]}', b'{"messages": [NaN]}', b'{"t": 1e999}', b'[1, 2]', b'{"a": 1} x',
     b'\xef\xbb\xbf{"bom": true}', b'{"s": "\\ud800 lone"}', b'{"a": "\x01"}', b'{}', b'{"a":[]}',
     b'{"deep": ' + b'[' * 150 + b']' * 150 + b'}', b'{"n": ' + b'9' * 5000 + b'}',
+    b'{"seed": 123456789012345678901234567890}', b'{"n": -9223372036854775809}',
+    b'{"n": 18446744073709551616, "m": 1.5e300}', b'{"s": "id 12345678901234567890"}',
+    b'{"s": "\\udc00 lone low", "t": "\\ud83d\\ude00 a pair"}', b'{"a": "\xff"}',
 ])
 def test_edge_cases_get_the_same_answer_either_way(raw):
     assert outcome(raw, True) == outcome(raw, False)
 
 
-def test_a_repeated_key_keeps_its_first_place_and_its_last_value():
-    parsed = parse_body(b'{"a": [1], "b": 2, "a": [3]}', in_pieces=True)
+@pytest.mark.parametrize("in_pieces", [True, False])
+def test_a_repeated_key_keeps_its_first_place_and_its_last_value(in_pieces):
+    parsed = parse_body(b'{"a": [1], "b": 2, "a": [3]}', in_pieces=in_pieces)
     assert list(parsed.items()) == [("a", [3]), ("b", 2)]
+
+
+def test_an_integer_past_64_bits_stays_exact():
+    assert parse_body(b'{"seed": 123456789012345678901234567890}') == {
+        "seed": 123456789012345678901234567890}
