@@ -8,6 +8,7 @@ reconcile, recall, rewrite and record as chat completions), the chain to its con
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from starlette.requests import Request
@@ -38,6 +39,8 @@ class ResponsesDoor(Door):
 
     def __init__(self, chains: ResponseChains) -> None:
         self.chains = chains
+        self.started_at = time.time()
+        """When the request started: a response is not stored after an erase since then."""
         self.response_id, self.created_at = new_response()
 
     def parse(self, body: dict[str, Any], tenant: Tenant, request: Request) -> ChatRequest:
@@ -59,13 +62,13 @@ class ResponsesDoor(Door):
     def stream(self, events: AsyncIterator[bytes], key: ConversationKey | None,
                persist: bool) -> AsyncIterator[bytes]:
         return self.chains.saved_before_the_end(events, self._encoder.stream,
-                                                key if persist else None)
+                                                key if persist else None, self.started_at)
 
     async def answer(self, completion: dict[str, Any], key: ConversationKey | None,
                      persist: bool) -> Any:
         response = response_object(self.parsed, self.response_id, self.created_at, completion)
         if persist and key is not None:
-            await self.chains.save(key, response)
+            await self.chains.save(key, response, self.started_at)
         return response
 
 

@@ -92,6 +92,9 @@ class Prepared:
     strip_usage: bool = False
     """The stream's usage was asked for by the gateway, not the client: its usage chunk is
     not passed on (gateway/pipeline/streams.py)."""
+    started_at: float = 0.0
+    """When the request was prepared (the pipeline's clock): its turn's `created_at`, so an
+    erase or delete that comes while it is answered drops the turn (the store's fence)."""
 
 
 class Pipeline:
@@ -139,6 +142,7 @@ class Pipeline:
                       limits: tuple[Limit, ...] = ()) -> Prepared:
         """The request rewritten and admitted under `limits` (RateLimited if over one: then
         nothing is forwarded or recorded)."""
+        started_at = self.clock()
         route = tenant.route(chat.model)
         tokenizer = self.tokenizer_for(route.model)
         messages, reconciliation, pins = chat.messages, None, ()
@@ -172,7 +176,7 @@ class Pipeline:
                     chat, incoming, kept, tenant, key, stored, snapshot, tokenizer, log, persist)
                 if chat.pinned and persist and isinstance(snapshot, MemorySnapshot) \
                         and snapshot.memory:
-                    pins = marked_pins(chat.messages, chat.pinned, reconciliation, self.clock())
+                    pins = marked_pins(chat.messages, chat.pinned, reconciliation, started_at)
         if reconciliation is None:
             log.tokens_original = log.tokens_forwarded = count_messages(messages, tokenizer)
         if limits and self.limiter is not None:
@@ -197,7 +201,7 @@ class Pipeline:
                             timeout=route.timeout, extra=dict(route.litellm_params),
                             native=chat.native)
         return Prepared(call, key, reconciliation, persist, kept, limits, pins, chat.reply_form,
-                        self.prices.get((tenant.name, route.alias)), strip_usage)
+                        self.prices.get((tenant.name, route.alias)), strip_usage, started_at)
 
     def _hint(self, tenant: Tenant, route: ModelRoute) -> CacheHint | None:
         """The route's prompt-cache hint, decided once per route."""
@@ -482,7 +486,7 @@ class Pipeline:
                        incomplete: bool, usage: TurnUsage | None) -> BufferedTurn | None:
         """The turn to record, or None if there is nothing to record."""
         assert prepared.key is not None
-        created_at = self.clock()
+        created_at = prepared.started_at
         if prepared.reconciliation is not None:
             record = prepared.reconciliation.record(reply, created_at=created_at,
                                                     request_id=log.request_id,

@@ -118,19 +118,24 @@ class ResponseChains:
         check_answers(parsed, asked_calls(found.response))
         return found.key
 
-    async def save(self, key: ConversationKey, response: dict[str, Any]) -> None:
-        """Store the response for the next link; a store that fails is logged, not raised
-        (the client has its answer; only continuing from this id will not work)."""
+    async def save(self, key: ConversationKey, response: dict[str, Any],
+                   started_at: float) -> None:
+        """Store the response for the next link (`started_at`: when its request started; an
+        erase or delete since then keeps it from being stored). A store that fails is logged,
+        not raised (the client has its answer; only continuing from this id will not work)."""
         try:
-            await self.log.save(key, response)
+            if not await self.log.save(key, response, started_at):
+                logger.info("response %s not stored: its user was erased or its conversation "
+                            "deleted while it was made", response.get("id"))
         except Exception as exc:  # noqa: BLE001 — fail open, logged
             logger.warning("could not store response %s: %r", response.get("id"), exc)
 
     async def saved_before_the_end(self, events: AsyncIterator[bytes], stream: ResponsesStream,
-                                   key: ConversationKey | None) -> AsyncIterator[bytes]:
+                                   key: ConversationKey | None,
+                                   started_at: float) -> AsyncIterator[bytes]:
         """The stream, its last event (`response.completed`) held back until the turn is
-        recorded and the response stored: a client that continues the chain the moment it
-        reads that event must find it."""
+        recorded and the response stored (`save`): a client that continues the chain the
+        moment it reads that event must find it."""
         held: bytes | None = None
         try:
             async for data in events:
@@ -141,7 +146,7 @@ class ResponseChains:
             with anyio.CancelScope(shield=True):
                 await events.aclose()  # type: ignore[attr-defined]
         if key is not None and stream.response.get("status") in ("completed", "incomplete"):
-            await self.save(key, stream.response)
+            await self.save(key, stream.response, started_at)
         if held is not None:
             yield held
 

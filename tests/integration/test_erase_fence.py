@@ -32,6 +32,7 @@ from gateway.store import EmbeddedRedis, RedisStore, connect
 from gateway.store.cluster import key_space
 from gateway.store.recording.sharded import ShardedRecorder
 from gateway.upstream.fake import FakeUpstream
+from tests.support.store_dump import keys_mentioning
 
 ERIN = ConversationKey("acme", "erin-7Q", "c-one")
 ERIN_OTHER = ConversationKey("acme", "erin-7Q", "c-two")
@@ -144,28 +145,6 @@ async def converse(setup: Setup, key: ConversationKey) -> None:
         messages = (Message.of("user", text), Message.of("assistant", f"Noted: {text}"))
         await setup.store.record(key, TurnRecord("append", None, messages, time.time()))
     await setup.recorder.process_available()
-
-
-def dump(urls: tuple[str, ...]) -> dict[str, Any]:
-    """Every key of every node with its value, whatever its type."""
-    out: dict[str, Any] = {}
-    for url in urls:
-        with redis.Redis.from_url(url, decode_responses=True) as r:
-            for name in r.scan_iter(count=1000):
-                kind = r.type(name)
-                out[name] = {
-                    "string": lambda: r.get(name), "hash": lambda: r.hgetall(name),
-                    "list": lambda: r.lrange(name, 0, -1),
-                    "set": lambda: sorted(r.smembers(name)),
-                    "zset": lambda: r.zrange(name, 0, -1, withscores=True),
-                    "stream": lambda: r.xrange(name, "-", "+"),
-                }[kind]()
-    return out
-
-
-def keys_mentioning(urls: tuple[str, ...], word: str) -> list[str]:
-    return sorted(name for name, value in dump(urls).items()
-                  if word.lower() in f"{name} {value!r}".lower())
 
 
 def files_mentioning(directory: Path | None, word: str) -> list[str]:

@@ -26,6 +26,7 @@ from gateway.store.codec import encode_key
 from gateway.store.keys import KeySpace
 from gateway.store.redis_store import ERASED_TTL_MS
 from tests.support.gateway import KEYS, MODELS, running_gateway
+from tests.support.store_dump import dump
 
 ERIN, BOB = "erin-7Q", "bob-5K"
 CANARY = {("acme", ERIN): "Zorblax", ("acme", BOB): "Quillon", ("globex", ERIN): "Vextra"}
@@ -76,23 +77,6 @@ def populate(url: str, tenant: str, user: str) -> None:
     chat(url, tenant, user, "c-one", [*history[:4], {"role": "user",
                                                       "content": f"Edited {word} question."}])
     converse(url, tenant, user, "c-two", [f"{word} second chat, turn {i}." for i in range(4)])
-
-
-def dump(client_url: str) -> dict[str, Any]:
-    """Every key of the database with its value, whatever its type (sync client: one call)."""
-    import redis
-
-    out: dict[str, Any] = {}
-    with redis.Redis.from_url(client_url, decode_responses=True) as r:
-        for name in r.scan_iter(count=1000):
-            kind = r.type(name)
-            out[name] = {
-                "string": lambda: r.get(name), "hash": lambda: r.hgetall(name),
-                "list": lambda: r.lrange(name, 0, -1), "set": lambda: sorted(r.smembers(name)),
-                "zset": lambda: r.zrange(name, 0, -1),
-                "stream": lambda: r.xrange(name, "-", "+"),
-            }[kind]()
-    return out
 
 
 def owned_by(name: str, tenant: str, user: str) -> bool:
