@@ -30,11 +30,12 @@ LATEST = "latest"
 
 # KEYS: the conversation's responses hash, the user's erase tombstone, the conversation's
 # delete tombstone (one slot: the user's). ARGV: response id, its text, time to live (s), when
-# its request started (ms). Returns 1 if stored, 0 if an erase or delete came after the start.
+# its request started (ms), the field naming the newest (`LATEST`). Returns 1 if stored, 0 if
+# an erase or delete came after the start.
 _SAVE_LUA = LATER_TOMBSTONE_LUA + """
 local erased = later_tombstone(KEYS[2], KEYS[3])
 if erased and tonumber(ARGV[4]) <= tonumber(erased) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'latest', ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[5], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
@@ -66,7 +67,7 @@ class ResponseLog:
         stored = await self._save_script(
             keys=[self.keys.responses(key), self.keys.erased(key.tenant, key.user),
                   self.keys.conversation(key).deleted],
-            args=[response["id"], text, RESPONSE_TTL_SECONDS, int(started_at * 1000)])
+            args=[response["id"], text, RESPONSE_TTL_SECONDS, int(started_at * 1000), LATEST])
         if not int(stored):
             return False
         # Another key (another slot in a cluster): written after the hash, so an id that
