@@ -13,6 +13,7 @@ from gateway.core.context.blocks import CHINESE, MemoryContext, framing_for
 from gateway.core.context.brief import Brief, make_brief, with_brief
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.core.policy import ContextPolicy
+from gateway.core.recall.personal import names
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_message, count_messages
 from tests.unit.test_rewrite import TOK, assistant, policy, sys_, user, words
@@ -105,6 +106,30 @@ def test_outside_items_only_when_the_message_asks_about_the_past():
     assert [r.id for r in asked.recalled] == ["t9", "c1/t5"]
     assert [r.id for r in plain.recalled] == ["t9"]
     assert plain.profile is None and asked.profile is None
+
+
+def test_outside_items_that_say_a_name_the_message_says_are_offered():
+    joanna = item(5, "Joanna took up pottery on Fridays.")
+    joanne = item(6, "Joanne moved to Leeds.")  # another name that starts the same
+    memory = MemoryContext(recalled=(joanna, joanne, item(7, "We talked about joanna's cat.")))
+    brief = make_brief(None, (), 100, TOK)
+    kept = with_brief(memory, brief, asks_past=False, outside=outside,
+                      names=names("What are Joanna's hobbies?"))
+    assert [r.id for r in kept.recalled] == ["c1/t5"]  # names are matched as written
+    assert with_brief(memory, brief, asks_past=False, outside=outside,
+                      names=names("What are your hobbies?")).recalled == ()
+
+
+@pytest.mark.parametrize("text, said", [
+    ("What are Joanna's hobbies?", {"Joanna"}),
+    ("Would Caroline likely move to Paris?", {"Caroline", "Paris"}),
+    ("Caroline went home. How is she?", set()),  # a sentence's first word is not told apart
+    ("How are you? I think Jean-Luc is nice.", {"Jean-Luc"}),
+    ("Did I say OK to McDonald's?", {"McDonald"}),
+    ("我在北京见过王芳吗？", set()),
+])
+def test_names_are_the_capitalised_words_inside_sentences(text, said):
+    assert names(text) == said
 
 
 def test_a_profile_learned_here_alone_is_kept_as_without_a_brief():

@@ -20,6 +20,7 @@ not taken twice; empty memory or a budget of 0 gives no brief (`Brief.message` i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -99,20 +100,25 @@ def _measured(header: str, profile: str | None, items: Sequence[Recollection],
 
 
 def with_brief(memory: MemoryContext, brief: Brief, *, asks_past: bool,
-               outside: Callable[[Recollection], bool]) -> MemoryContext:
+               outside: Callable[[Recollection], bool],
+               names: frozenset[str] = frozenset()) -> MemoryContext:
     """`memory` for a request of a conversation that has `brief` (possibly empty): the brief
     goes before the history; the profile is not shown after the history when the brief shows
     it or when it may hold what other conversations said (`profile_elsewhere`: the brief had
     its chance at it, and a tail repeated every turn is what the brief replaces) — a profile
     learned from this conversation alone is shown as without a brief; items from outside the
     conversation (`outside`: the user's other conversations, facts) are offered only when the
-    message asks about the past (`asks_past`); and nothing the brief shows is offered again
-    (by id or by line)."""
+    message asks about the past (`asks_past`), or when they say one of the `names` the
+    message says (`personal.names`: "What are Joanna's hobbies?" is offered what the user's
+    other conversations said of Joanna); and nothing the brief shows is offered again (by id
+    or by line)."""
     shown_ids, shown_lines = frozenset(brief.item_ids), frozenset(brief.lines)
+    named = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") \
+        if names else None
     recalled = tuple(
         r for r in memory.recalled
-        if (asks_past or not outside(r)) and r.id not in shown_ids
-        and split_anchor(one_line(r.text))[1] not in shown_lines)
+        if (asks_past or not outside(r) or (named is not None and named.search(r.text)))
+        and r.id not in shown_ids and split_anchor(one_line(r.text))[1] not in shown_lines)
     profile = None if brief.profile or memory.profile_elsewhere else memory.profile
     return replace(memory, brief=brief.message, brief_tokens=brief.tokens, profile=profile,
                    recalled=recalled)

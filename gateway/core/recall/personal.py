@@ -131,3 +131,23 @@ def _clause_about_past(clause: str) -> bool:
         if before not in _NOT_BEFORE:
             return True
     return False
+
+
+_CAPITALISED = re.compile(r"(?<![\w'])(?!I\b)[A-Z][\w-]*[a-z][\w-]*")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;\"(]\s*|\n)\s*$")
+
+
+_NAMES_READ = 1000
+"""How much of a message's end `names` reads: a question is short; a pasted document is not
+read through."""
+
+
+def names(text: str) -> frozenset[str]:
+    """The names `text` says: its capitalised words that do not open a sentence (nor "I"),
+    without a possessive "'s" — "What are Joanna's hobbies?" says Joanna. A name that opens a
+    sentence is not told from any other first word; a script without capitals says none.
+    Reads the last `_NAMES_READ` characters."""
+    text = text[-_NAMES_READ:]
+    return frozenset(m.group() for m in _CAPITALISED.finditer(text)
+                     if not _SENTENCE_START.search(text, 0, m.start()))
+
