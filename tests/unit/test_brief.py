@@ -13,7 +13,7 @@ from gateway.core.context.blocks import CHINESE, MemoryContext, framing_for
 from gateway.core.context.brief import Brief, make_brief, with_brief
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall.personal import names
+from gateway.core.recall.personal import asked_names
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_message, count_messages
 from tests.unit.test_rewrite import TOK, assistant, policy, sys_, user, words
@@ -114,22 +114,23 @@ def test_outside_items_that_say_a_name_the_message_says_are_offered():
     memory = MemoryContext(recalled=(joanna, joanne, item(7, "We talked about joanna's cat.")))
     brief = make_brief(None, (), 100, TOK)
     kept = with_brief(memory, brief, asks_past=False, outside=outside,
-                      names=names("What are Joanna's hobbies?"))
+                      names=asked_names("What are Joanna's hobbies?"))
     assert [r.id for r in kept.recalled] == ["c1/t5"]  # names are matched as written
     assert with_brief(memory, brief, asks_past=False, outside=outside,
-                      names=names("What are your hobbies?")).recalled == ()
+                      names=asked_names("What are your hobbies?")).recalled == ()
 
 
 @pytest.mark.parametrize("text, said", [
     ("What are Joanna's hobbies?", {"Joanna"}),
     ("Would Caroline likely move to Paris?", {"Caroline", "Paris"}),
     ("Caroline went home. How is she?", set()),  # a sentence's first word is not told apart
-    ("How are you? I think Jean-Luc is nice.", {"Jean-Luc"}),
+    ("How are you? I think Jean-Luc is nice?", {"Jean-Luc"}),
     ("Did I say OK to McDonald's?", {"McDonald"}),
     ("我在北京见过王芳吗？", set()),
+    ("Tell Joanna I said hello.", set()),  # asks nothing
 ])
-def test_names_are_the_capitalised_words_inside_sentences(text, said):
-    assert names(text) == said
+def test_asked_names_are_the_capitalised_words_inside_a_question(text, said):
+    assert asked_names(text) == said
 
 
 def test_a_profile_learned_here_alone_is_kept_as_without_a_brief():

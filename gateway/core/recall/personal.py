@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import re
 
+from gateway.core.recall.fusion import asks
+
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'"})
 _SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
 _CLAUSE = re.compile(r"[^,;:，；：]+")
@@ -142,12 +144,15 @@ _NAMES_READ = 1000
 read through."""
 
 
-def names(text: str) -> frozenset[str]:
-    """The names `text` says: its capitalised words that do not open a sentence (nor "I"),
-    without a possessive "'s" — "What are Joanna's hobbies?" says Joanna. A name that opens a
-    sentence is not told from any other first word; a script without capitals says none.
-    Reads the last `_NAMES_READ` characters."""
+def asked_names(text: str) -> frozenset[str]:
+    """The names a question says: its capitalised words that do not open a sentence (nor
+    "I"), without a possessive "'s" — "What are Joanna's hobbies?" asks about Joanna. None
+    when `text` asks nothing (no question mark: `fusion.asks`); a name that opens a sentence
+    is not told from any other first word; a script without capitals says none. Reads the
+    last `_NAMES_READ` characters."""
     text = text[-_NAMES_READ:]
+    if not asks(text):
+        return frozenset()
     return frozenset(m.group() for m in _CAPITALISED.finditer(text)
                      if not _SENTENCE_START.search(text, 0, m.start()))
 
