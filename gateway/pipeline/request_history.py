@@ -12,6 +12,9 @@ Invariants:
 - bounded: at most `capacity` entries wait in process; one more drops the oldest (counted,
   logged). An entry the store cannot take is dropped too, logged: these are diagnostics, not
   user data, and a store outage must not grow them without bound;
+- an entry of a request that started before its user's erase or its conversation's delete is
+  not written (the tombstones are read in the round trip before the batch's): an erase leaves
+  no entry naming the user, also of a request that was being answered while it ran;
 - drained at shutdown (`drain`), bounded by a timeout;
 - built only when `console.enabled`: otherwise the pipeline has none and does nothing.
 """
@@ -109,6 +112,7 @@ class RequestHistory:
                 self.written += len(batch)
 
     async def _write(self, batch: list[Entry]) -> None:
+        batch = await self._not_erased(batch)
         async with self.redis.pipeline(transaction=False) as pipe:
             for entry in batch:
                 data = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
@@ -121,6 +125,33 @@ class RequestHistory:
                     key = ConversationKey(entry["tenant"], entry["user"], entry["conversation"])
                     pipe.set(self.keys.last_request(key), data, ex=self.last_ttl_seconds)
             await pipe.execute()
+
+    async def _not_erased(self, batch: list[Entry]) -> list[Entry]:
+        """`batch` without the entries of requests that started before their user's erase or
+        their conversation's delete (one round trip for the tombstones)."""
+        named = [e for e in batch if e["user"]]
+        if not named:
+            return batch
+        reads: list[tuple[int, str]] = []  # (index in `named`, a tombstone's key)
+        for i, entry in enumerate(named):
+            reads.append((i, self.keys.erased(entry["tenant"], entry["user"])))
+            if entry["conversation"]:
+                key = ConversationKey(entry["tenant"], entry["user"], entry["conversation"])
+                reads.append((i, self.keys.conversation(key).deleted))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, name in reads:
+                pipe.get(name)
+            stones = await pipe.execute()
+        latest: dict[int, int] = {}
+        for (i, _), stone in zip(reads, stones):
+            if stone is not None:
+                latest[i] = max(latest.get(i, 0), int(stone))
+        gone = {id(named[i]) for i, ms in latest.items() if _started_ms(named[i]) <= ms}
+        if gone:
+            self.dropped += len(gone)
+            logger.info("request history: %d entries of erased users or deleted conversations "
+                        "not written", len(gone))
+        return [e for e in batch if id(e) not in gone]
 
     async def drain(self, timeout: float) -> None:
         """Stop the flusher and write what is still queued, for at most `timeout` s."""
@@ -136,6 +167,11 @@ class RequestHistory:
         except TimeoutError:
             logger.warning("request history: %d entries not written at shutdown",
                            len(self._held))
+
+
+def _started_ms(entry: Entry) -> float:
+    """When the entry's request started (ms): its end less its total time."""
+    return (entry["time"] - (entry["total_ms"] or 0) / 1000) * 1000
 
 
 async def recent_requests(redis: aioredis.Redis, keys: KeySpace, tenant: str,

@@ -1,7 +1,7 @@
 """An erase that comes while one of the user's requests is being answered: the client gets its
-answer, but neither the request's turn nor (Responses door) the response is kept — nothing the
-user said before the erase is in the store afterwards. A request made after the erase is kept
-as usual. The real app over HTTP, the real `openai` SDK, a real store (Debian's redis-server
+answer, but neither the request's turn nor (Responses door) the response nor the console's entry
+for it is kept — nothing the user said before the erase, nor their id, is in the store
+afterwards. A request made after the erase is kept as usual. The real app over HTTP, the real `openai` SDK, a real store (Debian's redis-server
 and a 3-master Valkey cluster, every node looked through), the fake upstream's slow model
 holding the answer while the erase runs."""
 
@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.config import hash_key
 from tests.support.gateway import KEYS, gateway_config, running_gateway
 from tests.support.store_dump import keys_mentioning
 
@@ -38,7 +39,9 @@ def store(request: pytest.FixtureRequest) -> tuple[str, tuple[str, ...], dict[st
 def gateway_url(store: tuple[str, tuple[str, ...], dict[str, Any]]) -> Iterator[str]:
     url, _, cluster = store
     models = {"slower": {"model": f"fake/slow-{int(SLOW_S * 1000)}"}}
-    with running_gateway(gateway_config(url, models=models, **cluster)) as base_url:
+    config = gateway_config(url, models=models, console={"enabled": True},
+                            admin={"keys": [{"sha256": hash_key("admin-key")}]}, **cluster)
+    with running_gateway(config) as base_url:
         yield base_url
 
 
@@ -84,6 +87,14 @@ def test_a_request_answered_during_an_erase_leaves_nothing_behind(gateway_url, s
     # The turn was refused when it was enqueued, before the answer was sent (and a streamed
     # response's last event waits for its turn and its response to be stored).
     assert keys_mentioning(nodes, "Vextral") == []
+    # The console's request log is written in the background, in order: once a later request's
+    # entry is there, the one of the request answered during the erase was dropped, not kept.
+    ask(client, door, "echo", "A later request of someone else.", user="later-user")
+    deadline = time.monotonic() + 30
+    while not [k for k in keys_mentioning(nodes, "later-user") if k.endswith(":lastreq")]:
+        assert time.monotonic() < deadline, "the later request's entry was never written"
+        time.sleep(0.05)
+    assert keys_mentioning(nodes, USER) == []
 
     # After the erase the user is remembered again from the next request on.
     ask(client, door, "echo", "Remember Quorrin.")
