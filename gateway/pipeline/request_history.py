@@ -13,8 +13,9 @@ Invariants:
   logged). An entry the store cannot take is dropped too, logged: these are diagnostics, not
   user data, and a store outage must not grow them without bound;
 - an entry of a request that started before its user's erase or its conversation's delete is
-  not written (the tombstones are read in the round trip before the batch's): an erase leaves
-  no entry naming the user, also of a request that was being answered while it ran;
+  not written (the tombstones are read in the round trip before the batch's; an erase that
+  lands between the two is not seen): an erase leaves no entry naming the user, also of a
+  request that was being answered while it ran;
 - drained at shutdown (`drain`), bounded by a timeout;
 - built only when `console.enabled`: otherwise the pipeline has none and does nothing.
 """
