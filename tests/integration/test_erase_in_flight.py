@@ -1,9 +1,9 @@
 """An erase that comes while one of the user's requests is being answered: the client gets its
 answer, but neither the request's turn nor (Responses door) the response nor the console's entry
 for it is kept — nothing the user said before the erase, nor their id, is in the store
-afterwards. A request made after the erase is kept as usual. The real app over HTTP, the real `openai` SDK, a real store (Debian's redis-server
-and a 3-master Valkey cluster, every node looked through), the fake upstream's slow model
-holding the answer while the erase runs."""
+afterwards. A request made after the erase is kept as usual. The real app over HTTP, the real
+`openai` SDK, a real store (Debian's redis-server and a 3-master Valkey cluster, every node
+looked through), the fake upstream's slow model holding the answer while the erase runs."""
 
 from __future__ import annotations
 

@@ -110,8 +110,8 @@ def with_brief(memory: MemoryContext, brief: Brief, *, asks_past: bool,
     conversation (`outside`: the user's other conversations, facts) are offered only when the
     message asks about the past (`asks_past`), or when they say one of the `names` the
     message asks about (`personal.asked_names`: "What are Joanna's hobbies?" is offered what
-    the user's other conversations said of Joanna); and nothing the brief shows is offered again (by id
-    or by line)."""
+    the user's other conversations said of Joanna); and nothing the brief shows is offered
+    again (by id or by line)."""
     shown_ids, shown_lines = frozenset(brief.item_ids), frozenset(brief.lines)
     named = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") \
         if names else None

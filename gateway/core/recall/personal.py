@@ -137,11 +137,9 @@ def _clause_about_past(clause: str) -> bool:
 
 _CAPITALISED = re.compile(r"(?<![\w'])(?!I\b)[A-Z][\w-]*[a-z][\w-]*")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;\"(]\s*|\n)\s*$")
-
-
 _NAMES_READ = 1000
-"""How much of a message's end `names` reads: a question is short; a pasted document is not
-read through."""
+"""How much of a message's end `asked_names` reads: a question is short; a pasted document is
+not read through."""
 
 
 def asked_names(text: str) -> frozenset[str]:
@@ -155,4 +153,3 @@ def asked_names(text: str) -> frozenset[str]:
         return frozenset()
     return frozenset(m.group() for m in _CAPITALISED.finditer(text)
                      if not _SENTENCE_START.search(text, 0, m.start()))
-
