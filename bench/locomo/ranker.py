@@ -3,9 +3,10 @@ LoCoMo-schema files, and measuring it by leave-one-conversation-out.
 
     python -m bench locomo-ranker [--data FILE ...] [--budgets 1000,2000] [--write]
 
-By default it trains on the three dev sets together (`DEV_SETS`: LoCoMo's friends chatting in
-English, MemoryBank's user–assistant chats in English and in Chinese), so the weights see both
-shapes of conversation and both languages. MemoryBank holds the same users' chats in both
+By default it trains on the four dev sets together (`DEV_SETS`: LoCoMo's friends chatting in
+English, MemoryBank's short user–assistant chats in English and in Chinese, LongMemEval's months
+of user–assistant chat with long replies), so the weights see every shape of conversation and
+both languages. MemoryBank holds the same users' chats in both
 languages: a conversation is left out together with its translation (`person`), so no fold is
 scored by weights that saw the same content in another language.
 
@@ -22,8 +23,11 @@ question, LoCoMo's 757 would outvote MemoryBank's 100 a language (measured: benc
 "Learned ranking").
 
 Leave-one-conversation-out: for each conversation, a ranker trained on the others (less its
-person's other conversations) ranks its questions; the held-out figures are reported next to
-plain fusion's, per budget. `--write` then trains on every conversation and writes the weights the gateway ships
+person's other conversations) ranks its questions. Leave-one-data-set-out: each file is ranked
+by a ranker trained on the other files only — how the weights do on a shape of conversation
+they never saw, the figure that decides whether a feature or a weight generalises. Both are
+reported next to plain fusion's, per budget (each file at its own budgets: `shapes.BUDGETS`).
+`--write` then trains on every conversation and writes the weights the gateway ships
 (gateway/core/recall/ranker_weights.py). Nothing of the data is written into the repository.
 """
 
@@ -42,6 +46,7 @@ import numpy as np
 
 from bench.locomo.data import load
 from bench.locomo.score import collapse
+from bench.locomo.shapes import BUDGETS, budget_list
 from bench.locomo.simulate import (DEFAULT_DATA, Corpus, Knobs, Result, VectorCache,
                                    build_corpus, candidates, report, simulate)
 from gateway.core.recall.ranking import DEPTH, FEATURES, Ranker, feature_rows
@@ -51,7 +56,8 @@ NEWTON_STEPS = 50
 """At most; it stops once a step moves no weight by 1e-9 (~10 steps)."""
 WEIGHTS_MODULE = (Path(__file__).resolve().parents[2] / "gateway" / "core" / "recall"
                   / "ranker_weights.py")
-DEV_SETS = ("locomo-dev.json", "memorybank-en-dev.json", "memorybank-zh-dev.json")
+DEV_SETS = ("locomo-dev.json", "memorybank-en-dev.json", "memorybank-zh-dev.json",
+            "longmemeval-dev.json")
 """The dev sets the shipped weights are trained on, all from one data folder."""
 
 Examples = list[tuple[np.ndarray, np.ndarray]]
@@ -156,6 +162,18 @@ def leave_one_out(corpora: Sequence[Corpus], data: dict[str, Examples],
     return out
 
 
+def leave_one_set_out(data: dict[str, Examples], sets: dict[str, str]) -> dict[str, Ranker]:
+    """Per data set named in `sets` (sample id -> set): the ranker trained on the other sets'
+    conversations only, every set weighing the same (none for a set alone)."""
+    out = {}
+    for held in dict.fromkeys(sets.values()):
+        kept = [i for i in data if sets[i] != held and data[i]]
+        if kept:
+            out[held] = train([g for i in kept for g in data[i]],
+                              weights=balanced(kept, data, sets))
+    return out
+
+
 def held_out_rankers(corpora: Sequence[Corpus]) -> None:
     """Give each conversation the learned ranking's weights trained on the others (as `bench
     locomo --ranker held-out`; a file of one conversation keeps the knobs')."""
@@ -200,7 +218,8 @@ def weights_module(ranker: Ranker, source: str) -> str:
         "The learned ranking's weights (gateway/core/recall/ranking.py), per raw unit of each "
         "feature, written by `python -m bench locomo-ranker --write` (bench/locomo/ranker.py): "
         f"trained on every conversation of {source} once leave-one-conversation-out had "
-        'measured the ranking (bench/README.md, "Learned ranking").', 96)
+        'measured the ranking (bench/README.md, "Learned ranking").', 96,
+        break_on_hyphens=False)
     return f'"""{doc}"""\n\nDEV_WEIGHTS = {{\n' + "\n".join(lines) + "\n}\n"
 
 
@@ -228,7 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", action="append", default=None,
                         help="a LoCoMo-schema file to train and measure on (repeatable; "
                              "default: the dev sets, DEV_SETS, beside LoCoMo's)")
-    parser.add_argument("--budgets", default="1000,2000")
+    parser.add_argument("--budgets", default=None,
+                        help="budgets of every file (default: each file's own, shapes.BUDGETS, "
+                             "else 2000)")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "locomo-sim"))
     parser.add_argument("--write", action="store_true",
                         help=f"write the weights trained on every conversation to "
@@ -243,13 +264,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = {c.conversation.sample_id: examples(c, knobs)
             for corpora in sets.values() for c in corpora}
     owner = {c.conversation.sample_id: name for name, corpora in sets.items() for c in corpora}
+    by_set = leave_one_set_out(data, owner)
     for name, corpora in sets.items():
         rankers = leave_one_out(corpora, data, owner)
-        for budget in [int(b) for b in args.budgets.split(",")]:
+        budgets = budget_list(args.budgets) if args.budgets else BUDGETS.get(
+            Path(name).stem, (2000,))
+        for budget in budgets:
             print(report(simulate(corpora, budget, replace(knobs, depth=None, ranking="fusion")),
                          f"{name} {budget} fusion"))
             print(report(held_out(corpora, budget, knobs, rankers),
-                         f"{name} {budget} learned, held out"))
+                         f"{name} {budget} learned, conversation held out"))
+            if name in by_set:
+                print(report(simulate(corpora, budget, replace(knobs, ranker=by_set[name])),
+                             f"{name} {budget} learned, data set held out"))
     ranker = train([g for groups in data.values() for g in groups],
                    weights=balanced(list(data), data, owner))
     print("weights (per raw unit):", {k: round(v, 4) for k, v in ranker.to_dict().items()})

@@ -309,7 +309,7 @@ Recall = Callable[[Corpus, str, Knobs], list[Recollection]]
 def prompt(corpus: Corpus, question: str, recalled: Sequence[Recollection],
            budget: int) -> list[dict[str, Any]]:
     """The messages the gateway would forward for a stateless probe."""
-    policy = ContextPolicy(max_context_tokens=budget + RESERVE,
+    policy = ContextPolicy(max_context_tokens=budget + RESERVE, compact_to_tokens=0,
                            reserve_completion_tokens=RESERVE)
     request = RewriteRequest(instructions=(), history=corpus.messages,
                              current=(Message.of("user", question),), policy=policy,

@@ -118,7 +118,7 @@ class TenantMemoryConfig(Strict):
     recall_ranker_weights: dict[str, float] | None = None
     """The learned ranking's weights, one per feature of gateway/core/recall/ranking.py (per raw
     unit; `named_day` and `own_words` may be left out: 0); unset: the weights trained on the
-    three dev sets — LoCoMo and MemoryBank in English and Chinese
+    four dev sets — LoCoMo, MemoryBank in English and Chinese, LongMemEval
     (gateway/core/recall/ranker_weights.py)."""
 
     @field_validator("recall_ranker_weights")

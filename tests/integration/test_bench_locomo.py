@@ -432,7 +432,7 @@ def test_held_out_folds_give_each_conversation_tenants_with_its_own_weights():
     from gateway.core.recall.ranker_weights import DEV_WEIGHTS
     from gateway.core.recall.ranking import Ranker
 
-    folds = {"c1": {**DEV_WEIGHTS, "length": 9.0}, "c2": {**DEV_WEIGHTS, "length": -9.0}}
+    folds = {"c1": {**DEV_WEIGHTS, "place": 9.0}, "c2": {**DEV_WEIGHTS, "place": -9.0}}
     config = parse_config(gateway_config("redis://127.0.0.1:1/0", [1000, 2000], folds=folds))
     assert set(config.tenants) == {tenant(b, f) for b in (1000, 2000) for f in folds}
     for budget in (1000, 2000):

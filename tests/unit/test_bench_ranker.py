@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench.locomo.ranker import balanced, dev_sets, leave_one_out, person, train
+from bench.locomo.ranker import (balanced, dev_sets, leave_one_out, leave_one_set_out, person,
+                                 train)
 from gateway.core.recall.ranking import FEATURES
 
 
@@ -48,6 +49,17 @@ def test_every_set_weighs_the_same_however_many_questions_it_has():
     by_question = train([g for gs in data.values() for g in gs])
     by_set = train([g for gs in data.values() for g in gs], weights=weights)
     assert by_question.weights[0] > 0 > by_set.weights[0]  # 30 to 6, then 1 to 1
+
+
+def test_a_set_held_out_is_ranked_by_weights_that_never_saw_it():
+    # Only set a says the first feature is good: its ranker learns the others' opposite; the
+    # others' rankers see a beside the remaining set, weighing the same.
+    data = {"a1": [group(1.0)] * 5, "b1": [group(-1.0)], "c1": [group(-1.0)], "c2": []}
+    sets = {"a1": "a.json", "b1": "b.json", "c1": "c.json", "c2": "c.json"}
+    rankers = leave_one_set_out(data, sets)
+    assert set(rankers) == {"a.json", "b.json", "c.json"}
+    assert rankers["a.json"].weights[0] < 0
+    assert leave_one_set_out({"x": [group(1.0)]}, {"x": "only.json"}) == {}
 
 
 def test_newton_reaches_the_minimum_gradient_descent_approaches():

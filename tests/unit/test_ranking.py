@@ -47,7 +47,6 @@ def test_features_of_candidates_are_relative_to_the_question():
     assert (rows["a"]["answers"], rows["b"]["answers"], rows["c"]["answers"]) == (0, 1, 0)
     assert rows["c"]["previous_similarity"] == 0.3  # unknown: the lowest dense hit's
     assert (rows["a"]["speaker_named"], rows["b"]["speaker_named"]) == (0.0, 1.0)
-    assert rows["b"]["length"] == math.log1p(len(b.text))
     assert (rows["a"]["place"], rows["b"]["place"], rows["c"]["place"]) == (0.0, 0.1, 1.0)
     assert rows["a"]["fused"] == 0.09
 
@@ -71,7 +70,7 @@ def test_each_feature_orders_turns_by_its_own_value():
                   position=2, fused=0.5, similarity=0.2, previous="q")
     assert [i for i, _ in only("fused").rank("Where did Bo go?", [question, answer])] == \
         ["q", "answer"]
-    for feature in ("answers", "length", "speaker_named", "place", "previous_similarity"):
+    for feature in ("answers", "speaker_named", "place", "previous_similarity"):
         ranked = only(feature).rank("Where did Bo go?", [question, answer])
         assert [i for i, _ in ranked] == ["answer", "q"], feature
     assert [i for i, _ in only("asks", -1.0).rank("Where did Bo go?", [question, answer])] \
@@ -83,13 +82,13 @@ def test_only_turns_move_and_each_place_keeps_its_score():
                       is_turn=False)
     short = turn("t1", "ok", position=5, fused=0.9)
     long = turn("t2", "a much longer turn that says a lot more", position=6, fused=0.7)
-    ranked = only("length").rank("q", [short, chunk, long])
+    ranked = only("place").rank("q", [short, chunk, long])
     assert ranked == [("t2", 0.9), ("chunk:1", 0.8), ("t1", 0.7)]
 
 
 def test_ties_keep_the_given_order():
     items = [turn(str(i), "same", fused=1.0 - i / 10) for i in range(5)]
-    assert [i for i, _ in only("length").rank("q", items)] == ["0", "1", "2", "3", "4"]
+    assert [i for i, _ in only("asks").rank("q", items)] == ["0", "1", "2", "3", "4"]
 
 
 @given(st.lists(st.tuples(st.booleans(), st.text(max_size=30),
@@ -135,10 +134,10 @@ def test_weights_must_name_every_feature_and_nothing_else():
     Ranker.of(DEV_WEIGHTS)
     with pytest.raises(ValueError, match="unknown \\['loudness'\\]"):
         Ranker.of({**DEV_WEIGHTS, "loudness": 1.0})
-    with pytest.raises(ValueError, match="missing \\['length'\\]"):
-        Ranker.of({k: v for k, v in DEV_WEIGHTS.items() if k != "length"})
+    with pytest.raises(ValueError, match="missing \\['place'\\]"):
+        Ranker.of({k: v for k, v in DEV_WEIGHTS.items() if k != "place"})
     with pytest.raises(ValueError, match="finite"):
-        Ranker.of({**DEV_WEIGHTS, "length": math.nan})
+        Ranker.of({**DEV_WEIGHTS, "place": math.nan})
     with pytest.raises(ValueError, match=f"needs {len(FEATURES)} weights"):
         Ranker((1.0,))
 

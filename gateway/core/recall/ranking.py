@@ -13,8 +13,8 @@ absent; lexical — its BM25 score over the best of its ranking (0 when absent);
 next_lexical, previous_similarity — the same signals of the turns after and before it (the
 lowest dense hit's similarity, no BM25 score, when that turn is not a candidate); asks — it
 holds a question mark; answers — the turn before it is a candidate that asks; speaker_named —
-its speaker label (`Name: ` at the start of a line) is a name the question contains; length —
-log(1 + its characters); place — where it sits between the first and the last candidate;
+its speaker label (`Name: ` at the start of a line) is a name the question contains; place —
+where it sits between the first and the last candidate;
 fused — its fused score; similarity_gap — similarity minus the best dense hit's; named_day —
 the day it was said on (its `[date] ` anchor, else the last date it writes:
 `core.text.days.day_of`, read once per item, `Candidate.day`) is a day the question names
@@ -45,7 +45,7 @@ from gateway.core.recall.speakers import SPEAKER_LABEL, speaker_labels  # noqa: 
 from gateway.core.text.days import UNREAD, Unread, day_key, day_of, mentions_day, named_days
 
 FEATURES = ("similarity", "dense_rank", "lexical", "lexical_rank", "next_similarity",
-            "next_lexical", "asks", "answers", "speaker_named", "length", "place", "fused",
+            "next_lexical", "asks", "answers", "speaker_named", "place", "fused",
             "similarity_gap", "previous_similarity", "named_day", "own_words")
 ADDED = {"named_day": 0.0, "own_words": 0.0}
 """Features added after weights could be configured, with the weight a set of weights that
@@ -187,7 +187,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
     on_day = _on_named_day(query, candidates)
     first_person = _FIRST_PERSON.search(query[-_QUESTION_READ:]) is not None
-    sim, lex, ask, log1p = similarity.get, lexical.get, asking.get, math.log1p
+    sim, lex, ask = similarity.get, lexical.get, asking.get
     rows = []
     for (i, text, position, fused, _, dense_rank, _, lexical_rank, previous, following, _,
          role, _, speakers) in candidates:  # hot: once per candidate; .get(None): the default
@@ -204,7 +204,6 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
             1.0 if asking[i] else 0.0,
             1.0 if ask(previous, False) else 0.0,
             1.0 if speakers and _speaker_named(speakers, query, named) else 0.0,
-            log1p(len(text)),
             (position - lo) / span if span and position >= 0 else 0.0,
             fused,
             own - best,
