@@ -8,7 +8,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from gateway.core.recall.assembly import adjacent, best, fused_order, recollections
+from gateway.core.recall.assembly import (SUCCESSOR_MAX_CHARS, adjacent, best, fused_order,
+                                          recollections)
 from gateway.core.recall.ranking import CANDIDATES, FEATURES, Ranker
 from gateway.core.recall.recollection import Recollection
 
@@ -75,6 +76,18 @@ DENSE = [("t0", 0.2), ("t3", 0.9)]  # merged by similarity: t3 first
 ])
 def test_assembly(dense, lexical, top_k, options, expected):
     assert assembled(dense, lexical, top_k, **options) == expected
+
+
+def test_a_long_reply_is_not_brought_along_by_its_question_but_ranks_on_its_own():
+    def with_answer(text: str) -> dict[str, Recollection]:
+        return {**ITEMS, "t4": Recollection("turn", "t4", text, ("t4",), 4, 0.0)}
+
+    long = "x" * (SUCCESSOR_MAX_CHARS + 1)
+    assert [r.id for r in assembled(DENSE, [], 1, with_answer(long))] == ["t3"]
+    assert [r.id for r in assembled(DENSE, [], 1, with_answer(long[1:]))] == ["t3", "t4"]
+    # found by a search itself, the long reply is recalled like any turn
+    assert [r.id for r in assembled(DENSE, [[("t4", 1.0)]], 2, with_answer(long))] == [
+        "t4", "t3"]
 
 
 def test_a_turn_without_an_item_is_fused_but_never_returned():

@@ -12,8 +12,8 @@ Three steps, each pure, with the recaller's reads of stored entries between them
    after each of them that brings its successor (`Best.following`). The caller then reads
    the entries of those it has not read.
 3. `recollections`: the best with their successors placed after them
-   (`fusion.with_successors`), each item re-made with its score and its relevance
-   (`relevance.relevances`).
+   (`fusion.with_successors`; a successor longer than `SUCCESSOR_MAX_CHARS` is not brought
+   along), each item re-made with its score and its relevance (`relevance.relevances`).
 What is forwarded of them is `relevance.above_floor`'s choice.
 
 Invariants: pure; deterministic; an id appears once; only ids with an item in `items` are
@@ -35,6 +35,12 @@ from gateway.core.recall.relevance import relevances
 
 Hit = tuple[str, float]
 SuccessorsOf = Literal["questions", "all"]
+
+SUCCESSOR_MAX_CHARS = 1600
+"""A turn brings the turn after it only when that turn is at most this long (characters): a
+short answer is its question's cheap context; a long reply (an assistant's page on the subject)
+costs as much as several recalled turns and is ranked on its own merit instead.
+(why: docs/decisions.md#successor_max_chars--1600-gatewaycorerecallassemblypy)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +132,13 @@ def best(query: str, fused: Fused, items: Mapping[str, Recollection],
 def recollections(chosen: Best, items: Mapping[str, Recollection],
                   similarity: Mapping[str, float],
                   adjacent: Sequence[tuple[str, str]]) -> list[Recollection]:
-    """The best, each followed by its successor, those with an item in `items`, each re-made
-    with its score and its relevance (None: no dense hit, unknown). `similarity`: the dense
-    hits' similarities; `adjacent`: consecutive turns (earlier, later)."""
-    out = [(i, score) for i, score in with_successors(chosen.ranked, chosen.following)
+    """The best, each followed by its successor when that is at most `SUCCESSOR_MAX_CHARS`
+    long, those with an item in `items`, each re-made with its score and its relevance (None:
+    no dense hit, unknown). `similarity`: the dense hits' similarities; `adjacent`:
+    consecutive turns (earlier, later)."""
+    following = {i: after for i, after in chosen.following.items()
+                 if after in items and len(items[after].text) <= SUCCESSOR_MAX_CHARS}
+    out = [(i, score) for i, score in with_successors(chosen.ranked, following)
            if i in items]
     relevance = relevances([i for i, _ in out], similarity, adjacent)
     return [items[i].changed(score=score, relevance=relevance.get(i)) for i, score in out]
