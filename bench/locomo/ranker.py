@@ -1,14 +1,14 @@
 """Training the learned ranking of recall's candidates (`gateway.core.recall.ranking`) on
 LoCoMo-schema files, and measuring it by leave-one-conversation-out.
 
-    python -m bench locomo-ranker [--data FILE ...] [--budgets 1000,2000] [--write]
+    python -m bench locomo-ranker [--data FILE ...] [--budgets B1,B2] [--write]
 
 By default it trains on the four dev sets together (`DEV_SETS`: LoCoMo's friends chatting in
 English, MemoryBank's short user–assistant chats in English and in Chinese, LongMemEval's months
 of user–assistant chat with long replies), so the weights see every shape of conversation and
-both languages. MemoryBank holds the same users' chats in both
-languages: a conversation is left out together with its translation (`person`), so no fold is
-scored by weights that saw the same content in another language.
+both languages. MemoryBank holds the same users' chats in both languages: a conversation is left
+out together with its translation (`person`), so no fold is scored by weights that saw the same
+content in another language.
 
 For every question with evidence, the candidates are those the gateway's recaller would fuse
 (simulated: bench/locomo/simulate.py, at the ranking's search depth), each with the features

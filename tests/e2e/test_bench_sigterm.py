@@ -22,7 +22,7 @@ from tests.support.processes import REPO, alive
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 HARNESS = textwrap.dedent("""
-    import sys, tempfile, time
+    import shutil, sys, tempfile, time
     from pathlib import Path
 
     from bench.locomo.server import gateway_processes
@@ -34,7 +34,8 @@ HARNESS = textwrap.dedent("""
     stop_children_on_sigterm()
     work = Path(sys.argv[1])
     port = free_port()
-    store = EmbeddedRedis(Path(tempfile.mkdtemp(prefix="cg-sigterm-")))
+    store_dir = Path(tempfile.mkdtemp(prefix="cg-sigterm-"))  # short: a socket path's limit
+    store = EmbeddedRedis(store_dir)
     store.start()
     try:
         config = {"store": store.url, "server": {"data_dir": str(work / "data")},
@@ -51,6 +52,7 @@ HARNESS = textwrap.dedent("""
                 time.sleep(1)
     finally:
         store.stop()
+        shutil.rmtree(store_dir, ignore_errors=True)
 """)
 
 
