@@ -23,6 +23,7 @@ OWN_PAST = [
     "What was that museum you recommended in Vienna?",
     # a fact about the user
     "What is my cat called?", "What's my daughter's teacher's name?",
+    "What colour is my bike?", "Which bank was my first account with?",
     # once / before as past markers, anywhere
     "I once showed you a photo of a lighthouse, where was it?",
     "You suggested a podcast before, which one?",
@@ -42,6 +43,7 @@ PRESENT_OR_BACKGROUND = [
     "I've never cooked lamb before. How long should I roast it?",
     "Have you heard of the Fibonacci sequence?", "What would you recommend for a cold?",
     "When did World War II end?", "What happened to the Roman Empire?",
+    "What do you think is my best option here?", "What is a good lamp for my desk?",
     "我饿了，吃什么好？", "我明天过生日，有什么好玩的？", "我该怎么学做饭？",
 ]
 

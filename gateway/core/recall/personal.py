@@ -16,8 +16,8 @@ to a present request:
   auxiliary): a first- or second-person subject and a verb in the past ("the playlist I
   created", "the hotel we've stayed at", "the trail you recommended"), not after a modal, a
   present auxiliary or "if" ("Am I allowed", "what if I mixed" are not the past), nor after
-  "have" ("Have you heard of ...?" asks what the assistant knows); and "what is my ...", a fact
-  about the user;
+  "have" ("Have you heard of ...?" asks what the assistant knows); and "what is my ...",
+  "what brand are my ...", a fact about the user;
 - English, anywhere: "I once <past>", "you once <past>", and a first- or second-person past
   verb in a clause that "before" closes as an adverb ("I recommended a film before, what was
   it?"; not "I've never cooked lamb before": no experience is no event);
@@ -78,8 +78,8 @@ _SUBJECT_PAST = re.compile(
 # make it a question of experience ("Have you heard of ...?"; "have I", "did I": `_AUXILIARY`).
 _NOT_BEFORE = {"am", "are", "is", "do", "does", "can", "could", "should", "would", "will",
                "shall", "may", "might", "must", "if", "let", "have", "has", "had", "did"}
-_MY = re.compile(r"^\W*(?:what|who|which|when)(?:'s|\s+is|\s+are|\s+was|\s+were)\s+"
-                 r"(?:the\s+\w+\s+of\s+)?my\b")
+_MY = re.compile(r"^\W*(?:(?:who|when)|(?:what|which)(?:\s+[a-z]+){0,2})"
+                 r"(?:'s|\s+is|\s+are|\s+was|\s+were)\s+(?:the\s+\w+\s+of\s+)?my\b")
 _ANYWHERE = re.compile(rf"\b(?:i|we|you)\s+(?:once\s+{_PAST_VERB}\b"
                        rf"|{_PAST_VERB}\b(?=[^,.?!;]*\bbefore\s*(?:[,.?!;]|$)))")
 _NAME = r"(?!I\b)[A-Z][a-z]+(?:'s)?"
