@@ -58,11 +58,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sample-seconds", type=float, default=60.0)
     parser.add_argument("--no-memory", dest="memory", action="store_false",
                         help="tenants without memory (to tell memory's growth from the rest)")
+    parser.add_argument("--index-cache-mb", type=int, default=None,
+                        help="memory.index.cache_mb (default: the gateway's); a budget the "
+                             "warm-up fills shows what grows besides the bounded indexes")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.warmup_minutes < 0 or args.rate <= 0 or args.users < 1 \
-            or args.turns < 1 or args.sample_seconds <= 0:
-        parser.error("minutes, rate, users, turns and sample-seconds must be positive")
+            or args.turns < 1 or args.sample_seconds <= 0 \
+            or (args.index_cache_mb is not None and args.index_cache_mb < 2):
+        parser.error("minutes, rate, users, turns and sample-seconds must be positive, "
+                     "index-cache-mb at least 2")
     return args
 
 
@@ -70,15 +75,18 @@ def tenant_keys() -> dict[str, str]:
     return {tenant: f"soak-{tenant}-key" for tenant in TENANTS}
 
 
-def gateway_config(data_dir: Path, fake_url: str, memory: bool = True) -> dict[str, Any]:
+def gateway_config(data_dir: Path, fake_url: str, memory: bool = True,
+                   index_cache_mb: int | None = None) -> dict[str, Any]:
     """Embedded store, the worker in its own process (the defaults), three tenants routed to
-    the fake upstream as an OpenAI-compatible provider (`memory` on or off). JSON is valid
-    YAML."""
+    the fake upstream as an OpenAI-compatible provider (`memory` on or off), the search
+    indexes' budget when given. JSON is valid YAML."""
     route = {"model": "openai/echo", "api_base": f"{fake_url}/v1",
              "api_key_env": UPSTREAM_KEY_ENV}
     return {
         "server": {"data_dir": str(data_dir)},
         "store": "embedded",
+        **({} if index_cache_mb is None else
+           {"memory": {"index": {"cache_mb": index_cache_mb}}}),
         "tenants": {tenant: {
             "api_keys": [{"sha256": hashlib.sha256(key.encode()).hexdigest()}],
             "models": {"echo": route},
@@ -114,7 +122,8 @@ def run(args: argparse.Namespace, workdir: Path) -> tuple[Tally, int]:
     fake_port, port = free_port(), free_port()
     fake_url, url = f"http://{HOST}:{fake_port}", f"http://{HOST}:{port}"
     config = workdir / "gateway.yaml"
-    config.write_text(json.dumps(gateway_config(data_dir, fake_url, args.memory), indent=2))
+    config.write_text(json.dumps(gateway_config(data_dir, fake_url, args.memory,
+                                                   args.index_cache_mb), indent=2))
     argv = [sys.executable, "-m", "gateway"]
     try:
         with ChildServers() as servers:
@@ -181,6 +190,8 @@ def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
              f"{meta['rate']:g} req/s together, conversations of {meta['turns']} turns, every "
              f"{meta['stream_every']}th request of a client streamed"
              + ("" if meta.get("memory", True) else ", tenants' memory off")
+             + ("" if meta.get("index_cache_mb") is None
+                else f", `memory.index.cache_mb: {meta['index_cache_mb']}`")
              + ". Shared machine.", "",
              f"Requests answered: {ok:,} ({per_door}); "
              f"errors: {result['outcomes'].get('error', 0)}; worker exits (restarted): "
@@ -218,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_minutes": args.warmup_minutes, "rate": args.rate, "users": args.users,
             "clients": len(TENANTS) * args.users * 6, "turns": args.turns,
             "stream_every": args.stream_every, "worker_restarts": restarts,
-            "memory": args.memory,
+            "memory": args.memory, "index_cache_mb": args.index_cache_mb,
             "command": "python -m bench soak " + " ".join(sys.argv[1:] if argv is None
                                                            else argv)}
     write_result(args.out, {"meta": meta, **result}, markdown(meta, result), indent=1)

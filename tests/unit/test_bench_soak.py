@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
-from bench.soak.cli import markdown, summarise
+from pathlib import Path
+
+from bench.soak.cli import UPSTREAM_KEY_ENV, gateway_config, markdown, summarise
 from bench.soak.drive import Tally
 from bench.soak.traffic import Client, clients
+from gateway.config.loader import parse_config
 
 
 def client(door: str, stateful: bool, turns: int = 3) -> Client:
@@ -88,3 +91,13 @@ def test_the_report_gives_growth_from_the_end_of_the_warm_up():
             "machine": {"cores": 2, "cpu_model": "x", "python": "3.11"},
             "source": {"commit": "abc", "uncommitted_changes": False}}
     assert "| gateway | 200.0 | 210.0 | 210.0 | +5.0 % |" in markdown(meta, result)
+
+
+def test_the_gateway_config_is_valid_and_sets_the_index_budget_only_when_given(monkeypatch):
+    monkeypatch.setenv(UPSTREAM_KEY_ENV, "unused")
+    default = parse_config(gateway_config(Path("/tmp/d"), "http://127.0.0.1:1"))
+    bounded = parse_config(gateway_config(Path("/tmp/d"), "http://127.0.0.1:1",
+                                          index_cache_mb=24))
+    assert default.memory.index.cache_mb == 512
+    assert bounded.memory.index.cache_mb == 24
+    assert set(bounded.tenants) == {"acme", "globex", "initech"}
