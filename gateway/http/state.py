@@ -98,6 +98,8 @@ class Gateway:
         if self.recorder is not None:
             self.metrics.recorder_applied.set(self.recorder.applied)
             self.metrics.recorder_dead.set(self.recorder.dead_lettered)
+        self.metrics.transcript_cache_bytes.set(self.store.cache.nbytes
+                                                + self.store.archive.cache.nbytes)
         if self.memory is not None:
             self.metrics.index_bytes.labels("dense").set(self.memory.vector_index.nbytes)
             self.metrics.index_bytes.labels("lexical").set(self.memory.lexical_index.nbytes)

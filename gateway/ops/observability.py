@@ -298,6 +298,10 @@ class Metrics:
                                  "Search indexes this process holds in memory, estimated "
                                  "bytes, by index (dense, lexical); bounded by "
                                  "memory.index.cache_mb.", ["index"], registry=self.registry)
+        self.transcript_cache_bytes = Gauge(
+            "gateway_transcript_cache_bytes", "Decoded transcripts this process keeps in "
+            "memory (live and archived parts), estimated bytes; bounded (least recently used "
+            "conversations leave first).", registry=self.registry)
 
     def observe_pool(self, stats: PoolStats) -> None:
         self.pool_in_use.set(stats.in_use)

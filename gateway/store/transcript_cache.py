@@ -5,7 +5,8 @@ turns most of the store's share of the request). A transcript is append-only bet
 edits and its messages are hash-chained, so its length and its last element identify all of
 it: the load script compares them with what this cache holds and sends nothing when they
 match, only the elements after the cached ones when the cached last element is still in its
-place (the conversation grew), and the whole transcript otherwise. Replicas stay correct without invalidation messages — every load checks.
+place (the conversation grew), and the whole transcript otherwise. Replicas stay correct
+without invalidation messages — every load checks.
 
 The oldest messages of a long conversation may move to its archive list (gateway/store/
 archive.py): the live list is then trimmed from the left. Lengths are therefore counted from
@@ -13,8 +14,9 @@ the conversation's start — archived messages included (`offset`: how many ther
 archive's length) — so a cached transcript stays usable after a trim: its first `offset`
 difference of messages is dropped, and only what was appended is decoded.
 
-Bounded: least recently used conversations are dropped beyond `max_conversations` or
-`max_messages` in total (the newest entry is always kept).
+Bounded: least recently used conversations are dropped beyond `max_conversations` or beyond
+`max_bytes` of decoded messages in total, estimated from the stored elements' lengths (the
+newest entry is always kept).
 """
 
 from __future__ import annotations
@@ -58,6 +60,17 @@ LIST_LUA = _TRANSCRIPT_TEMPLATE.replace("OFFSET", "0")
 """The same against a list with no archive of its own (KEYS[1] only; `offset` is 0): an
 append-only list such as the archive itself."""
 
+MAX_BYTES = 64 << 20
+"""What one cache's decoded messages may hold, estimated (`element_bytes`)."""
+MESSAGE_BYTES = 300
+"""A decoded message's objects beside its text (its id, parent id, `Message`, dict)."""
+
+
+def element_bytes(element: str) -> int:
+    """What a stored element costs once decoded, estimated: its text (one byte a character
+    for ASCII, two otherwise, as CPython stores it) plus `MESSAGE_BYTES`."""
+    return (len(element) if element.isascii() else 2 * len(element)) + MESSAGE_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class CachedTranscript:
@@ -68,6 +81,13 @@ class CachedTranscript:
     messages: tuple[StoredMessage, ...]
     offset: int = 0
     """Messages archived before the first of `messages` when it was read."""
+    size: int = 0
+    """`messages` in memory, estimated (`element_bytes`)."""
+
+    def dropping(self, first: int) -> int:
+        """The estimated size of `messages[first:]` (in proportion to the messages kept)."""
+        total = len(self.messages)
+        return self.size * max(0, total - first) // total if total else 0
 
 
 def last_sha1(raw: list[str]) -> str:
@@ -78,14 +98,14 @@ class TranscriptCache:
     """See the module docstring. `args(key)` are the script's ARGV for a conversation;
     `resolve` turns the script's answer into the transcript, decoding only what is new."""
 
-    def __init__(self, max_conversations: int = 2048, max_messages: int = 500_000, *,
+    def __init__(self, max_conversations: int = 2048, max_bytes: int = MAX_BYTES, *,
                  encryption: Encryption = NO_ENCRYPTION):
         """`encryption` opens the elements (sealed or not, their sha1 is of what is stored)."""
         self.encryption = encryption
         self.max_conversations = max_conversations
-        self.max_messages = max_messages
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[ConversationKey, CachedTranscript] = OrderedDict()
-        self._messages = 0
+        self._bytes = 0
         self.hits = 0
         self.extended = 0
         """Loads that decoded only the messages appended since the cached transcript."""
@@ -93,6 +113,11 @@ class TranscriptCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """The cached transcripts' estimated size in memory."""
+        return self._bytes
 
     def get(self, key: ConversationKey) -> CachedTranscript | None:
         entry = self._entries.get(key)
@@ -103,13 +128,13 @@ class TranscriptCache:
     def put(self, key: ConversationKey, entry: CachedTranscript) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
-            self._messages -= len(old.messages)
+            self._bytes -= old.size
         self._entries[key] = entry
-        self._messages += len(entry.messages)
+        self._bytes += entry.size
         while len(self._entries) > 1 and (len(self._entries) > self.max_conversations
-                                          or self._messages > self.max_messages):
+                                          or self._bytes > self.max_bytes):
             _, evicted = self._entries.popitem(last=False)
-            self._messages -= len(evicted.messages)
+            self._bytes -= evicted.size
 
     def args(self, cached: CachedTranscript | None) -> list[object]:
         """ARGV[1], ARGV[2] of TRANSCRIPT_LUA for what is cached (or nothing)."""
@@ -124,21 +149,23 @@ class TranscriptCache:
         if how in (1, 2) and cached is not None:
             # Messages archived since it was cached leave its front (none: nothing to drop).
             kept = cached.messages[offset - cached.offset:]
+            size = cached.dropping(offset - cached.offset)
             if how == 1:
                 self.hits += 1
                 if offset != cached.offset:
-                    self.put(key, CachedTranscript(len(kept), cached.last_sha1, kept, offset))
+                    self.put(key, CachedTranscript(len(kept), cached.last_sha1, kept, offset,
+                                                   size))
                 return kept
             self.extended += 1  # appended to: decode only what is new
             messages = kept + self._decode(key, elements)
             self.put(key, CachedTranscript(len(messages), last_sha1(list(elements)), messages,
-                                           offset))
+                                           offset, size + sum(map(element_bytes, elements))))
             return messages
         self.misses += 1
         messages = self._decode(key, elements)
         if messages:
             self.put(key, CachedTranscript(len(elements), last_sha1(list(elements)), messages,
-                                           offset))
+                                           offset, sum(map(element_bytes, elements))))
         return messages
 
     def _decode(self, key: ConversationKey, elements: Sequence[str]

@@ -383,6 +383,18 @@ def test_a_users_facts_reach_their_other_conversations_and_no_one_elses(gateway_
     assert set(held) == {'index="dense"', 'index="lexical"'} and all(held.values()), held
 
 
+def test_the_transcripts_a_process_keeps_decoded_are_shown_in_bytes(gateway_url):
+    def held() -> float:
+        return next(float(line.rsplit(" ", 1)[1]) for line in
+                    httpx.get(gateway_url + "/metrics", timeout=10).text.splitlines()
+                    if line.startswith("gateway_transcript_cache_bytes "))
+    before = held()
+    for question in ("first question", "second question"):  # the second loads the first
+        assert post(gateway_url, {"model": "echo", "messages": [user(question)]},
+                    headers={"X-Conversation-Id": "kept-decoded"}).status_code == 200
+    assert held() > before
+
+
 async def test_memory_that_cannot_be_read_is_skipped_and_said_in_a_header(gateway_url,
                                                                           redis_url):
     from gateway.memory.records.keys import MemoryKeySpace
