@@ -201,12 +201,10 @@ def _fail(message: str) -> NoReturn:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from gateway.ops.allocator import tune_allocator
     from gateway.ops.logs import uvicorn_log_config
     from gateway.store.embedded import EmbeddedRedisError
     from gateway.wiring import CONFIG_ENV, STORE_URL_ENV, store_url
 
-    tune_allocator()  # before any thread: the store's supervisor, uvicorn's, the worker
     config = _config_and_logging(args)
     host = args.host or config.server.host
     port = args.port or config.server.port
@@ -302,12 +300,10 @@ def _check_keys(config: Config, url: str) -> None:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    from gateway.ops.allocator import tune_allocator
     from gateway.store.embedded import EmbeddedRedisError
     from gateway.wiring import routing_upstream, store_url
     from gateway.worker import serve_worker
 
-    tune_allocator()
     config = _config_and_logging(args)
     try:
         url, embedded = store_url(config)
