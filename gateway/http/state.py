@@ -103,6 +103,9 @@ class Gateway:
         if self.memory is not None:
             self.metrics.index_bytes.labels("dense").set(self.memory.vector_index.nbytes)
             self.metrics.index_bytes.labels("lexical").set(self.memory.lexical_index.nbytes)
+            self.metrics.index_evictions.labels("dense").set(self.memory.vector_index.evictions)
+            self.metrics.index_evictions.labels("lexical").set(
+                self.memory.lexical_index.evictions)
         if self.buffer is not None:
             self.metrics.buffer_held.set(len(self.buffer))
             self.metrics.buffer_buffered.set(self.buffer.buffered)

@@ -298,6 +298,11 @@ class Metrics:
                                  "Search indexes this process holds in memory, estimated "
                                  "bytes, by index (dense, lexical); bounded by "
                                  "memory.index.cache_mb.", ["index"], registry=self.registry)
+        self.index_evictions = Gauge(
+            "gateway_memory_index_evictions", "Namespaces this process's search indexes "
+            "dropped to stay within memory.index.cache_mb so far, by index: rising with every "
+            "request means the budget is below what the users searched need (each drop is a "
+            "rebuild from the store at the next search).", ["index"], registry=self.registry)
         self.transcript_cache_bytes = Gauge(
             "gateway_transcript_cache_bytes", "Decoded transcripts this process keeps in "
             "memory (live and archived parts), estimated bytes; bounded (least recently used "

@@ -381,6 +381,10 @@ def test_a_users_facts_reach_their_other_conversations_and_no_one_elses(gateway_
             for line in httpx.get(gateway_url + "/metrics", timeout=10).text.splitlines()
             if line.startswith("gateway_memory_index_bytes{")}
     assert set(held) == {'index="dense"', 'index="lexical"'} and all(held.values()), held
+    dropped = [line for line in httpx.get(gateway_url + "/metrics", timeout=10).text.splitlines()
+               if line.startswith("gateway_memory_index_evictions{")]
+    assert len(dropped) == 2, dropped  # dense and lexical, none dropped within the budget
+    assert all(line.endswith(" 0.0") for line in dropped), dropped
 
 
 def test_the_transcripts_a_process_keeps_decoded_are_shown_in_bytes(gateway_url):

@@ -478,11 +478,12 @@ def test_namespace_cache_is_bounded_by_entries_and_size():
     assert cache.get(a) is not None  # a is now the most recently used
     cache.put(c, Cached("1", "C", 4))
     assert (cache.get(a), cache.get(b)) == (Cached("1", "A", 4), None)
-    assert cache.size == 8
+    assert cache.size == 8 and cache.evictions == 1
     cache.put(a, Cached("2", "A", 5))  # grown in place: accounted again, not twice
-    assert cache.size == 9 and len(cache) == 2
+    assert cache.size == 9 and len(cache) == 2 and cache.evictions == 1
     cache.put(b, Cached("2", "B", 30))  # too big alone: kept, everything else evicted
     assert len(cache) == 1 and cache.get(b) is not None and cache.size == 30
+    assert cache.evictions == 3  # each drop counted (what /metrics shows per index)
 
 
 def test_build_embedder_rejects_an_unknown_kind():

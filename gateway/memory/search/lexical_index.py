@@ -212,6 +212,11 @@ class Bm25LexicalIndex:
         """The cached namespaces' indexes, estimated resident bytes."""
         return self._cache.size
 
+    @property
+    def evictions(self) -> int:
+        """Namespaces dropped from this process's cache to stay within its budget so far."""
+        return self._cache.evictions
+
     def close(self) -> None:
         for task in self._refreshing.values():
             task.cancel()

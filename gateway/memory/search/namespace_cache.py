@@ -72,6 +72,8 @@ class NamespaceCache(Generic[T]):
         self.max_size = max_size
         self._entries: OrderedDict[Namespace, Cached[T]] = OrderedDict()
         self._size = 0
+        self.evictions = 0
+        """Entries dropped to stay within the bounds so far."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -97,3 +99,4 @@ class NamespaceCache(Generic[T]):
                                           or self._size > self.max_size):
             _, evicted = self._entries.popitem(last=False)
             self._size -= evicted.size
+            self.evictions += 1
