@@ -5,7 +5,6 @@ answer's id), a conversation ends after its turns, and an incomplete answer is n
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 from bench.soak.cli import UPSTREAM_KEY_ENV, gateway_config, markdown, summarise
