@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable, Mapping, Protocol
 
 import anyio
@@ -28,8 +28,9 @@ from gateway.core.dialects.anthropic_outbound import kept_marks, tool_result_mar
 from gateway.core.context.pinned import marked_pins
 from gateway.core.spend import Price, TurnUsage, money, read_usage, turn_usage
 from gateway.core.reply import StreamAssembler, chat_form, reply_from_completion
-from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite, split_current
+from gateway.core.context.rewrite import RewriteRequest, rewrite, split_current
 from gateway.core.context.tool_loop import instruction_text
+from gateway.core.context.whole import goes_whole
 from gateway.core.text.tokens import Tokenizer, count_message, count_messages
 from gateway.core.transcript import Reconciliation, reconcile
 from gateway.errors import BadRequest, UpstreamError
@@ -61,7 +62,8 @@ class Memory(Protocol):
                        query: str = "") -> MemorySnapshot: ...
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
-                          snapshot: MemorySnapshot | None = None) -> MemoryContext: ...
+                          snapshot: MemorySnapshot | None = None, *,
+                          own: bool = True) -> MemoryContext: ...
 
     async def pin(self, key: ConversationKey,
                   pins: tuple[PinnedMessage, ...]) -> tuple[PinnedMessage, ...]: ...
@@ -240,23 +242,27 @@ class Pipeline:
             conversation = restore(conversation, incoming)
         history, current = split_current(conversation)
         query = instruction_text(conversation)
-        memory = await self._recall(key, tenant, query, snapshot, log)
-        if self.briefs is not None:
-            memory = await self.briefs.apply(key, self.recall_settings.get(tenant.name), memory,
-                                             query, snapshot, persist,
-                                             tokenizer, log)
-        started = time.perf_counter()
         history_ids = reconciliation.conversation_ids[:len(history)]
+        request = RewriteRequest(instructions=chat.instructions, history=history,
+                                 current=current, policy=tenant.policy, history_ids=history_ids)
+        settings = self.recall_settings.get(tenant.name)
+        reserve = self.briefs.budget(key, settings) if self.briefs is not None else 0
 
-        def rewritten() -> Rewrite:
+        def counted() -> tuple[RewriteRequest, bool]:
             # The ids name the kept form: restored one-shot messages are counted as they are.
             costs = self.history_costs.costs(history, history_ids, tokenizer) \
                 if kept is incoming and len(history_ids) == len(history) else None
-            return rewrite(RewriteRequest(
-                instructions=chat.instructions, history=history, current=current,
-                policy=tenant.policy, memory=memory, history_ids=history_ids,
-                history_costs=costs), tokenizer)
-        result = await self.off_loop.run("rewrite", rewritten) if large else rewritten()
+            counted = replace(request, history_costs=costs)
+            return counted, _searches_own(counted, stored, snapshot, tokenizer, reserve)
+        request, own = await self.off_loop.run("count", counted) if large else counted()
+        memory = await self._recall(key, tenant, query, snapshot, log, own=own)
+        if self.briefs is not None:
+            memory = await self.briefs.apply(key, settings, memory, query, snapshot, persist,
+                                             tokenizer, log)
+        started = time.perf_counter()
+        request = replace(request, memory=memory)
+        result = await self.off_loop.run("rewrite", rewrite, request, tokenizer) if large \
+            else rewrite(request, tokenizer)
         log.rewrite_ms = log.step("rewrite", started)
         log.reconcile = reconciliation.kind
         log.recalled, log.summary_chunks = result.recalled, result.summary_chunks
@@ -292,10 +298,11 @@ class Pipeline:
 
     async def _recall(self, key: ConversationKey, tenant: Tenant, query: str,
                       snapshot: MemorySnapshot | BaseException | None,
-                      log: RequestLog) -> MemoryContext:
+                      log: RequestLog, *, own: bool = True) -> MemoryContext:
         """What memory offers for this request (`query`: the user's instruction it answers —
         the current message, or in a tool loop's step the instruction the loop works on);
-        nothing (logged) if it cannot be read."""
+        nothing (logged) if it cannot be read. `own`: false, recall searches only outside the
+        conversation (`_searches_own`)."""
         settings = self.recall_settings.get(tenant.name)
         if self.memory is None or settings is None:
             return MemoryContext()
@@ -303,7 +310,7 @@ class Pipeline:
         try:
             if isinstance(snapshot, BaseException):
                 raise snapshot
-            return await self.memory.context_for(key, query, settings, snapshot)
+            return await self.memory.context_for(key, query, settings, snapshot, own=own)
         except Exception as exc:  # noqa: BLE001 — memory failures fail open, logged
             logger.warning("memory unavailable for request %s: %r", log.request_id, exc)
             log.memory_error = repr(exc)
@@ -507,6 +514,22 @@ class Pipeline:
         assert self.buffer is not None
         self.buffer.add(turn)
         log.record_buffered = True
+
+
+def _searches_own(request: RewriteRequest, stored: tuple[StoredMessage, ...],
+                  snapshot: MemorySnapshot | BaseException | None, tokenizer: Tokenizer,
+                  reserve: int) -> bool:
+    """Whether recall searches the conversation's own turns and chunks: not when the history
+    goes upstream whole (`goes_whole`, with `reserve` tokens of room for a brief not made yet)
+    and holds all of them — nothing of the conversation is archived (its first stored message
+    has no parent) — since the rewrite would leave every one of them out as shown."""
+    if not isinstance(snapshot, MemorySnapshot) or not snapshot.memory \
+            or snapshot.namespaces.conversation is None:
+        return True  # nothing of the conversation to search, or no memory at all
+    if stored and stored[0].parent_id is not None:
+        return True
+    return not goes_whole(replace(request, memory=MemoryContext(pinned=snapshot.pinned)),
+                          tokenizer, reserve=reserve)
 
 
 def recalled_items(memory: MemoryContext,

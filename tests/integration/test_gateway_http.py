@@ -402,7 +402,9 @@ def test_the_transcripts_a_process_keeps_decoded_are_shown_in_bytes(gateway_url)
 async def test_memory_that_cannot_be_read_is_skipped_and_said_in_a_header(gateway_url,
                                                                           redis_url):
     from gateway.memory.records.keys import MemoryKeySpace
-    first = post(gateway_url, {"model": "echo", "messages": [user("remember the red door")]},
+    # Longer than the window (2,000 tokens): the history is compacted, so recall searches it.
+    said = "remember the red door. " + "the hall was long and quiet. " * 400
+    first = post(gateway_url, {"model": "echo", "messages": [user(said)]},
                  headers={"X-Conversation-Id": "broken"})
     assert first.status_code == 200 and "x-gateway-memory-error" not in first.headers
     # A memory key of the wrong type: every read of the recall index fails.
@@ -411,8 +413,7 @@ async def test_memory_that_cannot_be_read_is_skipped_and_said_in_a_header(gatewa
         await redis.set(MemoryKeySpace().conversation(conversation_key("broken")).turns, "x")
     finally:
         await redis.aclose()
-    messages = [user("remember the red door"), {"role": "assistant", "content": "ok"},
-                user("which door?")]
+    messages = [user(said), {"role": "assistant", "content": "ok"}, user("which door?")]
     response = post(gateway_url, {"model": "messages", "messages": messages},
                     headers={"X-Conversation-Id": "broken"})
     assert response.status_code == 200  # fail open: the client's own messages go through
@@ -461,11 +462,13 @@ def test_metrics_show_the_shared_queues_whichever_process_works_them(redis_url):
 
 
 async def test_the_question_is_embedded_once_while_the_store_is_read(redis_url):
-    """The request path starts embedding the question before the store answers and uses that
-    embedding for recall: one embedding per request, of exactly the question."""
+    """A request whose recall searches embeds the question once and uses that embedding for
+    every search: one embedding per request, of exactly the question."""
     from gateway.http.app import create_app
 
-    app = create_app(gateway_config(redis_url))
+    # A window the history outgrows: recall searches the conversation's own turns.
+    app = create_app(gateway_config(redis_url, context={"max_context_tokens": 40,
+                                                        "reserve_completion_tokens": 0}))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:

@@ -15,7 +15,7 @@ import pytest
 from gateway.pipeline.off_loop import MIN_BODY_BYTES, MIN_MESSAGES
 from tests.support.gateway import KEYS, gateway_config, running_gateway
 
-STEPS = ("parse", "reconcile", "rewrite")
+STEPS = ("parse", "reconcile", "count", "rewrite")
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_a_stateful_request_on_a_large_stored_conversation_rewrites_off_the_loop
     after = off_loop_counts(gateway_url)
     # A small body (parsed on the loop) over a large stored transcript.
     assert {s: after[s] - before[s] for s in STEPS} == {"parse": 0, "reconcile": 1,
-                                                        "rewrite": 1}
+                                                        "count": 1, "rewrite": 1}
 
 
 def test_the_messages_and_responses_doors_parse_a_large_body_off_the_loop(gateway_url):

@@ -106,10 +106,10 @@ def gateway_url(redis_url: str) -> Iterator[str]:
 
 
 def post(url: str, door: str, messages: list[dict[str, str]], conversation: str, *,
-         persist: bool) -> dict[str, Any]:
+         persist: bool, tenant: str = "acme") -> dict[str, Any]:
     body = in_dialect({"model": "echo", "messages": messages}, door)
     response = httpx.post(url + DOORS[door], json=body, timeout=120, headers={
-        "Authorization": f"Bearer {KEYS['acme']}", "x-api-key": KEYS["acme"],
+        "Authorization": f"Bearer {KEYS[tenant]}", "x-api-key": KEYS[tenant],
         "anthropic-version": "2023-06-01", "X-Conversation-Id": conversation,
         "X-User-Id": conversation, "X-Gateway-Persist": "true" if persist else "false"})
     assert response.status_code == 200, response.text
@@ -194,3 +194,52 @@ def test_a_question_with_nothing_to_search_is_never_embedded(gateway_url, monkey
         assert response.status_code == 200, response.text
     assert counted["embedded_texts"] == 0, dict(counted)
     assert counted["store_round_trips"] > 0  # the request did read its conversation
+
+
+WHOLE = {"max_context_tokens": 100_000, "reserve_completion_tokens": 500}
+"""A window the 50-turn history (~4,000 tokens) fits: it goes upstream whole."""
+
+
+def asked(url: str, messages: list[dict[str, str]], conversation: str, user: str,
+          counts: Counts, tenant: str = "acme") -> tuple[Counter[str], int]:
+    """(per-request counts, items recalled) of one request not stored."""
+    with counts.per_request(1) as counted:
+        response = httpx.post(url + DOORS["chat"], timeout=120, json={
+            "model": "echo", "messages": messages}, headers={
+            "Authorization": f"Bearer {KEYS[tenant]}", "X-Conversation-Id": conversation,
+            "X-User-Id": user, "X-Gateway-Persist": "false"})
+        assert response.status_code == 200, response.text
+    return counted, int(response.headers["x-gateway-memory-recalled"])
+
+
+def test_a_history_that_goes_whole_is_searched_only_outside_the_conversation(redis_url,
+                                                                           monkeypatch):
+    memory = {"memory": {"recall_relevance_floor": -1, "recall_relevance_gate": -1}}
+    config = gateway_config(redis_url, context=WHOLE, tenant=memory, per_tenant={
+        "globex": {"request_limits": {"max_stored_messages": 60}}})
+    counts = Counts(monkeypatch)
+    with running_gateway(config) as url:
+        stored = history(50)
+        question = {"role": "user", "content": QUESTION.format(k=0)}
+        post(url, "chat", stored[:-1], "whole-first", persist=True)
+        # Only this conversation of its user: the whole history shows every turn recall could
+        # find, so nothing is searched — not even the question embedded.
+        counted, recalled = asked(url, stored + [question], "whole-first", "whole-first",
+                                  counts)
+        assert (counted["embedded_texts"], recalled) == (0, 0), dict(counted)
+        # The same user's other conversation is searched (the question is embedded once) and
+        # recalled from; its own history goes whole beside it.
+        other = [{"role": "user", "content": "Let us plan the offsite."},
+                 {"role": "assistant", "content": "Sure: where and when?"}]
+        post(url, "chat", other + [{"role": "user", "content": "In June."}], "whole-other",
+             persist=True)
+        counted, recalled = asked(url, other + [question], "whole-other", "whole-first", counts)
+        assert counted["embedded_texts"] == 1 and recalled > 0, dict(counted)
+        # A conversation past its tenant's stored cap (60 messages): its oldest turns are
+        # archived, so a stateful client's history, the stored ones, does not hold them:
+        # recall searches the conversation's own turns too.
+        for end in (49, 99):  # at most 60 new messages a request
+            post(url, "chat", stored[:end], "whole-archived", persist=True, tenant="globex")
+        counted, recalled = asked(url, [question], "whole-archived", "whole-archived", counts,
+                                  tenant="globex")
+        assert counted["embedded_texts"] == 1 and recalled > 0, dict(counted)

@@ -72,9 +72,10 @@ LATER_FIELDS = frozenset({"pinned", "pinned_ids", "pinned_tokens", "tool_results
 """Fields of `Rewrite` added after the golden file was recorded (pinned messages, compacted
 tool loops): left out of the digest while they hold their defaults, so a request with nothing
 pinned must give the recorded output byte for byte."""
-DERIVED_FIELDS = frozenset({"stable_messages"})
+DERIVED_FIELDS = frozenset({"stable_messages", "whole"})
 """Fields of `Rewrite` added after the recording that say something about the messages rather
-than choose them (where the stable prefix ends: tests/unit/test_steps.py): left out of the
+than choose them (where the stable prefix ends: tests/unit/test_steps.py; whether the history
+went whole: gateway/core/context/whole.py): left out of the
 digest, so the goldens keep proving the messages unchanged byte for byte."""
 SEEDS = range(250)
 TOKENIZERS: dict[str, Tokenizer] = {

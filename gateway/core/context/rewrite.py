@@ -98,8 +98,9 @@ from gateway.core.context.steps import estimated_costs, step_points, window_star
 from gateway.core.context.tool_loop import allowances, is_tool_loop, loop_window, split_loop
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
-from gateway.core.context.window import (ANSWER_ROLES, Window, fitted_length, recent_window,
-                                         served_start, window_from)
+from gateway.core.context.whole import loop_fit, plain_fit
+from gateway.core.context.window import (Window, fitted_length, recent_window, served_start,
+                                         window_from)
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
     """(history, current) of a conversation without instructions: the current turn starts at
@@ -156,29 +157,12 @@ def _rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     room = policy.prompt_budget - REPLY_PRIMING - fixed_cost
     memory = request.memory
     framing = framing_for(m.text for m in request.current if m.role == "user")
-    start = _first_forwardable(request.history)
-    forwardable_cost = sum(costs[start:])
-    pin_limit = share(policy.pinned_share, room)
+    fit = plain_fit(request, costs, fixed_cost, tokenizer, framing)
+    if fit.whole:
+        return _whole_history(request, request.history[fit.start:], fit.left, tokens_original,
+                              fixed_cost + sum(costs[fit.start:]), tokenizer, fit.pinned,
+                              framing)
     fixed_texts = shown_texts(fixed)
-    outside: Packed[PinnedMessage] = Packed()
-    if memory.pinned:
-        history_ids = frozenset(i for i in request.history_ids if i is not None)
-        outside = pack_pinned(
-            not_shown(memory.pinned, history_ids, fixed_texts | shown_texts(request.history)),
-            pin_limit, tokenizer, framing)
-    whole_room = max(room, policy.whole_prompt_budget - REPLY_PRIMING - fixed_cost)
-    if forwardable_cost + outside.cost <= whole_room:
-        # With a window beyond the budget, memory from outside the history gets at least what the
-        # tail of an assembly over the budget would (the room less the window's share): it
-        # does not vanish as the history grows past the room. But once there is a history, at
-        # most `outside_share` of the room: that tail is paid in full every turn.
-        left = min(whole_room, max(room, forwardable_cost
-                                   + room - share(policy.window_share, room))) \
-            - forwardable_cost
-        if request.history:
-            left = min(left, outside.cost + share(policy.outside_share, room))
-        return _whole_history(request, request.history[start:], left, tokens_original,
-                              fixed_cost + forwardable_cost, tokenizer, outside, framing)
     # Each grant is capped by what is left too, so shares that add up past 1 still fit.
     pinned, summary = _head_blocks(request, room, fixed_texts, tokenizer, framing)
     if policy.stepped:
@@ -237,21 +221,14 @@ def _tool_loop(request: RewriteRequest, costs: tuple[int, ...], fixed_cost: int,
     instructions, it goes with them anyway, and `over_budget` says so."""
     policy, memory = request.policy, request.memory
     framing = framing_for(m.text for m in request.current if m.role == "user")
-    start = _first_forwardable(request.history)
-    history, costs = request.history[start:], costs[start:]
+    fit = loop_fit(request, costs, fixed_cost, tokenizer, framing)
+    history, costs, pinned = request.history[fit.start:], costs[fit.start:], fit.pinned
+    if fit.whole:
+        return _whole_history(request, history, fit.left, tokens_original,
+                              fixed_cost + sum(costs), tokenizer, pinned, framing)
     ceiling = policy.whole_prompt_budget - REPLY_PRIMING - fixed_cost
     room = max(0, policy.prompt_budget - REPLY_PRIMING - fixed_cost)
-    fixed_texts = shown_texts(request.instructions + request.current)
-    pinned: Packed[PinnedMessage] = Packed()
-    if memory.pinned:
-        ids = frozenset(i for i in request.history_ids if i is not None)
-        pinned = pack_pinned(not_shown(memory.pinned, ids, fixed_texts | shown_texts(history)),
-                             share(policy.pinned_share, room), tokenizer, framing)
     tail = share(policy.outside_share, room)
-    if sum(costs) + pinned.cost <= ceiling:
-        left = min(ceiling - sum(costs), pinned.cost + (tail if history else room))
-        return _whole_history(request, history, left, tokens_original,
-                              fixed_cost + sum(costs), tokenizer, pinned, framing)
     profile = pack_profile(memory.profile, min(share(policy.profile_share, room), tail),
                            tokenizer, framing)
     offered = recalled_lines(memory.recalled, tokenizer)
@@ -274,7 +251,7 @@ def _tool_loop(request: RewriteRequest, costs: tuple[int, ...], fixed_cost: int,
                        exchanges_dropped=window.dropped)
     pinned_ids, pinned_texts = _pins_shown(pinned.items)
     forwarded = {id(m) for m in window.messages}  # verbatim messages are the history's own
-    shown = frozenset(i for i, m in zip(request.history_ids[start:], history)
+    shown = frozenset(i for i, m in zip(request.history_ids[fit.start:], history)
                       if i is not None and id(m) in forwarded) \
         if request.history_ids else frozenset()
     offered = drop_redundant(offered, pinned_ids | shown, (),
@@ -452,6 +429,7 @@ def _whole_history(request: RewriteRequest, history: tuple[Message, ...], left: 
         history_kept=len(history),
         truncated=0,
         over_budget=False,
+        whole=True,
         memory_blocks=tuple(name for name, block in blocks if block is not None),
         recalled=len(recalled.items),
         recalled_ids=tuple(r.id for r in recalled.items),
@@ -501,16 +479,6 @@ def _window_ids(request: RewriteRequest, window: Window) -> frozenset[str]:
         return frozenset()
     kept = request.history_ids[len(request.history) - len(window.messages):]
     return frozenset(i for i in kept if i is not None)
-
-
-def _first_forwardable(history: tuple[Message, ...]) -> int:
-    """Where the history that can be forwarded starts: tool/function results at its very start
-    answer a call that is not there; they are never forwarded (the provider would reject
-    them)."""
-    start = 0
-    while start < len(history) and history[start].role in ANSWER_ROLES:
-        start += 1
-    return start
 
 
 def _sum_cost(messages: Sequence[Message], tokenizer: Tokenizer) -> int:

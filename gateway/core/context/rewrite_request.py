@@ -55,6 +55,9 @@ class Rewrite:
     """History messages forwarded as shortened copies."""
     over_budget: bool
     """Instructions and the current turn alone exceed the budget; they were forwarded anyway."""
+    whole: bool = False
+    """The history went whole (all of it that can be forwarded, verbatim): memory added only
+    what it knows from outside it (gateway/core/context/whole.py)."""
     memory_blocks: tuple[BlockName, ...] = ()
     """The memory blocks forwarded, in priority order."""
     summary_chunks: int = 0

@@ -12,7 +12,7 @@ the transcript alone would make it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from gateway.config.context import ContextConfig
@@ -187,14 +187,17 @@ class MemoryService:
                               pinned, topic, query, need)
 
     async def context_for(self, key: ConversationKey, query: str, recall: RecallSettings,
-                          snapshot: MemorySnapshot | None = None) -> MemoryContext:
+                          snapshot: MemorySnapshot | None = None, *,
+                          own: bool = True) -> MemoryContext:
         """What memory offers for this request; `snapshot`: from `snapshot()`, when the caller
-        read it already (else read here)."""
+        read it already (else read here); `own`: false, recall leaves the conversation's own
+        turns and chunks out (the request shows them all: gateway/core/context/whole.py) and
+        searches only outside it — the user's other conversations, facts."""
         if snapshot is None:
             snapshot = await self.snapshot(key, recall)
         if not snapshot.memory:
             return MemoryContext()
-        recalled = await self._recall(key, query, recall, snapshot)
+        recalled = await self._recall(key, query, recall, snapshot, own)
         chunks = snapshot.chunks
         last = chunks[-1].source_ids[-1] if chunks and chunks[-1].source_ids else None
         return MemoryContext(summary_chunks=tuple(t for t in map(render_chunk, chunks) if t),
@@ -212,11 +215,12 @@ class MemoryService:
         return await self.pins.pin(key, pins)
 
     async def _recall(self, key: ConversationKey, query: str, recall: RecallSettings,
-                      snapshot: MemorySnapshot) -> tuple[Recollection, ...]:
+                      snapshot: MemorySnapshot, own: bool) -> tuple[Recollection, ...]:
         need = snapshot.need if snapshot.query == query else search_need(query, recall)
         if need is None:
             return ()
-        namespaces = snapshot.namespaces
+        namespaces = snapshot.namespaces if own \
+            else replace(snapshot.namespaces, conversation=None, conversation_version=None)
         facts = self.facts.get(key.tenant) \
             if reads_user_memory(key, recall) and recall.facts_k > 0 else None
         if namespaces.conversation is None and namespaces.user is None and facts is None:
