@@ -6,7 +6,10 @@ configuration: bench/soak/cli.py) in front of the standalone fake upstream. Per 
 door's wire form: tenant `acme` sends a stateless conversation of `--messages` messages
 (~`--megabytes` MB) once, so it is stored; then windows alternate — `baseline` (only tenant
 `globex`'s small requests, one after another) and `during` (the same, while `acme` resends its
-whole conversation, one new turn each time, back to back). Reports `globex`'s p50 in each and
+whole conversation, one new turn each time, back to back: the reply it got — the fake `echo`
+model's, the last user message — and a new question). With `--regenerate` each resend replaces
+the last reply instead (a client's "regenerate": the stored transcript branches at its end every
+time). Reports `globex`'s p50 in each and
 their ratio (target: ≤ 2), and how long the large requests took. Writes FILE.json and FILE.md
 and stops every child it started.
 """
@@ -52,6 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="large requests in each `during` window (default 4)")
     parser.add_argument("--small-per-baseline", type=int, default=40,
                         help="small requests in each baseline window (default 40)")
+    parser.add_argument("--regenerate", action="store_true",
+                        help="each resend replaces the last reply (a branch at the end)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.doors = [d for d in args.doors.split(",") if d]
@@ -118,7 +123,9 @@ async def measure_door(base: str, door: str, args: argparse.Namespace) -> dict[s
             async def large() -> None:
                 busy.set()
                 for n in range(args.large_per_window):
-                    history.extend([{"role": "assistant", "content": "Noted."},
+                    # The reply the echo model gave (the last user message), or another one.
+                    reply = "Noted." if args.regenerate else history[-1]["content"]
+                    history.extend([{"role": "assistant", "content": reply},
                                     {"role": "user", "content": f"And next, step {n}?"}])
                     status, ms = await post(session, url, body_for(door, history),
                                             big_headers)
@@ -159,7 +166,10 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              + (" (with uncommitted changes)" if meta["source"]["uncommitted_changes"] else ""),
              "", "One `gateway serve` (one serving process, memory worker, embedded store) in "
              f"front of the fake upstream. Tenant acme resends a stateless conversation of "
-             f"{meta['messages']:,} messages back to back (a new turn each time); tenant globex "
+             f"{meta['messages']:,} messages back to back ("
+             + ("each time replacing the last reply: a regenerate"
+                if meta["regenerate"] else "a new turn each time, the reply it got")
+             + "); tenant globex "
              "sends one small request after another. `baseline`: globex alone; `during`: "
              "globex's requests that started and ended while acme's were in flight. Windows "
              "alternate. Target: during p50 ≤ 2 × baseline p50. Shared machine.", "",
@@ -210,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             stop_pidfile_process(data_dir / "redis.pid")
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(), "source": source, "messages": args.messages,
-            "megabytes": args.megabytes,
+            "megabytes": args.megabytes, "regenerate": args.regenerate,
             "command": "python -m bench large-request " + " ".join(
                 sys.argv[1:] if argv is None else argv)}
     write_result(args.out, {"meta": meta, "rows": rows}, markdown(meta, rows), indent=1)
