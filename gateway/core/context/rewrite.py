@@ -96,6 +96,7 @@ from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.context.rewrite_request import Conversation, Rewrite, RewriteRequest
 from gateway.core.context.steps import estimated_costs, step_points, window_starts
 from gateway.core.context.tool_loop import allowances, is_tool_loop, loop_window, split_loop
+from gateway.core.recall.pages import pages_last
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
 from gateway.core.context.whole import loop_fit, plain_fit
@@ -118,6 +119,10 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     and budgeted as one of them, so it is part of the stable prefix in every assembly; when
     the instructions, the brief and the current turn alone exceed the budget, the request is
     rewritten without the brief."""
+    recalled = pages_last(request.memory.recalled, "\n".join(
+        m.text for m in request.current if m.role == "user"))
+    if recalled is not request.memory.recalled:
+        request = replace(request, memory=replace(request.memory, recalled=recalled))
     brief = request.memory.brief
     if brief is None:
         return _rewrite(request, tokenizer)
