@@ -252,8 +252,8 @@ class Pipeline:
             # The ids name the kept form: restored one-shot messages are counted as they are.
             costs = self.history_costs.costs(history, history_ids, tokenizer) \
                 if kept is incoming and len(history_ids) == len(history) else None
-            counted = replace(request, history_costs=costs)
-            return counted, _searches_own(counted, stored, snapshot, tokenizer, reserve)
+            with_costs = replace(request, history_costs=costs)
+            return with_costs, _searches_own(with_costs, stored, snapshot, tokenizer, reserve)
         request, own = await self.off_loop.run("count", counted) if large else counted()
         memory = await self._recall(key, tenant, query, snapshot, log, own=own)
         if self.briefs is not None:

@@ -63,7 +63,9 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
   recalled items (at most `policy.recall_share`, less if showing them all costs less); the
   recent window gets the rest.
   The recalled block then gets the reservation plus whatever the window left unused, packed
-  best first, skipping what does not fit; a share a block does not use goes to the window;
+  best first, skipping what does not fit — page-long items after the shorter ones unless the
+  message asks what the assistant said (gateway/core/recall/pages.py, in every assembly); a
+  share a block does not use goes to the window;
 - nothing is shown twice: a recalled turn is never one of the window's messages forwarded whole
   (by id; a message the window shows shortened may be recalled whole), nor a
   recalled chunk whose source messages are all in the window, nor an item whose text is a

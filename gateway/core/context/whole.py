@@ -4,7 +4,7 @@ history's costs and the pins — never from what recall found. So it can be made
 and a recall for a history that goes whole need not search the history's own turns: the
 rewrite would leave every one of them out as shown.
 
-Invariants (tests/unit/test_rewrite_properties.py): `goes_whole(request)` is
+Invariants (tests/unit/test_whole.py): `goes_whole(request)` is
 `rewrite(request).whole` for a request without a brief; with `reserve` at least the cost of a
 brief added later, True implies the briefed request goes whole too; pure, no input mutated.
 """
