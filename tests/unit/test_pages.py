@@ -10,7 +10,8 @@ from gateway.core.context.packing import pack_recalled, recalled_lines
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
-from gateway.core.recall.pages import PAGE_CHARS, asks_what_you_said, pages_last
+from gateway.core.recall.need import asks_what_you_said
+from gateway.core.recall.pages import PAGE_CHARS, pages_last
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_messages
 from tests.unit.test_rewrite import WordTokenizer

@@ -21,6 +21,9 @@ Three answers (`Need`):
   gateway/core/recall/personal.py). Recalled items skip the gate; the floor still applies.
 - `OPEN`: anything else: the floor and the gate as configured.
 
+Beside the need, `asks_what_you_said`: whether the message asks about the assistant's own
+words, so a long reply recalled for it keeps its rank (gateway/core/recall/pages.py).
+
 Rules, not a classifier: the formulas of each language as a phrase book would list them, not
 the benchmark's probes (bench/locomo/null_probes.py); what they keep and drop: bench/README.md
 ("Messages that need no memory"). A general question ("How long should I boil an egg?") is
@@ -133,3 +136,22 @@ def _named(message: str, word: str) -> bool:
     script; a Chinese name cannot be told from other words by its form)."""
     return any(w[:1].isupper() and w.lower() == word
                for w in _WORD.findall(message.translate(_APOSTROPHES)))
+
+
+# What the assistant said or made before: second person and a verb of saying or giving in the
+# past, "remind me", "your answer", or their Chinese forms (gateway/core/recall/pages.py).
+_YOU_SAID = re.compile(
+    r"\b(?:you(?: had| have|'d|'ve)? (?:mentioned|suggested|recommended|told|said|gave|"
+    r"listed|created|wrote|written|provided|shared|named|described|explained|proposed|"
+    r"showed|offered|advised|came up with|put together|made)|"
+    r"did you (?:mention|suggest|recommend|tell|say|give|list|create|write|provide|share|name|"
+    r"describe|explain|propose|show|offer|advise|make)|"
+    r"remind me|your (?:previous |earlier |last |first )?"
+    r"(?:answer|reply|response|suggestion|recommendation|list|advice)s?)\b"
+    r"|你(?:之前|上次|刚才|以前|曾经)?(?:说|提到|提过|推荐|建议|告诉|讲|列|写|给我)")
+
+
+def asks_what_you_said(message: str) -> bool:
+    """Whether `message` asks about what the assistant said or made before (read where
+    `memory_need` reads a reference to the past: the message's last `_PAST_READ` characters)."""
+    return bool(_YOU_SAID.search(message[-_PAST_READ:].translate(_APOSTROPHES).lower()))
