@@ -4,7 +4,8 @@ import datetime
 
 import pytest
 
-from gateway.core.text.dates import anchor_dates, find_dates, opening_date, with_anchor
+from gateway.core.text.dates import (after_opening_date, anchor_dates, find_dates, opening_date,
+                                      with_anchor)
 
 D = datetime.date
 
@@ -83,3 +84,17 @@ def test_a_date_written_inside_a_message_does_not_move_the_anchor():
 ])
 def test_with_anchor_prefixes_only_when_missing(text, anchor, shown):
     assert with_anchor(text, anchor) == shown
+
+
+@pytest.mark.parametrize("text, rest", [
+    ("[8 May, 2023] Mel: hey", "Mel: hey"),
+    ("  [2023/05/30 (Tue) 10:49] How many?", "How many?"),
+    ("1:56 pm on 8 May, 2023: Caroline: hi", "Caroline: hi"),
+    ("2024年3月2日 我们聊了什么", "我们聊了什么"),
+    ("On 8 May, 2023 we met", "On 8 May, 2023 we met"),
+    ("no date here", "no date here"),
+    ("[8 May, 2023", ""),
+])
+def test_after_opening_date_is_the_text_without_its_session_marker(text, rest):
+    assert after_opening_date(text) == rest
+    assert (after_opening_date(text) == text) == (opening_date(text) is None)

@@ -86,3 +86,15 @@ def test_a_long_message_is_read_only_at_its_end_for_the_past_and_is_never_pleasa
     assert memory_need(filler + "Do you remember the recipe?") is Need.PAST
     assert memory_need("Do you remember the recipe? " + filler) is Need.OPEN  # past the end read
     assert memory_need("Thanks! " * 40) is Need.OPEN
+
+
+@pytest.mark.parametrize("marker", ["[8 May, 2023] ", "1:56 pm on 8 May, 2023: ",
+                                    "[2023/05/30 (Tue) 10:49] ", "2024年3月2日 "])
+@pytest.mark.parametrize("message", PLEASANTRIES[:3] + QUESTIONS[:3] + ABOUT_THE_PAST[:3])
+def test_a_session_marker_the_message_opens_with_is_not_a_day_it_asks_about(marker, message):
+    assert memory_need(marker + message) is memory_need(message)
+
+
+def test_a_day_named_anywhere_else_is_still_asked_about():
+    assert memory_need("On 8 May, 2023, where did I go?") is Need.PAST
+    assert memory_need("[8 May, 2023] Where did I go on 5 May, 2023?") is Need.PAST

@@ -19,6 +19,8 @@ Three answers (`Need`):
   or asks about the past of the people in the conversation by its grammar ("What is the name
   of the playlist I created?", "What did Caroline research?", "我去过哪些城市？":
   gateway/core/recall/personal.py). Recalled items skip the gate; the floor still applies.
+  A date the message opens with is a session marker (gateway/core/text/dates.py), not a day
+  it asks about: the message is read without it.
 - `OPEN`: anything else: the floor and the gate as configured.
 
 Beside the need, `asks_what_you_said`: whether the message asks about the assistant's own
@@ -41,6 +43,7 @@ import enum
 import re
 
 from gateway.core.recall.personal import asks_own_past
+from gateway.core.text.dates import after_opening_date
 from gateway.core.text.days import named_days
 
 
@@ -116,7 +119,9 @@ _PAST = re.compile(
 
 def memory_need(message: str) -> Need:
     """What `message` (the current user message's text) asks of memory (see the module
-    docstring)."""
+    docstring). A date it opens with is a session marker (dates.py), not its subject: read
+    without it."""
+    message = after_opening_date(message)
     tail = message[-_PAST_READ:]
     text = tail.translate(_APOSTROPHES).lower()
     if _PAST.search(text) or named_days(tail) or asks_own_past(tail):

@@ -109,10 +109,31 @@ def anchor_dates(texts: Sequence[str], initial: str | None = None) -> list[str |
 def opening_date(text: str) -> str | None:
     """The complete date `text` opens with (after blanks, inside a leading `[` or not), as
     written; None if it opens with none."""
+    found = _opening(text)
+    return found[1].written if found else None
+
+
+def after_opening_date(text: str) -> str:
+    """`text` without the session marker it opens with (`opening_date`: the date, what follows
+    it up to a closing `]` of a bracketed marker, and the separators after it); `text` itself
+    when it opens with none."""
+    found = _opening(text)
+    if found is None:
+        return text
+    start, mention = found
+    end = start + mention.end
+    if "[" in text[:start]:
+        close = text.find("]", end, start + _MARKER_CHARS)
+        end = close + 1 if close >= 0 else end
+    return text[end:].lstrip(" \t:,-–—")
+
+
+def _opening(text: str) -> tuple[int, DateMention] | None:
+    """(where its date starts, the date) of the marker `text` opens with."""
     head = _OPENING.match(text)
     start = head.end() if head else 0
     mentions = find_dates(text[start:start + _MARKER_CHARS])
-    return mentions[0].written if mentions and mentions[0].start == 0 else None
+    return (start, mentions[0]) if mentions and mentions[0].start == 0 else None
 
 
 def carried(written: Sequence[str | None], initial: str | None = None) -> list[str | None]:
