@@ -25,6 +25,7 @@ from gateway.config.tenants import TenantDirectory
 from gateway.memory.runtime import MemoryRuntime, build_memory
 from gateway.ops.job_metrics import JobMetrics
 from gateway.ops.tracing import Tracing, start_tracing
+from gateway.memory.ports import Embedder
 from gateway.ports import Upstream
 from gateway.store import connect
 from gateway.store.cluster import key_space
@@ -188,10 +189,12 @@ class Services:
 @contextlib.asynccontextmanager
 async def open_services(config: Config, url: str, upstream: Upstream, *, applies_turns: bool,
                         max_connections: int | None = None, note_embedder: bool = False,
-                        span_exporter: SpanExporter | None = None) -> AsyncIterator[Services]:
+                        span_exporter: SpanExporter | None = None,
+                        embedder: Embedder | None = None) -> AsyncIterator[Services]:
     """Connect to the store at `url`, load the tenants' keys (a wrong or missing one raises
     ConfigError naming the config key), start tracing (`span_exporter` replaces OTLP: tests),
-    build memory and warm its embedder up, and — where this process `applies_turns` — the
+    build memory (with `embedder` instead of the configured one, if given) and warm its
+    embedder up, and — where this process `applies_turns` — the
     recorder, on a connection of its own (its blocking reads outlast any socket timeout).
 
     On exit, in order: the background work drains (if started), memory closes, the store's
@@ -218,7 +221,7 @@ async def open_services(config: Config, url: str, upstream: Upstream, *, applies
         memory = None
         if any(t.memory.enabled for t in config.tenants.values()):
             memory = build_memory(config, redis, upstream, tenants, tracing=tracing,
-                                  jobs=jobs, encryption=encryption)
+                                  jobs=jobs, encryption=encryption, embedder=embedder)
             stack.callback(memory.close)
             await memory.embedding.warm_up()
             if note_embedder:

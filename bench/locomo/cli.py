@@ -114,6 +114,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="how long the recorder and memory worker may take after the "
                              "histories are in (default: %(default)s; an import leaves all of "
                              "it to after)")
+    parser.add_argument("--vector-cache", type=Path, default=None, metavar="DIR",
+                        help="read the turns' vectors from this cache and add what it lacks "
+                             "(the gateway under test and the plain retrieval both; "
+                             "bench/locomo/vector_cache.py): a rerun embeds nothing again "
+                             "(default: none, everything embedded)")
     parser.add_argument("--out", type=Path, required=True, help="result file (.json)")
     args = parser.parse_args(argv)
     if bad := set(args.modes) - set(MODES):
@@ -154,12 +159,13 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
         contexts: dict[int, dict[str, Any]] | None = None,
         baselines: bool = True, drain_timeout: float = 600.0,
         settle: bool = False, build: str = "replay",
-        system_prompt: str = "") -> list[Outcome]:
+        system_prompt: str = "", vector_cache: Path | None = None) -> list[Outcome]:
     """Start the store (unless given) and the gateway, replay and probe every conversation.
     `folds`: per conversation, the learned ranking's weights its tenants use; `contexts`: per
     budget, its tenant's `context` section (`gateway_config`); `baselines`: compute the
     baseline strategies too; `drain_timeout`: how long the memory worker may take after the
-    replay; `settle`, `build`, `system_prompt`: `Replayer`'s."""
+    replay; `settle`, `build`, `system_prompt`: `Replayer`'s; `vector_cache`: the cache the
+    gateway and the plain retrieval read vectors from (bench/locomo/vector_cache.py)."""
     tmp = embedded = None
     if store is None:
         tmp = tempfile.mkdtemp(prefix="cgbench-")  # short: a unix socket path must fit
@@ -171,13 +177,14 @@ def run(conversations: Sequence[Conversation], *, budgets: Sequence[int], modes:
     data_dir = tempfile.mkdtemp(prefix="cgbench-data-")
     try:
         config = gateway_config(store, budgets, overrides, data_dir, folds, contexts)
-        with gateway_processes(config, processes, fail_open_log) as urls:
+        with gateway_processes(config, processes, fail_open_log, vector_cache) as urls:
             _progress(f"gateway serving at {', '.join(urls)} (child processes)")
             replayer = Replayer(urls, store, budgets, modes, progress=_progress, dump=dump,
                                 concurrency=concurrency, fail_open_log=fail_open_log,
                                 folds=folds is not None, dialect=dialect,
                                 baselines=baselines, drain_timeout=drain_timeout,
-                                settle=settle, build=build, system_prompt=system_prompt)
+                                settle=settle, build=build, system_prompt=system_prompt,
+                                vector_cache=vector_cache)
             return asyncio.run(replayer.run(conversations, limit))
     finally:
         if tmp is None and os.path.exists(fail_open_log):
@@ -229,13 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                            processes=args.gateway_processes,
                            dump=PromptDump(file), overrides=args.overrides, folds=folds,
                            dialect=args.dialect, settle=args.settle, build=args.build,
-                           drain_timeout=args.drain_timeout)
+                           drain_timeout=args.drain_timeout, vector_cache=args.vector_cache)
     else:
         outcomes = run(conversations, budgets=args.budgets, modes=args.modes, limit=args.limit,
                        store=args.store, concurrency=args.concurrency,
                        processes=args.gateway_processes, dump=None, overrides=args.overrides,
                        folds=folds, dialect=args.dialect, settle=args.settle,
-                       build=args.build, drain_timeout=args.drain_timeout)
+                       build=args.build, drain_timeout=args.drain_timeout,
+                       vector_cache=args.vector_cache)
     questions = [q for c in conversations
                  for q in (c.questions[:args.limit] if args.limit is not None else c.questions)]
     meta = {
@@ -255,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           f"multilingual v3; hybrid = RRF k={RRF_K}",
                    "concurrency": args.concurrency,
                    "gateway_processes": args.gateway_processes,
+                   "vector_cache": None if args.vector_cache is None
+                   else str(args.vector_cache),
                    "dump_prompts": None if args.dump_prompts is None
                    else str(args.dump_prompts)},
         "started": started.isoformat(timespec="seconds"),

@@ -34,7 +34,8 @@ import numpy as np
 
 from bench.locomo.meter import PromptMeter
 from bench.locomo.null_probes import null_probes, recalled_tokens
-from bench.locomo.simulate import (Corpus, Knobs, VectorCache, build_corpus, prompt, recall)
+from bench.locomo.simulate import Corpus, Knobs, build_corpus, prompt, recall
+from bench.locomo.vector_cache import VectorCache
 from bench.locomo.data import load
 from bench.machine import machine
 from gateway.core.recall.need import Need, memory_need

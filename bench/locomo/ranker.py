@@ -47,8 +47,9 @@ import numpy as np
 from bench.locomo.data import load
 from bench.locomo.score import collapse
 from bench.locomo.shapes import BUDGETS, budget_list
-from bench.locomo.simulate import (DEFAULT_DATA, Corpus, Knobs, Result, VectorCache,
-                                   build_corpus, candidates, report, simulate)
+from bench.locomo.simulate import (DEFAULT_DATA, Corpus, Knobs, Result, build_corpus,
+                                   candidates, report, simulate)
+from bench.locomo.vector_cache import VectorCache
 from gateway.core.recall.ranking import DEPTH, FEATURES, Ranker, feature_rows
 
 L2 = 1e-2

@@ -43,6 +43,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import httpx
@@ -61,6 +62,7 @@ from bench.locomo.strategies import baselines
 from bench.dialects import PATHS, in_dialect
 from bench.locomo.upstream import FORWARDED_FIELD, REPLY_FIELD
 from gateway.config import hash_key
+from bench.locomo.vector_cache import CachedEmbedder
 from gateway.memory.embedders.use import UseEmbedder
 from gateway.store import connect
 from gateway.store.keys import KeySpace
@@ -198,7 +200,7 @@ class Replayer:
                  drain_timeout: float = 600.0, folds: bool = False,
                  dialect: str = "chat", baselines: bool = True,
                  settle: bool = False, build: str = "replay",
-                 system_prompt: str = "") -> None:
+                 system_prompt: str = "", vector_cache: Path | None = None) -> None:
         """`folds`: each conversation has its own tenants (`gateway_config(folds=...)`);
         `dialect`: the door requests go through, in its wire form (bench/dialects.py);
         `baselines`: compute the baseline strategies beside the gateway; `settle`: after each
@@ -207,7 +209,9 @@ class Replayer:
         far behind the worker was — without it a loaded run recalls less and looks cheaper;
         `build`: how the histories reach the gateway, "replay" (requests) or "import" (the
         import endpoint; see the module docstring); `system_prompt`: a system message every
-        request sends first, as a client's own prompt ("": none)."""
+        request sends first, as a client's own prompt ("": none); `vector_cache`: the plain
+        retrieval's turn vectors read from (and added to) this cache
+        (bench/locomo/vector_cache.py)."""
         if build not in BUILDS:
             raise ValueError(f"build must be one of {', '.join(BUILDS)}")
         self.build = build
@@ -228,7 +232,8 @@ class Replayer:
         self.folds = folds
         self.meter = PromptMeter()
         self.run_id = uuid.uuid4().hex[:8]
-        self.embedder = UseEmbedder(threads=1)
+        self.embedder = UseEmbedder(threads=1) if vector_cache is None \
+            else CachedEmbedder(vector_cache)
         self._store: Any = None
         """The store client the drain checks use, open while `_gateway` runs."""
 
@@ -247,6 +252,8 @@ class Replayer:
                               scorer, outcome))
         if self.baselines:
             await asyncio.gather(self._gateway(work), asyncio.to_thread(self._baselines, work))
+            if isinstance(self.embedder, CachedEmbedder):
+                self.embedder.save()
         else:
             await self._gateway(work)
         for w in work:

@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import sys
 from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Iterator
 
 STARTUP_TIMEOUT = 60.0
@@ -57,8 +59,10 @@ def read_fail_open(path: str) -> set[str]:
         return set()
 
 
-def _child(config_data: dict[str, Any], fail_open_log: str, conn: Connection) -> None:
+def _child(config_data: dict[str, Any], fail_open_log: str, conn: Connection,
+           vector_cache: str | None = None) -> None:
     from bench.locomo.upstream import EchoUpstream
+    from bench.locomo.vector_cache import CachedEmbedder
     from gateway.http.app import create_app
     from gateway.config import parse_config
     from gateway.inprocess import serve
@@ -67,13 +71,21 @@ def _child(config_data: dict[str, Any], fail_open_log: str, conn: Connection) ->
     request_log.setLevel(logging.INFO)
     request_log.addHandler(_FailOpenLog(fail_open_log))
     try:
-        app = create_app(parse_config(config_data), upstream=EchoUpstream())
+        config = parse_config(config_data)
+        embedder = None
+        if vector_cache is not None and config.memory.embedder.backend == "use":
+            embedder = CachedEmbedder(Path(vector_cache))
+        app = create_app(config, upstream=EchoUpstream(), embedder=embedder)
         with serve(app, startup_timeout=STARTUP_TIMEOUT, timeout_graceful_shutdown=5) as url:
             conn.send(("ready", url))
             try:
                 conn.recv()  # "stop", or EOFError when the parent is gone
             except EOFError:
                 pass
+        if embedder is not None:
+            embedder.save()
+            print(f"[locomo] gateway child: vector cache {embedder.hits} hits, "
+                  f"{embedder.misses} embedded", file=sys.stderr, flush=True)
     except BaseException as exc:  # noqa: BLE001 — reported to the parent, then re-raised
         try:
             conn.send(("failed", repr(exc)))
@@ -83,12 +95,15 @@ def _child(config_data: dict[str, Any], fail_open_log: str, conn: Connection) ->
 
 
 @contextmanager
-def gateway_process(config_data: dict[str, Any], fail_open_log: str) -> Iterator[str]:
+def gateway_process(config_data: dict[str, Any], fail_open_log: str,
+                    vector_cache: Path | None = None) -> Iterator[str]:
     """Serve the gateway configured by `config_data` (the YAML's dict form) in a child
-    process; yields its base URL, stops the child on exit."""
+    process; yields its base URL, stops the child on exit. `vector_cache`: its embedder reads
+    vectors from this cache (bench/locomo/vector_cache.py), when it is the default one."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    process = context.Process(target=_child, args=(config_data, fail_open_log, child),
+    cache = None if vector_cache is None else str(vector_cache)
+    process = context.Process(target=_child, args=(config_data, fail_open_log, child, cache),
                               name="bench-gateway",
                               daemon=True)
     process.start()
@@ -113,9 +128,9 @@ def gateway_process(config_data: dict[str, Any], fail_open_log: str) -> Iterator
 
 
 @contextmanager
-def gateway_processes(config_data: dict[str, Any], count: int,
-                      fail_open_log: str) -> Iterator[list[str]]:
+def gateway_processes(config_data: dict[str, Any], count: int, fail_open_log: str,
+                      vector_cache: Path | None = None) -> Iterator[list[str]]:
     """`count` gateway replicas (see gateway_process); yields their base URLs."""
     with ExitStack() as stack:
-        yield [stack.enter_context(gateway_process(config_data, fail_open_log))
+        yield [stack.enter_context(gateway_process(config_data, fail_open_log, vector_cache))
                for _ in range(count)]

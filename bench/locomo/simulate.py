@@ -39,7 +39,6 @@ The command line is bench/locomo/simulate_cli.py (this docstring is its help).
 from __future__ import annotations
 
 import datetime
-import hashlib
 import itertools
 import json
 import statistics
@@ -56,6 +55,7 @@ from bench.locomo.question_form import asks_inference
 from bench.locomo.replay import RESERVE
 from bench.locomo.score import Scorer
 from bench.locomo.script import build_script
+from bench.locomo.vector_cache import VectorCache
 from gateway.config.memory import TenantMemoryConfig
 from gateway.core.recall import assembly
 from gateway.core.recall.assembly import Fused, fused_order
@@ -148,44 +148,6 @@ class Corpus:
     """The learned ranking's weights for this conversation (None: the knobs')."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What an experiment's recall keeps per conversation."""
-
-
-class VectorCache:
-    """Embeddings by text (keyed by a digest), one .npz file per embedder under `root`."""
-
-    def __init__(self, root: Path, embedder: Any) -> None:
-        self.embedder = embedder
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self._path = root / f"{embedder.name}.npz"
-        self._vectors: dict[str, np.ndarray] = {}
-        if self._path.exists():
-            data = np.load(self._path)
-            keys = json.loads(str(data["keys"]))
-            self._vectors = dict(zip(keys, data["vectors"]))
-        self._dirty = False
-
-    @staticmethod
-    def _key(text: str) -> str:
-        return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if self._key(t) not in self._vectors))
-        for start in range(0, len(missing), 64):
-            batch = missing[start:start + 64]
-            for text, vector in zip(batch, self.embedder.embed(batch)):
-                self._vectors[self._key(text)] = vector
-            self._dirty = True
-        if not texts:
-            return np.zeros((0, self.embedder.dim), dtype=np.float32)
-        return np.stack([self._vectors[self._key(t)] for t in texts])
-
-    def save(self) -> None:
-        if self._dirty:
-            keys = list(self._vectors)
-            np.savez(self._path, keys=json.dumps(keys),
-                     vectors=np.stack([self._vectors[k] for k in keys]))
-            self._dirty = False
 
 
 def lexical_tokens(text: str, segment: bool = True, today: datetime.date | None = None,

@@ -20,8 +20,9 @@ from bench.locomo.data import load
 from bench.locomo.null_probes import null_probes
 from bench.locomo.ranker import held_out_rankers
 from bench.locomo.shapes import budget_list, column, shapes
-from bench.locomo.simulate import (Knobs, Result, VectorCache, build_corpus, leave_one_out,
+from bench.locomo.simulate import (Knobs, Result, build_corpus, leave_one_out,
                                    null_probe_tokens, parse_value, report, simulate, table)
+from bench.locomo.vector_cache import VectorCache
 from bench.machine import machine
 
 

@@ -38,6 +38,7 @@ from gateway.pipeline.record_journal import RecordJournal
 from gateway.pipeline.request_history import RequestHistory
 from gateway.pipeline.responses import ResponseChains
 from gateway.pipeline.tasks import TaskTracker
+from gateway.memory.ports import Embedder
 from gateway.ports import Upstream
 from gateway.store.cluster import key_space
 from gateway.store.disk import DiskRewrites
@@ -64,9 +65,11 @@ logger = logging.getLogger("gateway")
 
 
 def create_app(config: Config, *, upstream: Upstream | None = None,
-               span_exporter: SpanExporter | None = None) -> Starlette:
+               span_exporter: SpanExporter | None = None,
+               embedder: Embedder | None = None) -> Starlette:
     """Build the app. `upstream` replaces the default routing upstream (tests);
-    `span_exporter` replaces OTLP when `tracing.enabled` (tests: an in-memory exporter)."""
+    `span_exporter` replaces OTLP when `tracing.enabled` (tests: an in-memory exporter);
+    `embedder` replaces the configured one (benchmarks: vectors read from a cache)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -80,7 +83,8 @@ def create_app(config: Config, *, upstream: Upstream | None = None,
             async with open_services(config, url, chat_upstream,
                                      applies_turns=mode in ("inline", "background"),
                                      max_connections=config.server.store_pool_size,
-                                     note_embedder=True, span_exporter=span_exporter) as services:
+                                     note_embedder=True, span_exporter=span_exporter,
+                                     embedder=embedder) as services:
                 async with _serving(app, config, services, chat_upstream, mode) as journal:
                     yield
         finally:

@@ -45,6 +45,7 @@ from gateway.memory.jobs.turn_index import TurnIndexer
 from gateway.memory.jobs.user_index import UserRecallIndex
 from gateway.memory.search.vector_index import FaissVectorIndex
 from gateway.memory.jobs.worker import MemoryUpdate, MemoryWorker
+from gateway.memory.ports import Embedder
 from gateway.ports import Upstream
 from gateway.store.cluster import key_space
 from gateway.store.codec import encode_key
@@ -101,14 +102,17 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                  tenants: TenantDirectory, *, clock: Callable[[], float] = time.time,
                  tracing: Tracing | None = None,
                  jobs: JobMetrics | None = None,
-                 encryption: Encryption = NO_ENCRYPTION) -> MemoryRuntime:
+                 encryption: Encryption = NO_ENCRYPTION,
+                 embedder: Embedder | None = None) -> MemoryRuntime:
     """`jobs`: where the memory worker's job latency and retries are counted (its process
     passes one; a serving process that only recalls does not need it). `encryption`: every
-    store of text seals and opens with it (vectors stay clear)."""
+    store of text seals and opens with it (vectors stay clear). `embedder`: instead of the
+    one `memory.embedder` configures."""
     keys = MemoryKeySpace(key_space(config))
     sealed = {"encryption": encryption}
     e = config.memory.embedder
-    embedder = embedder_from_config(e.backend, e.model, e.threads)
+    if embedder is None:
+        embedder = embedder_from_config(e.backend, e.model, e.threads)
     embedding = EmbeddingService(embedder)
     index = config.memory.index
     half = index.cache_mb << 19  # MiB / 2, in bytes

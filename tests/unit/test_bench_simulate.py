@@ -13,7 +13,8 @@ from bench.locomo.data import load
 from bench.locomo.meter import PromptMeter
 from bench.locomo.ranker import held_out_rankers
 from bench.locomo.shapes import SHAPES, Shape, column, parse, shapes
-from bench.locomo.simulate import Knobs, VectorCache, build_corpus, prompt, recall, simulate
+from bench.locomo.simulate import Knobs, build_corpus, prompt, recall, simulate
+from bench.locomo.vector_cache import VectorCache
 from gateway.core.recall.ranking import SPEAKER_LABEL
 from gateway.memory.embedders.hashing import HashEmbedder
 
