@@ -12,10 +12,11 @@ EchoUpstream and serves it on a loopback port (gateway.inprocess.serve: the life
 the recorder and memory worker start and are drained at the end); it sends its URL back and
 serves until the parent says stop (or goes away).
 
-The gateway fails open: a request whose memory recall fails (e.g. a store call slower than the
-store timeout on a saturated machine) is forwarded without memory, and nothing in the response
-says so. The child therefore appends the request id of every request whose log line carries a
-`memory_error` to `fail_open_log`, so the harness can tell those apart and ask again.
+The gateway fails open: a request whose memory recall fails, or whose conversation cannot be
+read (e.g. a store call slower than the store timeout on a saturated machine), is forwarded
+without memory, and nothing in the response says so. The child therefore appends the request
+id of every request whose log line carries a `memory_error` or `passthrough:
+store_unavailable` to `fail_open_log`, so the harness can tell those apart and ask again.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ STOP_TIMEOUT = 30.0
 
 
 class _FailOpenLog(logging.Handler):
-    """Appends the request id of each request log line with a `memory_error` to a file."""
+    """Appends the request id of each request log line with a `memory_error`, or forwarded
+    unchanged because the store could not be read, to a file."""
 
     def __init__(self, path: str) -> None:
         super().__init__(logging.INFO)
@@ -45,7 +47,8 @@ class _FailOpenLog(logging.Handler):
             line = json.loads(record.getMessage())
         except ValueError:
             return
-        if isinstance(line, dict) and line.get("memory_error"):
+        if isinstance(line, dict) and (line.get("memory_error")
+                                       or line.get("passthrough") == "store_unavailable"):
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(f"{line.get('request_id')}\n")
 

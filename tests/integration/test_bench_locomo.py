@@ -460,12 +460,14 @@ def test_a_held_out_run_trains_each_conversations_weights_without_it(redis_url, 
 def test_fail_open_requests_are_logged_by_request_id(tmp_path):
     path = str(tmp_path / "fail-open.log")
     handler = _FailOpenLog(path)
-    for line in ({"request_id": "a", "memory_error": "TimeoutError()"}, {"request_id": "b"}):
+    for line in ({"request_id": "a", "memory_error": "TimeoutError()"}, {"request_id": "b"},
+                 {"request_id": "c", "passthrough": "store_unavailable"},
+                 {"request_id": "d", "passthrough": "no_conversation_id"}):
         handler.emit(logging.LogRecord("gateway.request", logging.INFO, __file__, 1,
                                        json.dumps(line), None, None))
     handler.emit(logging.LogRecord("gateway.request", logging.INFO, __file__, 1, "not json",
                                    None, None))
-    assert read_fail_open(path) == {"a"}
+    assert read_fail_open(path) == {"a", "c"}
     assert read_fail_open(str(tmp_path / "missing.log")) == set()
 
 
