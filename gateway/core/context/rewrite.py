@@ -107,8 +107,7 @@ from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count
 from gateway.core.context.whole import loop_fit, plain_fit
 from gateway.core.context.window import (Window, fitted_length, recent_window, served_start,
                                          window_from, without_middle)
-from gateway.core.recall.fusion import asks
-from gateway.core.recall.need import Need, asks_what_you_said, memory_need
+from gateway.core.recall.need import Need, memory_need
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
     """(history, current) of a conversation without instructions: the current turn starts at
@@ -321,7 +320,7 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
     request (a fitted length would change the prefix); when no step's window fits what is
     left, the newest turns that fit are forwarded (the rolling window, one request).
 
-    A message that asks about the past (`_asks_past`) whose recalled items do not all fit
+    A message that asks about the past (`Need.PAST`) whose recalled items do not all fit
     beside the window gets the room they would have right after a step: the window leaves
     out its newest turns before the served ones (`window.without_middle`) down to a step's
     size, when that lets more be recalled. Its head is the previous prompt's prefix still,
@@ -384,11 +383,9 @@ def _tail(request: RewriteRequest, window: Window, pinned: Packed[PinnedMessage]
 
 
 def _asks_past(request: RewriteRequest) -> bool:
-    """Whether the current user message asks about the past: refers to it
-    (gateway/core/recall/need.py) and asks something — a question, or what the assistant
-    said ("remind me…") — rather than tells of it ("I went there yesterday")."""
-    text = "\n".join(m.text for m in request.current if m.role == "user")
-    return memory_need(text) is Need.PAST and (asks(text) or asks_what_you_said(text))
+    """Whether the current user message asks about the past (gateway/core/recall/need.py)."""
+    return memory_need("\n".join(m.text for m in request.current
+                                  if m.role == "user")) is Need.PAST
 
 
 def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: int,
