@@ -65,9 +65,6 @@ class RequestLog:
     """A compacted tool loop's results forwarded as placeholders (set when it was compacted)."""
     exchanges_dropped: int | None = None
     """A compacted tool loop's exchanges left out."""
-    window_gap: int | None = None
-    """History messages the stepped window left out of its middle to make room for recall
-    (set when it did: a message about the past whose recalled items did not fit)."""
     persisted: bool | None = None
     record_buffered: bool | None = None
     """The turn waits in the in-process record buffer (the store could not take it)."""

@@ -280,8 +280,6 @@ class Pipeline:
         if result.tool_results_cleared or result.exchanges_dropped:
             log.tool_results_cleared = result.tool_results_cleared
             log.exchanges_dropped = result.exchanges_dropped
-        if result.window_gap:
-            log.window_gap = result.window_gap
         if self.history is not None:  # the console's diagnostics; nothing to do without it
             log.memory_blocks = result.memory_blocks
             log.recalled_items = recalled_items(memory, result.recalled_ids)

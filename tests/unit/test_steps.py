@@ -21,12 +21,11 @@ from hypothesis import strategies as st
 from gateway.core.context.blocks import MemoryContext
 from gateway.core.context.rewrite import Rewrite, RewriteRequest, rewrite
 from gateway.core.context.steps import estimated_costs, step_points, window_starts
-from gateway.core.context.window import Window, served_start, without_middle
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import count_messages
-from tests.unit.test_rewrite import TOK, assistant, calls, user
+from tests.unit.test_rewrite import TOK, assistant, user
 from tests.unit.test_rewrite_properties import (
     assert_reached,
     check_kept_message,
@@ -87,34 +86,6 @@ def test_estimated_costs_cap_long_messages_at_their_shortened_length() -> None:
     assert estimated_costs((5, 500, 30), 20) == (5, 36, 30)
 
 
-@SOME
-@given(histories(), st.integers(0, 40), st.integers(1, 4), st.integers(0, 2000))
-def test_a_window_leaves_out_its_newest_turns_before_the_served_ones(drawn, start, turns,
-                                                                     target) -> None:
-    history, costs = drawn
-    starts = [i for i, m in enumerate(history) if m.role == "user" and i >= start]
-    if not starts:
-        return
-    start = starts[0]
-    window = Window(messages=history[start:], cost=sum(costs[start:]))
-    served = served_start(history, start, turns)
-    cut = without_middle(history, costs, window, served, target, TOK)
-    if cut is None:
-        return
-    head = cut.gap_at
-    assert cut.gap > 0 and head + cut.gap == served - start
-    assert cut.messages == history[start:start + head] + history[served:]  # same opening
-    assert [history[i] for i in cut.indexes(len(history))] == list(cut.messages)
-    assert cut.cost == sum(costs[start:start + head]) + sum(costs[served:])
-    # what is left out is whole turns: it starts at a user message (a call never loses its
-    # results), and the head is the longest run of turns that fits beside the served ones
-    assert history[start + head].role == "user"
-    assert head == 0 or cut.cost <= target
-    longer = next((i for i in range(start + head + 1, served) if history[i].role == "user"),
-                  served)
-    assert sum(costs[start:longer]) + sum(costs[served:]) > target
-
-
 def check_ends(request: RewriteRequest, out: Rewrite) -> bool:
     """The counts are true, the instructions come first and the current turn last, verbatim;
     True when they alone are over the budget (then they are all there is)."""
@@ -134,11 +105,8 @@ def test_stepped_rewrite_keeps_the_rewrite_invariants() -> None:
     reached: Counter[str] = Counter()
 
     @SOME
-    @given(requests(word_texts, TOK), st.sampled_from([0.2, 0.5, 0.8, 1.0]), st.booleans())
-    def run(request, window_share, past) -> None:
-        if past and request.current and request.current[0].role == "user":
-            # a question about the past: the window may leave out its middle for recall
-            request = replace(request, current=(user(PAST),) + request.current[1:])
+    @given(requests(word_texts, TOK), st.sampled_from([0.2, 0.5, 0.8, 1.0]))
+    def run(request, window_share) -> None:
         reach(reached, check_stepped(request, window_share))
 
     run()
@@ -170,24 +138,19 @@ def check_stepped(request: RewriteRequest, window_share: float) -> str:
         assert out.stable_messages == (len(messages) if tail == 0
                                        else len(instructions) + head + len(window))
         return "whole history"
-    # a window with a gap is its head (the stable prefix), the turns it left out, the rest
-    gap_at = out.stable_messages - len(instructions) - head if out.window_gap else len(window)
-    assert out.stable_messages == len(instructions) + head + gap_at
+    assert out.stable_messages == len(instructions) + head + len(window)
     assert "summary" in out.memory_blocks or head == 0
     length = request.policy.truncate_message_tokens
     if request.policy.recent_share > 0:
         length = min(length, max(1, int(request.policy.recent_share * budget)))
-    start = len(history) - len(window) - out.window_gap
-    indexes = [*range(start, start + gap_at),
-               *range(start + gap_at + out.window_gap, len(history))]
-    for kept, i in zip(window, indexes):
-        check_kept_message(kept, history[i], length, TOK)
-    check_window_starts_at_a_turn(history[:start + len(window)], window)
-    if out.window_gap:
-        assert history[start + gap_at].role == "user"  # whole turns left out
-    shown = {request.history_ids[i] for i in indexes} - {None} if request.history_ids else set()
+    suffix = history[len(history) - len(window):] if window else ()
+    for kept, original in zip(window, suffix):
+        check_kept_message(kept, original, length, TOK)
+    check_window_starts_at_a_turn(history, window)
+    shown = {i for i in request.history_ids[len(history) - len(window):] if i is not None} \
+        if request.history_ids else set()
     assert not shown & set(out.recalled_ids)
-    return "compacted with a gap" if out.window_gap else "compacted"
+    return "compacted"
 
 
 # --- prefixes over a growing conversation ---------------------------------------------------
@@ -278,106 +241,3 @@ def test_auto_steps_from_a_4000_token_budget_and_rolls_below() -> None:
     assert not replace(auto, assembly="rolling").stepped
     # the compacted size decides, not the window
     assert ContextPolicy().stepped and not replace(ContextPolicy(), compact_to_tokens=4000).stepped
-
-
-# --- a question about the past ----------------------------------------------------------------
-
-
-PAST = "what did I say last week about the garden"
-OPEN = "what should I plant this week in my garden"  # as many words: the same budget left
-
-
-def past_and_open(turns: int, policy: ContextPolicy, facts: int, words: int = 38):
-    """For each length of a conversation, its rewrite for a question about the past and for
-    an open one, with the same `facts` recalled (`words` + 2 words each)."""
-    history: list[Message] = []
-    memory = MemoryContext(recalled=tuple(
-        Recollection(kind="fact", id=f"f{k}", text=f"fact {k} " + "g " * words, source_ids=(),
-                     position=-1, score=1.0 - k / 100) for k in range(facts)))
-    for n in range(turns):
-        outs = tuple(rewrite(RewriteRequest((Message.of("system", "be brief"),),
-                                            tuple(history), (user(text),), policy, memory), TOK)
-                     for text in (PAST, OPEN))
-        yield outs
-        history += [user(f"question {n} " + "w " * 30), assistant(f"answer {n} " + "v " * 90)]
-
-
-def test_a_question_about_the_past_gets_the_room_of_a_step_and_keeps_the_prefix() -> None:
-    policy = ContextPolicy(max_context_tokens=3000, reserve_completion_tokens=0,
-                           assembly="stepped")
-    gaps = 0
-    for past, open_ in past_and_open(60, policy, facts=30):
-        assert open_.window_gap == 0
-        assert past.tokens_forwarded <= policy.prompt_budget
-        # the prefix the previous prompt cached is forwarded as it was, only shorter
-        assert past.messages[:past.stable_messages] == open_.messages[:past.stable_messages]
-        if past.window_gap:
-            gaps += 1
-            assert past.recalled > open_.recalled
-            assert past.recent_turns >= policy.served_turns
-            # the served turns are the newest ones, whole, right before the recalled block
-            served = open_.messages[open_.stable_messages - 2 * policy.served_turns:
-                                    open_.stable_messages]
-            after_gap = past.stable_messages + 2 * policy.served_turns
-            assert past.messages[past.stable_messages:after_gap] == served
-            assert past.stable_messages + past.window_gap + len(served) \
-                == open_.stable_messages
-        else:
-            assert past.messages[:-1] == open_.messages[:-1]
-    assert gaps > 10  # late in each step's cycle, the window leaves the recall too little room
-
-
-def test_a_question_about_the_past_whose_recall_fits_changes_nothing() -> None:
-    policy = ContextPolicy(max_context_tokens=3000, reserve_completion_tokens=0,
-                           assembly="stepped")
-    for past, open_ in past_and_open(60, policy, facts=2):
-        assert past.window_gap == 0 and past.messages[:-1] == open_.messages[:-1]
-    # nor does one whose items fit no better after a step: the window stays whole
-    for past, open_ in past_and_open(60, policy, facts=1, words=4000):
-        assert past.window_gap == 0 and past.messages[:-1] == open_.messages[:-1]
-
-
-@st.composite
-def chats(draw) -> tuple[RewriteRequest, RewriteRequest]:
-    """A stepped chat over its budget (old turns may call tools) with many recalled items,
-    asked a question about the past and, as long, an open one."""
-    words = st.integers(1, 80)
-    history: list[Message] = []
-    for n in range(draw(st.integers(2, 30))):
-        history.append(user(f"q{n} " + "w " * draw(words)))
-        if draw(st.integers(0, 5)) == 0:
-            history.append(calls(f"c{n}"))
-            history.append(Message.of("tool", "r " * draw(words), tool_call_id=f"c{n}"))
-        history.append(assistant(f"a{n} " + "v " * draw(words)))
-    memory = MemoryContext(recalled=tuple(
-        Recollection(kind="fact", id=f"f{k}", text=f"fact {k} " + "g " * draw(words),
-                     source_ids=(), position=-1, score=1.0 - k / 100)
-        for k in range(draw(st.integers(0, 30)))))
-    policy = ContextPolicy(max_context_tokens=draw(st.integers(300, 4000)),
-                           reserve_completion_tokens=0, assembly="stepped",
-                           window_share=draw(st.sampled_from([0.5, 0.8, 0.9, 1.0])),
-                           continuity_budget=draw(st.sampled_from([0, 4000])))
-    past = RewriteRequest((Message.of("system", "be brief"),), tuple(history), (user(PAST),),
-                          policy, memory)
-    return past, replace(past, current=(user(OPEN),))
-
-
-def test_a_question_about_the_past_only_shortens_the_prefix() -> None:
-    reached: Counter[str] = Counter()
-
-    @SOME
-    @given(chats())
-    def run(drawn) -> None:
-        past, open_ = drawn
-        branch = check_stepped(past, past.policy.window_share)
-        reach(reached, branch)
-        a, b = rewrite(past, TOK), rewrite(open_, TOK)
-        assert b.window_gap == 0
-        if a.window_gap:
-            assert a.messages[:a.stable_messages] == b.messages[:a.stable_messages]
-            assert a.recalled_tokens > b.recalled_tokens
-        else:
-            assert a.messages[:-1] == b.messages[:-1]
-
-    run()
-    assert_reached(reached, "compacted", "compacted with a gap")

@@ -19,9 +19,6 @@ name the recent window's turn cap and fitted length are the rolling window's):
 where everything before the profile repeats the previous request's prompt between steps
 (gateway/core/context/steps.py; tests/unit/test_steps.py). `Rewrite.stable_messages` says how
 many leading messages are that stable prefix (a provider's cache breakpoint goes at its end).
-For a message about the past whose recalled items the window leaves no room for, the window
-may leave out whole turns between its opening ones and its newest served ones
-(`Rewrite.window_gap`); the stable prefix then ends at that gap.
 
 A conversation's memory brief (`MemoryContext.brief`, gateway/core/context/brief.py), when it
 has one, goes right after [instructions] in each of these, unchanged (`rewrite`).
@@ -81,7 +78,7 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 from gateway.core.context.blocks import BlockName, Framing, PinnedMessage, framing_for
@@ -106,8 +103,7 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
 from gateway.core.context.whole import loop_fit, plain_fit
 from gateway.core.context.window import (Window, fitted_length, recent_window, served_start,
-                                         window_from, without_middle)
-from gateway.core.recall.need import Need, memory_need
+                                         window_from)
 
 def split_current(conversation: Sequence[Message]) -> tuple[Conversation, Conversation]:
     """(history, current) of a conversation without instructions: the current turn starts at
@@ -318,56 +314,14 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
     turn — everything before the tail repeats the previous request's prompt between steps.
     Messages in the window are cut to one length fixed by the budget, never fitted to this
     request (a fitted length would change the prefix); when no step's window fits what is
-    left, the newest turns that fit are forwarded (the rolling window, one request).
-
-    A message that asks about the past (`Need.PAST`) whose recalled items do not all fit
-    beside the window gets the room they would have right after a step: the window leaves
-    out its newest turns before the served ones (`window.without_middle`) down to a step's
-    size, when that lets more be recalled. Its head is the previous prompt's prefix still,
-    and the next request forwards the whole window again."""
+    left, the newest turns that fit are forwarded (the rolling window, one request)."""
     policy = request.policy
     left = room - pinned.cost - summary.cost
     length = policy.truncate_message_tokens
     if policy.recent_share > 0:
         length = min(length, max(1, share(policy.recent_share, policy.prompt_budget)))
-    begin = _unsummarized(request, summary.block is not None)
-    allowance = min(left, share(policy.window_share, policy.prompt_budget))
-    window = _stepped_window(request, costs, left, allowance, length, begin, tokenizer)
-    tail = _tail(request, window, pinned, summary, room, tokenizer, framing)
-    if tail.starved and _asks_past(request):
-        served = served_start(request.history, begin, policy.served_turns)
-        after_step = allowance - max(1, allowance // 2)
-        cut = without_middle(request.history, costs, window, served, after_step, tokenizer)
-        if cut is not None:
-            roomier = _tail(request, cut, pinned, summary, room, tokenizer, framing)
-            if roomier.recalled.cost > tail.recalled.cost:
-                window, tail = cut, roomier
-    # With a gap, the next request repeats the prompt up to it only.
-    kept = window.gap_at if window.gap else len(window.messages)
-    stable = request.instructions + tuple(
-        b for b in (tail.pinned.block, summary.block) if b is not None) + window.messages[:kept]
-    messages = stable + window.messages[kept:] + tuple(
-        b for b in (tail.profile.block, tail.recalled.block) if b is not None) + request.current
-    return _assembled(messages, tokens_original, fixed_cost, window, tail.pinned, summary,
-                      tail.profile, tail.recalled, stable_messages=len(stable),
-                      window_gap=window.gap)
-
-
-@dataclass(frozen=True, slots=True)
-class _Tail:
-    """What a stepped window leaves room for: the pins it does not show, the profile and the
-    recalled items; `starved`: some offered item was not packed."""
-
-    pinned: Packed[PinnedMessage]
-    profile: Packed[str]
-    recalled: Packed[Recollection]
-    starved: bool
-
-
-def _tail(request: RewriteRequest, window: Window, pinned: Packed[PinnedMessage],
-          summary: Packed[str], room: int, tokenizer: Tokenizer, framing: Framing) -> _Tail:
-    """The blocks after `window` in the stepped assembly, within what it leaves of `room`."""
-    policy = request.policy
+    window = _stepped_window(request, costs, left, length,
+                             _unsummarized(request, summary.block is not None), tokenizer)
     pinned = _without_shown_pins(request, window, pinned, tokenizer, framing)
     left = room - pinned.cost - summary.cost - window.cost
     profile = pack_profile(request.memory.profile, min(share(policy.profile_share, room), left),
@@ -379,13 +333,12 @@ def _tail(request: RewriteRequest, window: Window, pinned: Packed[PinnedMessage]
                              pinned_texts | shown_texts(window.messages))
     recalled = pack_recalled(offered, min(share(policy.recall_share, room), left), tokenizer,
                              framing)
-    return _Tail(pinned, profile, recalled, len(recalled.items) < len(offered))
-
-
-def _asks_past(request: RewriteRequest) -> bool:
-    """Whether the current user message asks about the past (gateway/core/recall/need.py)."""
-    return memory_need("\n".join(m.text for m in request.current
-                                  if m.role == "user")) is Need.PAST
+    stable = request.instructions + tuple(
+        b for b in (pinned.block, summary.block) if b is not None) + window.messages
+    messages = stable + tuple(b for b in (profile.block, recalled.block) if b is not None) \
+        + request.current
+    return _assembled(messages, tokens_original, fixed_cost, window, pinned, summary, profile,
+                      recalled, stable_messages=len(stable))
 
 
 def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: int,
@@ -418,12 +371,13 @@ def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: 
     )
 
 
-def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int,
-                    allowance: int, length: int, begin: int, tokenizer: Tokenizer) -> Window:
+def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int, length: int,
+                    begin: int, tokenizer: Tokenizer) -> Window:
     """The history from the first step whose window (messages cut to `length`) fits `room`
-    and `allowance`; else the newest turns that fit the allowance."""
+    and the policy's allowance; else the newest turns that fit the allowance."""
     policy = request.policy
     history = request.history
+    allowance = min(room, share(policy.window_share, policy.prompt_budget))
     estimates = estimated_costs(costs, length)
     step = max(1, allowance // 2)
     served = served_start(history, begin, policy.served_turns)
@@ -519,20 +473,19 @@ def _unsummarized(request: RewriteRequest, summary_shown: bool) -> int:
 def _shown_whole(request: RewriteRequest,
                  window: Window) -> tuple[frozenset[str], frozenset[str]]:
     """(stored ids, one-line texts) of the window's messages forwarded whole, not shortened."""
-    ids = request.history_ids
-    whole = [(ids[i] if ids else None, m)
-             for i, m in zip(window.indexes(len(request.history)), window.messages)
-             if m is request.history[i]]
+    start = len(request.history) - len(window.messages)
+    ids = request.history_ids[start:] if request.history_ids else (None,) * len(window.messages)
+    whole = [(i, m) for i, m, o in zip(ids, window.messages, request.history[start:]) if m is o]
     return (frozenset(i for i, _ in whole if i is not None),
             shown_texts([m for _, m in whole]))
 
 
 def _window_ids(request: RewriteRequest, window: Window) -> frozenset[str]:
-    """Stored ids of the history messages in the window."""
+    """Stored ids of the history messages in the window (a suffix of the history)."""
     if not request.history_ids or not window.messages:
         return frozenset()
-    ids = request.history_ids
-    return frozenset(ids[i] for i in window.indexes(len(request.history)) if ids[i] is not None)
+    kept = request.history_ids[len(request.history) - len(window.messages):]
+    return frozenset(i for i in kept if i is not None)
 
 
 def _sum_cost(messages: Sequence[Message], tokenizer: Tokenizer) -> int:

@@ -88,6 +88,3 @@ class Rewrite:
     """Tool results of a compacted tool loop forwarded as placeholders."""
     exchanges_dropped: int = 0
     """Exchanges of a compacted tool loop left out."""
-    window_gap: int = 0
-    """History messages the stepped window left out of its middle to make room for recall
-    (a message about the past whose recalled items did not fit beside it); 0: none."""

@@ -13,7 +13,7 @@ from typing import Iterator
 from gateway.core.context.truncation import cost_as_shortened, shorten
 from gateway.core.messages import Message
 from gateway.core.policy import ContextPolicy
-from gateway.core.text.tokens import Tokenizer, count_message
+from gateway.core.text.tokens import Tokenizer
 
 ANSWER_ROLES = frozenset({"tool", "function"})
 """Roles that answer a call: part of the unit the call opens."""
@@ -28,17 +28,6 @@ class Window:
     messages: tuple[Message, ...] = ()
     cost: int = 0
     truncated: int = 0
-    gap: int = 0
-    """History messages left out of the window's middle (`without_middle`): it forwards its
-    first `gap_at` messages, then, after `gap` history messages it leaves out, the rest up to
-    the history's end. 0: the window is a suffix of the history."""
-    gap_at: int = 0
-
-    def indexes(self, history_length: int) -> tuple[int, ...]:
-        """The history index of each of `messages`, in a history of `history_length`."""
-        start = history_length - len(self.messages) - self.gap
-        return tuple(range(start, start + self.gap_at)) \
-            + tuple(range(start + self.gap_at + self.gap, history_length))
 
 
 def window_from(history: tuple[Message, ...], costs: tuple[int, ...], start: int,
@@ -48,38 +37,6 @@ def window_from(history: tuple[Message, ...], costs: tuple[int, ...], start: int
     cost = cost_as_shortened(messages, history[start:], costs[start:], tokenizer)
     return Window(messages=messages, cost=cost,
                   truncated=sum(1 for m, o in zip(messages, history[start:]) if m is not o))
-
-
-def without_middle(history: tuple[Message, ...], costs: tuple[int, ...], window: Window,
-                   served: int, target: int, tokenizer: Tokenizer) -> Window | None:
-    """`window` (a suffix of `history`; `costs`: count_message of each history message) less
-    the newest of its turns before `served` (where the turns that are always forwarded start)
-    that it must leave out to cost at most `target`: its oldest whole turns that fit beside the
-    served turns, then the served turns — so it still opens with the same messages. The served
-    turns are kept even when they alone cost more. None when nothing would be left out."""
-    start = len(history) - len(window.messages)
-    if window.gap or window.cost <= target or not start < served < len(history):
-        return None
-    each = [c if m is o else count_message(m, tokenizer)
-            for m, o, c in zip(window.messages, history[start:], costs[start:])]
-    room = target - sum(each[served - start:])
-    head = total = 0  # the head's length, in window messages, and its cost
-    for i in range(served - start):
-        if i and history[start + i].role == "user":
-            if total > room:
-                break
-            head = i
-        total += each[i]
-    if total <= room:
-        head = served - start
-    if head == served - start:
-        return None
-    gap = served - start - head
-    kept = window.messages[:head] + window.messages[served - start:]
-    indexes = tuple(range(start, start + head)) + tuple(range(served, len(history)))
-    return Window(messages=kept, cost=sum(each[:head]) + sum(each[served - start:]),
-                  truncated=sum(1 for m, i in zip(kept, indexes) if m is not history[i]),
-                  gap=gap, gap_at=head)
 
 
 def served_start(history: tuple[Message, ...], begin: int, turns: int) -> int:
