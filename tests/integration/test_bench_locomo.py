@@ -579,3 +579,24 @@ def test_every_door_forwards_the_same_prompts_and_scores_the_same(redis_url, tmp
         assert prompts == chat_prompts, dialect
         assert {k: r["evidence_recall"] for k, r in rows.items()} == \
             {k: r["evidence_recall"] for k, r in chat_rows.items()}
+
+
+def test_a_rerun_with_a_vector_cache_scores_the_same_and_embeds_only_what_is_new(
+        redis_url, tmp_path, capfd):
+    cache = tmp_path / "vectors"
+    figures = []
+    for run in ("first", "second"):
+        with redis.Redis.from_url(redis_url) as client:
+            client.flushdb()
+        out = tmp_path / f"{run}.json"
+        assert bench_main(["locomo", "--data", str(EN), "--store", redis_url, "--budgets", "400",
+                           "--modes", "stateful", "--gateway-processes", "1",
+                           "--vector-cache", str(cache), "--out", str(out)]) == 0
+        figures.append([(r["strategy"], r["budget"], r["evidence_recall"])
+                        for r in json.loads(out.read_text())["results"]])
+    assert figures[0] == figures[1]  # the cache's vectors are the embedder's own
+    # the children's counts (stderr): the first run embeds the turns, the second finds them
+    counts = [line for line in capfd.readouterr().err.splitlines() if "vector cache" in line]
+    hits, embedded = zip(*((int(w[-4]), int(w[-2])) for w in map(str.split, counts)))
+    assert len(counts) == 2 and embedded[0] > embedded[1] and hits[1] > hits[0]
+    assert any(cache.glob("use-multilingual-v3*.npz"))
