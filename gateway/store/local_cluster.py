@@ -57,8 +57,24 @@ class ValkeyCluster:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.ports[0]}"
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> None:
+        """Start the nodes and (in cluster mode) join them. A node that exits before it answers
+        — its port taken between choosing it and binding it — makes the start try again on
+        new ports, up to `attempts` times."""
+        for attempt in range(attempts):
+            try:
+                self._start(timeout)
+                return
+            except _Exited as exc:
+                if attempt == attempts - 1:
+                    raise RuntimeError(f"valkey-server exited at once on port {exc.port} "
+                                       f"({attempts} attempts on new ports)") from None
+                self.ports = [free_port() for _ in self.ports]
+                self.bus_ports = [free_port() for _ in self.bus_ports]
+
+    def _start(self, timeout: float) -> None:
         binary = valkey_binary()
+        self.processes = []
         for port, bus_port in zip(self.ports, self.bus_ports):
             node_dir = self.directory / str(port)
             node_dir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +87,8 @@ class ValkeyCluster:
                  *mode, "--save", "", "--appendonly", "yes", "--daemonize", "no"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         try:
-            clients = [self._client(port, timeout) for port in self.ports]
+            clients = [self._client(port, process, timeout)
+                       for port, process in zip(self.ports, self.processes)]
             if not self.cluster:
                 clients[0].close()
                 return
@@ -93,14 +110,18 @@ class ValkeyCluster:
             self.stop()
             raise
 
-    def _client(self, port: int, timeout: float) -> redis.Redis:
+    def _client(self, port: int, process: subprocess.Popen[bytes],
+                timeout: float) -> redis.Redis:
         client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
         deadline = time.monotonic() + timeout
         while True:
+            if process.poll() is not None:
+                client.close()
+                raise _Exited(port)
             try:
                 client.ping()
                 return client
-            except redis.ConnectionError:
+            except (redis.ConnectionError, redis.TimeoutError):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"valkey-server did not start on port {port}") from None
                 time.sleep(0.05)
@@ -135,6 +156,14 @@ class ValkeyCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+class _Exited(Exception):
+    """A node's process ended before it answered on `port`."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.port = port
 
 
 def _ready(client: redis.Redis, nodes: int) -> bool:

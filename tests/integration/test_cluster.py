@@ -459,3 +459,23 @@ def test_deletes_in_a_burst_during_rewrites_leave_no_canary_on_any_nodes_disk(cl
         node.close()
     # The canaries were spread: more than one node's files held them.
     assert len(holders) > 1, holders
+
+
+def test_a_node_whose_port_was_taken_meanwhile_starts_again_on_a_new_one(tmp_path):
+    """The ports are chosen free, then bound by the nodes: another process may take one in
+    between (the suite runs in parallel); the start tries again instead of waiting it out."""
+    import socket
+
+    from gateway.store.local_cluster import ValkeyCluster
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, as a client's port would be: the node cannot
+        node = ValkeyCluster(tmp_path / "n", 1, cluster=False)
+        node.ports[0] = taken.getsockname()[1]
+        try:
+            node.start()
+            assert node.ports[0] != taken.getsockname()[1]
+            with redis.Redis.from_url(node.url) as client:
+                assert client.ping()
+        finally:
+            node.stop()
