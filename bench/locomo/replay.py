@@ -61,8 +61,8 @@ from bench.locomo.server import read_fail_open
 from bench.locomo.strategies import baselines
 from bench.dialects import PATHS, in_dialect
 from bench.locomo.upstream import FORWARDED_FIELD, REPLY_FIELD
-from gateway.config import hash_key
 from bench.locomo.vector_cache import CachedEmbedder
+from gateway.config import hash_key
 from gateway.memory.embedders.use import UseEmbedder
 from gateway.store import connect
 from gateway.store.keys import KeySpace
