@@ -17,12 +17,14 @@ before. A user message is important when it
 
 The rule reads the message after PII redaction (gateway/core/text/pii.py): phone, card and ID
 numbers are never a reason to pin (and a pin made by the rule stores the redacted text).
-Dates alone are not a reason either: everyday messages often mention one ("on 7 May",
-"yesterday", "in 2022") and recall already dates every turn — pinning them would fill the
-block with small talk. The rule is pinned down by tables of examples in
-tests/unit/test_importance.py; why it is this conservative: docs/decisions.md, "The importance
-rule pins little".
-"""
+
+What a pin by the rule holds is `important_part`: the sentences that made the message important
+(the request to remember, the rule, the sentence naming the identifier), in their order, not the
+rest of the message — a pasted document or a long request that says "remember" once is not
+shown whole on every later request. A sentence ends at ". ", "! ", "? " (or the text's end), at
+"。", "！", "？" and at a line break; a sentence that ends with a colon takes the list items on
+the lines right after it (lines opening with "-", "*", "•", "1." or "a)": "Remember these:" and its
+items)."""
 
 from __future__ import annotations
 
@@ -84,18 +86,68 @@ def importance(redacted: str) -> Reason | None:
     return None
 
 
+def important_part(redacted: str) -> str | None:
+    """The sentences of `redacted` that make it important (`importance`), in order, joined
+    by a space; the whole text (stripped) when every sentence does; None when none does."""
+    text = redacted.strip()
+    if importance(text) is None:
+        return None
+    spans = _sentences(text)
+    hits = _trigger_starts(text)
+    chosen = [(start, end) for start, end in spans
+              if any(start <= hit < end for hit in hits)]
+    if not chosen or chosen == spans:
+        return text
+    return " ".join(text[start:end].strip() for start, end in chosen)
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？]|\n")
+_LIST_ITEMS = re.compile(r"(?:[ \t]*(?:[-*•]|\d{1,3}[.)]|[A-Za-z][.)])[ \t]+[^\n]*(?:\n|$))+")
+
+
+def _sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each non-blank sentence of `text` (see the module docstring)."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end_match = _SENTENCE_END.search(text, start)
+        end = end_match.end() if end_match else len(text)
+        if text[start:end].rstrip().endswith((":", "：")):
+            items = _LIST_ITEMS.match(text, end)
+            end = items.end() if items else end
+        if text[start:end].strip():
+            spans.append((start, end))
+        start = end
+    return spans
+
+
+def _trigger_starts(text: str) -> list[int]:
+    """Where each thing that makes `text` important starts: a request to remember (not a
+    question), a standing rule, an identifier."""
+    starts = [m.start() for m in _REMEMBER.finditer(text)
+              if not _sentence_at(text, m.start(), r"(?<=[.!?\n])").rstrip().endswith("?")]
+    starts += [m.start() for m in _REMEMBER_ZH.finditer(text)
+               if not _QUESTION_ZH.search(_sentence_at(text, m.start(), r"(?<=[。！？!?\n])"))]
+    starts += [m.start() for pattern in (_RULE, _RULE_ZH, _NAMED_NUMBER)
+               for m in pattern.finditer(text)]
+    starts += [m.start() for m in _CODE.finditer(text) if _is_code(m.group())]
+    # A match that opens with the blanks after a boundary starts at its first word.
+    return [start + len(text[start:]) - len(text[start:].lstrip()) for start in starts]
+
+
+def _sentence_at(text: str, start: int, end: str) -> str:
+    """`text` from `start` to the first boundary `end` (a lookbehind) after it."""
+    return re.split(end, text[start:], maxsplit=1)[0]
+
+
 def _is_code(word: str) -> bool:
     digits = sum(c.isdigit() for c in word)
     return digits >= 3 if any(c in "-_/" for c in word) else digits >= 5
 
 
 def _asks_to_remember(text: str) -> bool:
-    for match in _REMEMBER.finditer(text):
-        sentence = re.split(r"(?<=[.!?\n])", text[match.start():], maxsplit=1)[0]
-        if not sentence.rstrip().endswith("?"):
-            return True
-    for match in _REMEMBER_ZH.finditer(text):
-        sentence = re.split(r"(?<=[。！？!?\n])", text[match.start():], maxsplit=1)[0]
-        if not _QUESTION_ZH.search(sentence):
-            return True
-    return False
+    if any(not _sentence_at(text, m.start(), r"(?<=[.!?\n])").rstrip().endswith("?")
+           for m in _REMEMBER.finditer(text)):
+        return True
+    return any(not _QUESTION_ZH.search(_sentence_at(text, m.start(), r"(?<=[。！？!?\n])"))
+               for m in _REMEMBER_ZH.finditer(text))

@@ -2,15 +2,16 @@
 
 Runs on the messages the worker has not processed before (`MemoryUpdate.new`), so each message
 is judged once (a retried run judges it again: pinning is idempotent). The rule reads the
-PII-redacted text and the pin stores the redacted message, as every other memory layer does;
-the verbatim message stays in the transcript only. It is an automatic derivation like facts:
+PII-redacted text and the pin stores, redacted as every other memory layer stores, what made
+the message important (`important_part`: the message itself when all of it did, else those
+sentences as text); the verbatim message stays in the transcript only. It is an automatic derivation like facts:
 a user's `auto_extract: false` switches it off.
 """
 
 from __future__ import annotations
 
 from gateway.core.memory.content import has_content
-from gateway.core.memory.importance import importance
+from gateway.core.memory.importance import important_part
 from gateway.core.context.blocks import PinnedMessage
 from gateway.core.messages import Message, StoredMessage, thaw
 from gateway.core.text.pii import redact
@@ -38,9 +39,11 @@ def rule_pin(stored: StoredMessage) -> PinnedMessage | None:
     if message.role != "user" or stored.incomplete or not has_content(message):
         return None
     redacted = _redacted(message)
-    if importance(redacted.text) is None:
+    part = important_part(redacted.text)
+    if part is None:
         return None
-    return PinnedMessage(stored.id, redacted, "rule", stored.created_at)
+    kept = redacted if part == redacted.text.strip() else Message.of("user", part)
+    return PinnedMessage(stored.id, kept, "rule", stored.created_at)
 
 
 def _redacted(message: Message) -> Message:
