@@ -67,7 +67,7 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
 from gateway.core.recall.ranking import Candidate, Ranker, speaker_named
-from gateway.core.recall.need import Need, memory_need
+from gateway.core.recall.need import Need, memory_need, search_text
 from gateway.core.recall.relevance import above_floor
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
@@ -179,8 +179,8 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
     corpus.following = {e.previous: e.id for e in entries if e.previous is not None}
     corpus.previous = {e.id: e.previous for e in entries if e.previous is not None}
     corpus.query_vectors = dict(zip(
-        [q.question for q in conversation.questions],
-        cache.embed([q.question for q in conversation.questions])))
+        [search_text(q.asked) for q in conversation.questions],
+        cache.embed([search_text(q.asked) for q in conversation.questions])))
     return corpus
 
 
@@ -219,10 +219,11 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     gateway's own assembly (`gateway.core.recall.assembly`), and what the recall service
     forwards of it (`above_floor`: the items at or above the relevance floor, none below the
     gate unless the message refers to the past, none at all for a message that needs no
-    memory: gateway/core/recall/need.py)."""
+    memory: gateway/core/recall/need.py), the message read as recall reads it (`search_text`)."""
     need = memory_need(query)
     if need is Need.NONE:
         return []
+    query = search_text(query)
     successors_of = knobs.inference_successors_of if asks_inference(query) \
         else knobs.successors_of
     found = fused(corpus, query, knobs)
@@ -304,7 +305,8 @@ def simulate(corpora: Sequence[Corpus], budget: int, knobs: Knobs,
     category: dict[tuple[str, int], int] = {}
     for corpus in corpora:
         for q in corpus.conversation.questions:
-            messages = prompt(corpus, q.question, recall_fn(corpus, q.question, knobs), budget)
+            # Asked as the harness's client asks it (dated when the data dates it).
+            messages = prompt(corpus, q.asked, recall_fn(corpus, q.asked, knobs), budget)
             score = corpus.scorer.score(q, messages)
             if score.evidence_recall is not None:
                 key = (corpus.conversation.sample_id, q.index)

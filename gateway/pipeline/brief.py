@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gateway.core.context.blocks import MemoryContext, framing_for
 from gateway.core.context.brief import make_brief, with_brief
 from gateway.core.ids import ConversationKey
-from gateway.core.recall.need import Need, memory_need
+from gateway.core.recall.need import Need, memory_need, search_text
 from gateway.core.recall.personal import asked_names
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import Tokenizer
@@ -85,7 +85,8 @@ class Briefs:
         # The brief is the recall from outside for the message it is made for.
         need = snapshot.need if snapshot.query == query else memory_need(query)
         return with_brief(memory, stored.brief, asks_past=not made and need is Need.PAST,
-                          outside=outside, names=frozenset() if made else asked_names(query))
+                          outside=outside,
+                          names=frozenset() if made else asked_names(search_text(query)))
 
 
 def outside(item: Recollection) -> bool:

@@ -183,6 +183,25 @@ def test_the_anthropic_and_responses_doors_do_no_more_work_than_the_chat_door(ga
         assert other[name] <= chat[name], (name, door, dict(chat), dict(other))
 
 
+def test_the_date_a_question_opens_with_is_not_what_recall_searches(gateway_url, monkeypatch):
+    # A client that dates its messages ("[2023/05/30 (Tue) 19:58] …", LongMemEval's) marks
+    # when it asks, not what: the question is searched and ranked without the marker.
+    searched: list[str] = []
+    original = EmbeddingService.embed_query_one
+
+    async def recording(self: EmbeddingService, text: str) -> Any:
+        searched.append(text)
+        return await original(self, text)
+
+    monkeypatch.setattr(EmbeddingService, "embed_query_one", recording)
+    stored = history(50)
+    post(gateway_url, "chat", stored[:-1], "work-dated", persist=True)
+    dated = {"role": "user", "content": "[2023/05/30 (Tue) 19:58] " + QUESTION.format(k=0)}
+    counted, recalled = asked(gateway_url, stored + [dated], "work-dated", "work-dated",
+                              Counts(monkeypatch))
+    assert searched == [QUESTION.format(k=0)] and recalled > 0, dict(counted)
+
+
 def test_a_question_with_nothing_to_search_is_never_embedded(gateway_url, monkeypatch):
     # An anonymous client's new conversation: no index of its own yet, no user memory.
     counts = Counts(monkeypatch)

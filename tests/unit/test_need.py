@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.recall.need import Need, memory_need
+from gateway.core.recall.need import Need, memory_need, search_text
 
 PLEASANTRIES = [
     "Thanks!", "Thank you so much!", "thanks a lot :)", "Bye!", "See you tomorrow!",
@@ -93,6 +93,13 @@ def test_a_long_message_is_read_only_at_its_end_for_the_past_and_is_never_pleasa
 @pytest.mark.parametrize("message", PLEASANTRIES[:3] + QUESTIONS[:3] + ABOUT_THE_PAST[:3])
 def test_a_session_marker_the_message_opens_with_is_not_a_day_it_asks_about(marker, message):
     assert memory_need(marker + message) is memory_need(message)
+    assert search_text(marker + message) == message  # nor what recall searches for
+
+
+def test_what_recall_searches_keeps_every_date_but_the_opening_marker():
+    assert search_text("Where did I go on 5 May, 2023?") == "Where did I go on 5 May, 2023?"
+    assert search_text("[8 May, 2023] Where did I go on 5 May, 2023?") == \
+        "Where did I go on 5 May, 2023?"
 
 
 def test_a_day_named_anywhere_else_is_still_asked_about():

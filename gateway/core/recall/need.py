@@ -117,11 +117,17 @@ _PAST = re.compile(
     r"我提过|我跟你说|我告诉过你|我们第一次|昨天|昨日|前天|上周|上星期|上礼拜|上个月|去年")
 
 
+def search_text(message: str) -> str:
+    """What recall reads of `message` (the current user message's text): the message without
+    the date it opens with — a session marker (dates.py), not its subject — for the search,
+    the ranking and `memory_need` alike."""
+    return after_opening_date(message)
+
+
 def memory_need(message: str) -> Need:
     """What `message` (the current user message's text) asks of memory (see the module
-    docstring). A date it opens with is a session marker (dates.py), not its subject: read
-    without it."""
-    message = after_opening_date(message)
+    docstring), read as `search_text` gives it."""
+    message = search_text(message)
     tail = message[-_PAST_READ:]
     text = tail.translate(_APOSTROPHES).lower()
     if _PAST.search(text) or named_days(tail) or asks_own_past(tail):
