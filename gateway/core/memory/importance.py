@@ -23,8 +23,16 @@ What a pin by the rule holds is `important_part`: the sentences that made the me
 rest of the message — a pasted document or a long request that says "remember" once is not
 shown whole on every later request. A sentence ends at ". ", "! ", "? " (or the text's end), at
 "。", "！", "？" and at a line break; a sentence that ends with a colon takes the list items on
-the lines right after it (lines opening with "-", "*", "•", "1." or "a)": "Remember these:" and its
-items)."""
+the lines right after it (lines opening with "-", "*", "•", "1." or "a)": "Remember these:" and
+its items).
+
+Dates alone are not a reason either: everyday messages often mention one ("on 7 May",
+"yesterday", "in 2022") and recall already dates every turn — pinning them would fill the
+block with small talk. The rule is pinned down by tables of examples in
+tests/unit/test_importance.py; why it is this conservative: docs/decisions.md, "The importance
+rule pins little"; why a pin holds sentences: "A rule pin holds the sentences that made it
+important".
+"""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ Runs on the messages the worker has not processed before (`MemoryUpdate.new`), s
 is judged once (a retried run judges it again: pinning is idempotent). The rule reads the
 PII-redacted text and the pin stores, redacted as every other memory layer stores, what made
 the message important (`important_part`: the message itself when all of it did, else those
-sentences as text); the verbatim message stays in the transcript only. It is an automatic derivation like facts:
-a user's `auto_extract: false` switches it off.
+sentences as text); the verbatim message stays in the transcript only. It is an automatic
+derivation like facts: a user's `auto_extract: false` switches it off.
 """
 
 from __future__ import annotations
