@@ -117,17 +117,27 @@ _PAST = re.compile(
     r"我提过|我跟你说|我告诉过你|我们第一次|昨天|昨日|前天|上周|上星期|上礼拜|上个月|去年")
 
 
+_TIME_OF_DAY = re.compile(r"\d{1,2}[:：]\d{2}")
+
+
 def search_text(message: str) -> str:
-    """What recall reads of `message` (the current user message's text): the message without
-    the date it opens with — a session marker (dates.py), not its subject — for the search,
-    the ranking and `memory_need` alike."""
-    return after_opening_date(message)
+    """What recall searches and ranks for `message` (the current user message's text): the
+    message without the date it opens with when that date is set off as a session marker — in
+    brackets ("[2023/05/30 (Tue) 19:58] …") or with a time of day ("1:56 pm on 8 May, 2023:
+    …") — a client's stamp of when it asks, not what about. A bare date the message opens with
+    ("2024年3月2日我去了哪里？") may be the day it asks about: it stays."""
+    rest = after_opening_date(message)
+    marker = message[:len(message) - len(rest)]
+    if rest == message or not (marker.lstrip().startswith("[") or _TIME_OF_DAY.search(marker)):
+        return message
+    return rest
 
 
 def memory_need(message: str) -> Need:
     """What `message` (the current user message's text) asks of memory (see the module
-    docstring), read as `search_text` gives it."""
-    message = search_text(message)
+    docstring). A date it opens with is a session marker (dates.py), not its subject: read
+    without it (a dated "Thanks!" needs no memory)."""
+    message = after_opening_date(message)
     tail = message[-_PAST_READ:]
     text = tail.translate(_APOSTROPHES).lower()
     if _PAST.search(text) or named_days(tail) or asks_own_past(tail):
