@@ -67,7 +67,7 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
 from gateway.core.recall.ranking import Candidate, Ranker, speaker_named
-from gateway.core.recall.need import Need, memory_need, search_text
+from gateway.core.recall.need import Need, asked_on, memory_need, search_text
 from gateway.core.recall.relevance import above_floor
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
@@ -184,15 +184,17 @@ def build_corpus(conversation: Conversation, cache: VectorCache, *,
     return corpus
 
 
-def fused(corpus: Corpus, query: str, knobs: Knobs) -> Fused:
+def fused(corpus: Corpus, query: str, knobs: Knobs, today: datetime.date | None = None
+          ) -> Fused:
     """`Recaller.recall`'s fused candidates for a conversation namespace
     (`gateway.core.recall.assembly.fused_order`), over the simulated indexes: the dense hits
-    (exact inner product) and the stemmed BM25 hits at the recaller's depth."""
+    (exact inner product) and the stemmed BM25 hits at the recaller's depth (`today`: the day
+    the query's relative days count from, else the conversation's latest)."""
     depth = knobs.depth or max(knobs.top_k, 20, RANKING_DEPTH if knobs.ranking == "learned"
                                else 0)
     sims = corpus.vectors @ corpus.query_vectors[query]
     order = np.argsort(-sims, kind="stable")[:depth]
-    scores = corpus.bm25.scores(lexical_tokens(query, corpus.segment, corpus.latest))
+    scores = corpus.bm25.scores(lexical_tokens(query, corpus.segment, today or corpus.latest))
     n = min(depth, len(scores))
     top = np.argpartition(-scores, n - 1)[:n]
     top = top[np.argsort(-scores[top], kind="stable")]
@@ -219,16 +221,17 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     gateway's own assembly (`gateway.core.recall.assembly`), and what the recall service
     forwards of it (`above_floor`: the items at or above the relevance floor, none below the
     gate unless the message refers to the past, none at all for a message that needs no
-    memory: gateway/core/recall/need.py), the message read as recall reads it (`search_text`)."""
+    memory: gateway/core/recall/need.py), the message read as recall reads it (`search_text`,
+    its relative days from the day it is asked on: `asked_on`)."""
     need = memory_need(query)
     if need is Need.NONE:
         return []
-    query = search_text(query)
+    today, query = asked_on(query), search_text(query)
     successors_of = knobs.inference_successors_of if asks_inference(query) \
         else knobs.successors_of
-    found = fused(corpus, query, knobs)
+    found = fused(corpus, query, knobs, today)
     items, links = _items(corpus), _links(corpus)
-    chosen = assembly.best(query, found, items, links, top_k=knobs.top_k,
+    chosen = assembly.best(query, found, items, links, top_k=knobs.top_k, today=today,
                            ranker=(corpus.ranker or knobs.ranker)
                            if knobs.ranking == "learned" else None,
                            successors=knobs.successors and successors_of != "none",

@@ -8,6 +8,7 @@ tenant + user. A search names exactly one namespace and can never return another
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, Protocol, Sequence
@@ -92,7 +93,9 @@ class VectorIndex(Protocol):
 class LexicalIndex(Protocol):
     async def search(self, namespace: Namespace, query: str, k: int, *,
                      excluding: str | None = None, turns_only: bool = False,
-                     version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
+                     version: str | None | Unread = UNREAD,
+                     today: datetime.date | None = None) -> list[tuple[str, float]]:
         """Ids and BM25 scores of the k best-matching items of one namespace, best first.
-        `excluding`, `turns_only`, `version`: as for VectorIndex.search."""
+        `excluding`, `turns_only`, `version`: as for VectorIndex.search; `today`: the day the
+        query's relative days count from (None: the latest day the namespace holds)."""
         ...

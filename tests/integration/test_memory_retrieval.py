@@ -4,6 +4,8 @@ Most tests use the deterministic HashEmbedder; one uses the real USE model (a de
 
 from __future__ import annotations
 
+import datetime
+
 import asyncio
 import json
 import random
@@ -273,6 +275,21 @@ async def test_date_anchor_carries_across_fast_path_syncs(redis_client, memory):
     [recalled] = [r for r in await memory.recaller.recall(KEY, "support group")
                   if r.id == grown[2].id]
     assert recalled.text == "[8 May, 2023] Caroline: the support group was great"
+
+
+async def test_a_question_s_relative_days_count_from_the_day_it_is_asked_on(memory):
+    # Turns said on 2, 5 and 6 May; asked "yesterday" on 3 May, the turn of 2 May is meant;
+    # without the day it is asked on, relative days count from the latest day held (6 May).
+    transcript = conversation(["[2 May, 2023] Caroline: museum visit, lovely paintings",
+                               "[5 May, 2023] Caroline: museum visit, lovely statues",
+                               "[6 May, 2023] Caroline: garden visit, lovely roses"])
+    await memory.indexer.sync(KEY, transcript)
+    ns = Namespace.of_conversation(KEY)
+    asked = await memory.lexical.search(ns, "museum yesterday", 3,
+                                        today=datetime.date(2023, 5, 3))
+    assert asked[0][0] == transcript[0].id
+    latest = await memory.lexical.search(ns, "museum yesterday", 3)
+    assert latest[0][0] == transcript[1].id
 
 
 async def test_chinese_text_is_found_by_bm25_character_ngrams(memory):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.recall.need import Need, memory_need, search_text
+from gateway.core.recall.need import Need, asked_on, memory_need, search_text
 
 PLEASANTRIES = [
     "Thanks!", "Thank you so much!", "thanks a lot :)", "Bye!", "See you tomorrow!",
@@ -109,6 +111,14 @@ def test_a_session_marker_the_message_opens_with_is_not_a_day_it_asks_about(mark
 ])
 def test_recall_searches_a_message_without_the_session_marker_it_opens_with(message, searched):
     assert search_text(message) == searched
+
+
+def test_the_day_a_message_is_asked_on_is_its_session_marker_s_date():
+    assert asked_on("[2023/05/30 (Tue) 19:58] What did I buy yesterday?") == \
+        datetime.date(2023, 5, 30)
+    assert asked_on("1:56 pm on 8 May, 2023: What did I eat?") == datetime.date(2023, 5, 8)
+    assert asked_on("2024年3月2日我去了哪里？") is None  # a bare date: what it asks about
+    assert asked_on("What did I buy yesterday?") is None
 
 
 def test_a_day_named_anywhere_else_is_still_asked_about():

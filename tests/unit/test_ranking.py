@@ -4,6 +4,7 @@ only turns move, that scores stay with places, and its weights' validation."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import dataclass
 
@@ -159,6 +160,17 @@ def test_named_day_marks_the_candidates_said_on_a_day_the_question_names(query, 
     marked = {c.id for c, r in zip(found, rows) if r[FEATURES.index("named_day")] == 1.0}
     assert marked == wanted
     assert only("named_day").rank(query, found)[0][0] == (min(wanted) if wanted else "a")
+
+
+def test_relative_days_count_from_the_day_the_question_is_asked_when_it_says_so():
+    found = [turn("b", "[2023-05-02] User: I went to a museum."),
+             turn("e", "[2023-05-06] User: Good morning.")]
+    # Asked on May 3rd (its session marker): yesterday is May 2nd, not the day before the
+    # latest turn.
+    rows = feature_rows("What did I say yesterday?", found, datetime.date(2023, 5, 3))
+    assert [r[FEATURES.index("named_day")] for r in rows] == [1.0, 0.0]
+    assert only("named_day").rank("What did I say yesterday?", found,
+                                  datetime.date(2023, 5, 3))[0][0] == "b"
 
 
 def test_weights_set_before_a_feature_was_added_rank_as_they_did():

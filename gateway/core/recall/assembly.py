@@ -23,6 +23,7 @@ read).
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Callable, Collection, Literal, Mapping, Sequence
 
@@ -109,15 +110,16 @@ def best(query: str, fused: Fused, items: Mapping[str, Recollection],
          links: Mapping[str, Neighbours], *, top_k: int, ranker: Ranker | None = None,
          successors: bool = True, successors_of: SuccessorsOf = "questions",
          topic_positions: Mapping[str, int] | None = None, topic_start: int | None = None,
-         topic_boost: float = 0.0) -> Best:
+         topic_boost: float = 0.0, today: datetime.date | None = None) -> Best:
     """The best `top_k` of `fused`: re-ordered by `ranker` when given (over the candidates
     with an item in `items`), the items of the current topic (`topic_positions`: the
     conversation's own items' places; from `topic_start` on) scored `topic_boost` higher; and,
     when `successors`, the turn after each (`links`) of every one (`successors_of="all"`) or of
-    those that ask something (`fusion.asks`)."""
+    those that ask something (`fusion.asks`). `today`: the day the query's relative days
+    count from (`ranking.feature_rows`)."""
     order = fused.order
     if ranker is not None:
-        order = ranker.rank(query, candidates(fused, items, links))
+        order = ranker.rank(query, candidates(fused, items, links), today)
     if topic_start is not None and topic_boost != 0:
         order = boost_same_topic(order, same_topic(topic_positions or {}, topic_start),
                                  topic_boost)

@@ -40,10 +40,11 @@ characters, is not `NONE`; an empty message is `OPEN` (nothing to decide on); `P
 from __future__ import annotations
 
 import enum
+import datetime
 import re
 
 from gateway.core.recall.personal import asks_own_past
-from gateway.core.text.dates import after_opening_date
+from gateway.core.text.dates import after_opening_date, find_dates
 from gateway.core.text.days import named_days
 
 
@@ -126,11 +127,26 @@ def search_text(message: str) -> str:
     brackets ("[2023/05/30 (Tue) 19:58] …") or with a time of day ("1:56 pm on 8 May, 2023:
     …") — a client's stamp of when it asks, not what about. A bare date the message opens with
     ("2024年3月2日我去了哪里？") may be the day it asks about: it stays."""
+    marked = _session_marker(message)
+    return marked[1] if marked is not None else message
+
+
+def asked_on(message: str) -> datetime.date | None:
+    """The day `message` says it is asked on: the date of the session marker `search_text`
+    leaves out (None: it has none) — "today" for the relative days it names ("yesterday",
+    "last Saturday")."""
+    marked = _session_marker(message)
+    return marked[0] if marked is not None else None
+
+
+def _session_marker(message: str) -> tuple[datetime.date, str] | None:
+    """(the marker's date, the message after it) when `message` opens with a set-off date."""
     rest = after_opening_date(message)
     marker = message[:len(message) - len(rest)]
     if rest == message or not (marker.lstrip().startswith("[") or _TIME_OF_DAY.search(marker)):
-        return message
-    return rest
+        return None
+    dates = find_dates(marker)
+    return (dates[0].date, rest) if dates else None
 
 
 def memory_need(message: str) -> Need:

@@ -161,11 +161,12 @@ class Ranker:
     def to_dict(self) -> dict[str, float]:
         return dict(zip(FEATURES, self.weights))
 
-    def rank(self, query: str, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
+    def rank(self, query: str, candidates: Sequence[Candidate],
+             today: datetime.date | None = None) -> list[tuple[str, float]]:
         """The candidates' ids with scores, best first: turns ordered by this ranker, in the
         places turns held; every other item at its own place; the score of each place is the
-        `fused` score of the item given there."""
-        rows = feature_rows(query, candidates)
+        `fused` score of the item given there. `today`: as for `feature_rows`."""
+        rows = feature_rows(query, candidates, today)
         weights = self.weights
         turns = [i for i, c in enumerate(candidates) if c.is_turn]
         scored = {i: sum(map(mul, weights, rows[i])) for i in turns}
@@ -174,8 +175,10 @@ class Ranker:
         return [(candidates[i].id, candidates[slot].fused) for slot, i in enumerate(placed)]
 
 
-def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[float, ...]]:
-    """`FEATURES` of each candidate, in order (see the module docstring)."""
+def feature_rows(query: str, candidates: Sequence[Candidate],
+                 today: datetime.date | None = None) -> list[tuple[float, ...]]:
+    """`FEATURES` of each candidate, in order (see the module docstring); `today`: the day the
+    query's relative days count from (None: the latest day a candidate was said on)."""
     similarity = {c.id: c.similarity for c in candidates if c.similarity is not None}
     lexical = {c.id: c.lexical for c in candidates if c.lexical is not None}
     asking = {c.id: asks(c.text) for c in candidates}
@@ -185,7 +188,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     lo, hi = (min(placed), max(placed)) if placed else (0, 0)
     span = hi - lo
     named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
-    on_day = _on_named_day(query, candidates)
+    on_day = _on_named_day(query, candidates, today)
     first_person = _FIRST_PERSON.search(query[-_QUESTION_READ:]) is not None
     sim, lex, ask = similarity.get, lexical.get, asking.get
     rows = []
@@ -214,15 +217,17 @@ def feature_rows(query: str, candidates: Sequence[Candidate]) -> list[tuple[floa
     return rows
 
 
-def _on_named_day(query: str, candidates: Sequence[Candidate]) -> Callable[..., float | None]:
-    """`.get` of {candidate id: 1.0} for the candidates said on a day `query` names; a
-    question that names no day (most) costs one pattern scan. Each candidate's day is its
-    `day` (the day the lexical index gives the turn): no candidate's text is read here."""
+def _on_named_day(query: str, candidates: Sequence[Candidate],
+                  today: datetime.date | None = None) -> Callable[..., float | None]:
+    """`.get` of {candidate id: 1.0} for the candidates said on a day `query` names (its
+    relative days counted from `today`, else from the latest candidate's day); a question that
+    names no day (most) costs one pattern scan. Each candidate's day is its `day` (the day the
+    lexical index gives the turn): no candidate's text is read here."""
     if not mentions_day(query):
         return {}.get
     days = {c.id: day for c in candidates
             if isinstance(day := day_of(c.text) if c.day is UNREAD else c.day, datetime.date)}
-    wanted = set(named_days(query, max(days.values(), default=None)))
+    wanted = set(named_days(query, today or max(days.values(), default=None)))
     return {i: 1.0 for i, day in days.items() if day_key(day.month, day.day) in wanted}.get
 
 

@@ -45,6 +45,7 @@ propagates (the pipeline fails open around recall).
 from __future__ import annotations
 
 import asyncio
+import datetime
 from dataclasses import dataclass
 from typing import Any, Awaitable, Sequence, TypeVar
 
@@ -135,7 +136,8 @@ class Recaller:
                      successors_of: SuccessorsOf = "questions", rrf_k: int | None = None,
                      namespaces: Namespaces | None = None, topic_start: int | None = None,
                      topic_boost: float = 0.0, ranker: Ranker | None = None,
-                     chunks: bool = True, tool_results: bool = False) -> list[Recollection]:
+                     chunks: bool = True, tool_results: bool = False,
+                     today: datetime.date | None = None) -> list[Recollection]:
         """The k items most relevant to `query`, best first: of the conversation, and of the
         user's other conversations when the user is identified. `query_vector`: the query's
         embedding, when the caller already has it; `successors`: follow each hit with the
@@ -147,7 +149,8 @@ class Recaller:
         (`core.topics`); `ranker`: re-rank the fused candidates' turns (`core.ranking`), each
         search then contributing at least `ranking.DEPTH` hits; `chunks`: false, summary
         chunks are not recalled (turns only); `tool_results`: tool results of the user's other
-        conversations may be recalled (`EntryReader.others`)."""
+        conversations may be recalled (`EntryReader.others`); `today`: the day the query's
+        relative days count from (None: the latest day each namespace holds)."""
         if k <= 0:
             return []
         if namespaces is None:
@@ -176,11 +179,12 @@ class Recaller:
         (own_dense, user_dense), (own_lexical, user_lexical) = await _both(
             dense(),
             _both(self.lexical_index.search(conversation, query, depth, turns_only=not chunks,
-                                            version=namespaces.conversation_version)
+                                            version=namespaces.conversation_version,
+                                            today=today)
                   if conversation else None,
                   self.lexical_index.search(user, query, depth, excluding=key.conversation,
                                             turns_only=not chunks,
-                                            version=namespaces.user_version)
+                                            version=namespaces.user_version, today=today)
                   if user else None, ([], [])), (([], []), ([], [])))
         own_version = namespaces.conversation_version
         own_items, user_items = await self._items(key, _ids(own_dense, own_lexical),
@@ -209,7 +213,7 @@ class Recaller:
                       successors=successors, successors_of=successors_of,
                       topic_positions={i: r.position for i, r in own_items.items.items()}
                       if topic_start is not None and topic_boost else None,
-                      topic_start=topic_start, topic_boost=topic_boost)
+                      topic_start=topic_start, topic_boost=topic_boost, today=today)
         wanted = [i for i in dict.fromkeys([i for i, _ in chosen.ranked]
                                            + list(chosen.following.values()))
                   if i not in found]

@@ -224,9 +224,11 @@ class Bm25LexicalIndex:
 
     async def search(self, namespace: Namespace, query: str, k: int, *,
                      excluding: str | None = None, turns_only: bool = False,
-                     version: str | None | Unread = UNREAD) -> list[tuple[str, float]]:
+                     version: str | None | Unread = UNREAD,
+                     today: datetime.date | None = None) -> list[tuple[str, float]]:
         lexical = await self._current(namespace, version)
-        words = query_terms(query, lexical.latest, stem=self.stem, segment=self.segment)
+        words = query_terms(query, today or lexical.latest, stem=self.stem,
+                            segment=self.segment)
         if k <= 0 or not lexical.bm25.knows_any(words):
             return []
         # Scoring touches only the postings of the query's tokens: sub-millisecond at 10k.
