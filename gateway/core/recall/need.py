@@ -39,8 +39,8 @@ characters, is not `NONE`; an empty message is `OPEN` (nothing to decide on); `P
 
 from __future__ import annotations
 
-import enum
 import datetime
+import enum
 import re
 
 from gateway.core.recall.personal import asks_own_past
