@@ -137,7 +137,9 @@ PARTS = [
     ("Hello. Note the rules:\n1. be brief\n2) no emoji\nWhat is new?",
      "Note the rules:\n1. be brief\n2) no emoji"),
     ("Note that it is relative to the test:\nage(c,t) = t - t0\nWe binned results.",
-     "Note that it is relative to the test:"),
+     "Note that it is relative to the test:\nage(c,t) = t - t0"),
+    ("Hi! Please remember:\n\nmy flight is on Friday. See you.",
+     "Please remember:\n\nmy flight is on Friday."),
     # Line breaks end sentences.
     ("Title: Cookware guide\nDon't use emoji in your replies\nthanks",
      "Don't use emoji in your replies"),

@@ -22,9 +22,10 @@ What a pin by the rule holds is `important_part`: the sentences that made the me
 (the request to remember, the rule, the sentence naming the identifier), in their order, not the
 rest of the message — a pasted document or a long request that says "remember" once is not
 shown whole on every later request. A sentence ends at ". ", "! ", "? " (or the text's end), at
-"。", "！", "？" and at a line break; a sentence that ends with a colon takes the list items on
-the lines right after it (lines opening with "-", "*", "•", "1." or "a)": "Remember these:" and
-its items).
+"。", "！", "？" and at a line break; a sentence that ends with a colon takes what it introduces:
+the list items on the lines right after it (lines opening with "-", "*", "•", "1." or "a)":
+"Remember these:" and its items), else the next sentence (a line "Remember:" and the line
+after it).
 
 Dates alone are not a reason either: everyday messages often mention one ("on 7 May",
 "yesterday", "in 2022") and recall already dates every turn — pinning them would fill the
@@ -118,15 +119,22 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     start = 0
     while start < len(text):
-        end_match = _SENTENCE_END.search(text, start)
-        end = end_match.end() if end_match else len(text)
+        end = _sentence_end(text, start)
         if text[start:end].rstrip().endswith((":", "：")):
             items = _LIST_ITEMS.match(text, end)
-            end = items.end() if items else end
+            if items:
+                end = items.end()
+            elif text[end:].strip():  # what the colon introduces: the next sentence
+                end = _sentence_end(text, end + len(text[end:]) - len(text[end:].lstrip()))
         if text[start:end].strip():
             spans.append((start, end))
         start = end
     return spans
+
+
+def _sentence_end(text: str, start: int) -> int:
+    found = _SENTENCE_END.search(text, start)
+    return found.end() if found else len(text)
 
 
 def _trigger_starts(text: str) -> list[int]:
