@@ -67,7 +67,7 @@ from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import DEPTH as RANKING_DEPTH
 from gateway.core.recall.ranking import Candidate, Ranker, speaker_named
-from gateway.core.recall.need import Need, asked_on, memory_need, search_text
+from gateway.core.recall.need import Need, asked, memory_need, search_text
 from gateway.core.recall.relevance import above_floor
 from gateway.core.context.rewrite import RewriteRequest, rewrite
 from gateway.memory.search.bm25 import Bm25
@@ -226,7 +226,7 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     need = memory_need(query)
     if need is Need.NONE:
         return []
-    today, query = asked_on(query), search_text(query)
+    today, query = asked(query)
     successors_of = knobs.inference_successors_of if asks_inference(query) \
         else knobs.successors_of
     found = fused(corpus, query, knobs, today)

@@ -99,10 +99,10 @@ def important_part(redacted: str) -> str | None:
     """The sentences of `redacted` that make it important (`importance`), in order, joined
     by a space; the whole text (stripped) when every sentence does; None when none does."""
     text = redacted.strip()
-    if importance(text) is None:
+    hits = _trigger_starts(text)  # empty exactly when `importance` is None
+    if not hits:
         return None
     spans = _sentences(text)
-    hits = _trigger_starts(text)
     chosen = [(start, end) for start, end in spans
               if any(start <= hit < end for hit in hits)]
     if not chosen or chosen == spans:
@@ -140,10 +140,7 @@ def _sentence_end(text: str, start: int) -> int:
 def _trigger_starts(text: str) -> list[int]:
     """Where each thing that makes `text` important starts: a request to remember (not a
     question), a standing rule, an identifier."""
-    starts = [m.start() for m in _REMEMBER.finditer(text)
-              if not _sentence_at(text, m.start(), r"(?<=[.!?\n])").rstrip().endswith("?")]
-    starts += [m.start() for m in _REMEMBER_ZH.finditer(text)
-               if not _QUESTION_ZH.search(_sentence_at(text, m.start(), r"(?<=[。！？!?\n])"))]
+    starts = _remember_starts(text)
     starts += [m.start() for pattern in (_RULE, _RULE_ZH, _NAMED_NUMBER)
                for m in pattern.finditer(text)]
     starts += [m.start() for m in _CODE.finditer(text) if _is_code(m.group())]
@@ -162,8 +159,12 @@ def _is_code(word: str) -> bool:
 
 
 def _asks_to_remember(text: str) -> bool:
-    if any(not _sentence_at(text, m.start(), r"(?<=[.!?\n])").rstrip().endswith("?")
-           for m in _REMEMBER.finditer(text)):
-        return True
-    return any(not _QUESTION_ZH.search(_sentence_at(text, m.start(), r"(?<=[。！？!?\n])"))
-               for m in _REMEMBER_ZH.finditer(text))
+    return bool(_remember_starts(text))
+
+
+def _remember_starts(text: str) -> list[int]:
+    """Where each request to remember starts (one asked as a question is none)."""
+    return [m.start() for m in _REMEMBER.finditer(text)
+            if not _sentence_at(text, m.start(), r"(?<=[.!?\n])").rstrip().endswith("?")] + \
+        [m.start() for m in _REMEMBER_ZH.finditer(text)
+         if not _QUESTION_ZH.search(_sentence_at(text, m.start(), r"(?<=[。！？!?\n])"))]

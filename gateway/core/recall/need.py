@@ -127,26 +127,24 @@ def search_text(message: str) -> str:
     brackets ("[2023/05/30 (Tue) 19:58] …") or with a time of day ("1:56 pm on 8 May, 2023:
     …") — a client's stamp of when it asks, not what about. A bare date the message opens with
     ("2024年3月2日我去了哪里？") may be the day it asks about: it stays."""
-    marked = _session_marker(message)
-    return marked[1] if marked is not None else message
+    return asked(message)[1]
 
 
 def asked_on(message: str) -> datetime.date | None:
     """The day `message` says it is asked on: the date of the session marker `search_text`
     leaves out (None: it has none) — "today" for the relative days it names ("yesterday",
     "last Saturday")."""
-    marked = _session_marker(message)
-    return marked[0] if marked is not None else None
+    return asked(message)[0]
 
 
-def _session_marker(message: str) -> tuple[datetime.date, str] | None:
-    """(the marker's date, the message after it) when `message` opens with a set-off date."""
+def asked(message: str) -> tuple[datetime.date | None, str]:
+    """(`asked_on`, `search_text`) of `message`, its marker read once."""
     rest = after_opening_date(message)
     marker = message[:len(message) - len(rest)]
     if rest == message or not (marker.lstrip().startswith("[") or _TIME_OF_DAY.search(marker)):
-        return None
+        return None, message
     dates = find_dates(marker)
-    return (dates[0].date, rest) if dates else None
+    return (dates[0].date, rest) if dates else (None, message)
 
 
 def memory_need(message: str) -> Need:

@@ -23,7 +23,7 @@ from gateway.core.context.blocks import MemoryContext, PinnedMessage
 from gateway.core.memory.profile import Profile, render_profile
 from gateway.core.recall.ranking import Ranker
 from gateway.core.recall.recollection import Recollection
-from gateway.core.recall.need import Need, asked_on, memory_need, search_text
+from gateway.core.recall.need import Need, asked, memory_need
 from gateway.core.recall.relevance import above_floor
 from gateway.core.memory.topics import TopicSegment
 from gateway.memory.records.chunk_store import ChunkStore
@@ -225,7 +225,7 @@ class MemoryService:
             if reads_user_memory(key, recall) and recall.facts_k > 0 else None
         if namespaces.conversation is None and namespaces.user is None and facts is None:
             return ()  # nothing to search
-        today, query = asked_on(query), search_text(query)
+        today, query = asked(query)
         vector = await self.embedding.embed_query_one(query)
         turns, known = await asyncio.gather(
             self.recaller.recall(key, query, k=recall.top_k, query_vector=vector,
