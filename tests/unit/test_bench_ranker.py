@@ -42,13 +42,15 @@ def test_a_fold_leaves_out_the_conversation_and_its_translation():
 
 
 def test_every_set_weighs_the_same_however_many_questions_it_has():
+    # 30 questions of one set say the first feature is good, 3 of each of two other sets say
+    # it is bad: by question the 30 win, by set the two.
     data = {"a": [group(1.0)] * 30, "b": [group(-1.0)] * 3, "c": [group(-1.0)] * 3}
-    sets = {"a": "big.json", "b": "small.json", "c": "small.json"}
+    sets = {"a": "big.json", "b": "small.json", "c": "other.json"}
     weights = balanced(list(data), data, sets)
-    assert sum(weights[:30]) == pytest.approx(1.0) and sum(weights[30:]) == pytest.approx(1.0)
+    assert [sum(weights[:30]), sum(weights[30:33]), sum(weights[33:])] == pytest.approx([1.0] * 3)
     by_question = train([g for gs in data.values() for g in gs])
     by_set = train([g for gs in data.values() for g in gs], weights=weights)
-    assert by_question.weights[0] > 0 > by_set.weights[0]  # 30 to 6, then 1 to 1
+    assert by_question.weights[0] > 0 > by_set.weights[0]  # 30 to 6, then 1 to 2
 
 
 def test_a_set_held_out_is_ranked_by_weights_that_never_saw_it():
