@@ -37,6 +37,12 @@ def items() -> tuple[Recollection, ...]:
     "I\u2019m back: you\u2019d mentioned a trail near the lake, which one?",
     "你之前推荐的那本书叫什么？",
     "你上次说的那个餐厅在哪里？",
+    "You once taught me a recipe for ribs. What was it?",
+    "What advice have you given me about living a healthy life?",
+    "What methods have you told me about for relieving stress?",
+    "关于如何放松，你给了我什么建议？",
+    "你曾经和我推荐过几个厨艺节目，他们的名字是？",
+    "你告诉过我哪些缓解压力的方法？",
 ])
 def test_a_message_asking_what_the_assistant_said_is_told_apart(message):
     assert asks_what_you_said(message)
@@ -49,6 +55,9 @@ def test_a_message_asking_what_the_assistant_said_is_told_apart(message):
     "I told you about my trip; what should I pack?",
     "你能推荐几本书吗？",
     "我上周去了哪里？",
+    "Could you remind me what my flight number was?",
+    "我曾经和你推荐过一部科幻电影，它的名字是？",  # 你 is the object: the user recommended it
+    "在5月6号，我给你推荐了一些书目，是哪些书？",
 ])
 def test_a_message_about_the_user_or_the_world_is_not(message):
     assert not asks_what_you_said(message)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gateway.core.recall.ranker_weights import DEV_WEIGHTS
 from gateway.core.recall.ranking import (FEATURES, Candidate, Ranker, feature_rows, gather,
-                                  speaker_named)
+                                  speaker_named, whose_words)
 from gateway.core.recall.recollection import Recollection
 
 
@@ -184,9 +184,11 @@ def test_weights_set_before_a_feature_was_added_rank_as_they_did():
     ("我的船是什么颜色？", {"u"}),
     ("What colour is Ada's boat?", set()),  # not about the user's own words
     ("她的船是什么颜色？", set()),
+    ("What colour did you say my boat was?", {"a"}),  # what the assistant said
+    ("你告诉过我船是什么颜色？", {"a"}),
 ])
-def test_own_words_marks_the_user_s_turns_when_the_question_is_in_the_first_person(query,
-                                                                                    marked):
+def test_own_words_marks_the_turns_of_the_one_whose_words_the_question_asks_about(query,
+                                                                                   marked):
     found = [turn("a", "The boat? Blue, as you said.", role="assistant"),
              turn("u", "My boat is blue.", role="user"),
              turn("x", "A boat of unknown speaker.")]
@@ -219,3 +221,19 @@ def test_a_candidate_without_its_labels_ranks_as_one_given_them():
     given = bare._replace(speakers=("Bo",))
     assert feature_rows("Where did Bo go?", [bare]) == feature_rows("Where did Bo go?", [given])
     assert feature_rows("Where did Bo go?", [bare])[0][FEATURES.index("speaker_named")] == 1.0
+
+@pytest.mark.parametrize("question, whose", [
+    ("What did you recommend to me?", "assistant"),
+    ("You once recommended a game to me. What was its name?", "assistant"),
+    ("What advice have you given me about sleep?", "assistant"),
+    ("你曾经和我推荐了很多书籍，你还记得有哪些吗？", "assistant"),
+    ("Could you remind me of the restaurant in the old town?", "assistant"),
+    ("Could you remind me where I parked?", "user"),  # reminded of the user's own words
+    ("Can you recommend a book for me?", "user"),  # a request, not past words
+    ("I told you about my trip last week; where did I go?", "user"),
+    ("我曾经和你提到我去过绿禾公园，我看到了什么？", "user"),  # 你 is the object
+    ("What colour is Ada's boat?", None),
+    ("When did Melanie paint a sunrise?", None),
+])
+def test_whose_words_a_question_asks_about(question, whose):
+    assert whose_words(question) == whose

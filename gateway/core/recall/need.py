@@ -174,16 +174,24 @@ def _named(message: str, word: str) -> bool:
 
 
 # What the assistant said or made before: second person and a verb of saying or giving in the
-# past, "remind me", "your answer", or their Chinese forms (gateway/core/recall/pages.py).
+# past ("you (once) recommended", "did you give", "have you told"), "your answer", "remind me"
+# followed by no first person ("remind me what I said" asks about the user's words), or their
+# Chinese forms with 你 as the subject (not 和你 / 给你…, where it is the object)
+# (gateway/core/recall/pages.py, and the ranking's `own_words`).
+_SAID = (r"mentioned|suggested|recommended|told|said|gave|given|listed|created|wrote|written|"
+         r"provided|shared|named|described|explained|proposed|showed|shown|offered|advised|"
+         r"taught|compiled|noted|came up with|put together|made|pointed out|brought up|"
+         r"talked about")
+_SAY = (r"mention|suggest|recommend|tell|say|give|list|create|write|provide|share|name|"
+        r"describe|explain|propose|show|offer|advise|teach|compile|note|come up with|"
+        r"put together|make|point out|bring up|talk about")
 _YOU_SAID = re.compile(
-    r"\b(?:you(?: had| have|'d|'ve)? (?:mentioned|suggested|recommended|told|said|gave|"
-    r"listed|created|wrote|written|provided|shared|named|described|explained|proposed|"
-    r"showed|offered|advised|came up with|put together|made)|"
-    r"did you (?:mention|suggest|recommend|tell|say|give|list|create|write|provide|share|name|"
-    r"describe|explain|propose|show|offer|advise|make)|"
-    r"remind me|your (?:previous |earlier |last |first )?"
-    r"(?:answer|reply|response|suggestion|recommendation|list|advice)s?)\b"
-    r"|你(?:之前|上次|刚才|以前|曾经)?(?:说|提到|提过|推荐|建议|告诉|讲|列|写|给我)")
+    rf"\byou(?: had| have|'d|'ve)?(?: \w+)? (?:{_SAID})\b"
+    rf"|\b(?:did|have|had) you(?: \w+)? (?:{_SAY}|{_SAID})\b"
+    r"|\byour(?: \w+)? (?:answer|reply|response|suggestion|recommendation|list|advice)s?\b"
+    r"|\bremind me\b(?!.*\b(?:i|me|my|mine|i'm|i've|i'd|we|our|us)\b)"
+    r"|(?<![和向跟对给帮与为替])[你您](?:之前|上次|刚才|以前|曾经|曾|也)?(?:[和跟对向为给]我)?"
+    r"(?:说|提到|提过|提起|推荐|建议|告诉|讲|列|写|介绍|分享|教|给[了过]?我)")
 
 
 def asks_what_you_said(message: str) -> bool:

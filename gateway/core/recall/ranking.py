@@ -20,8 +20,10 @@ the day it was said on (its `[date] ` anchor, else the last date it writes:
 `core.text.days.day_of`, read once per item, `Candidate.day`) is a day the question names
 (`core.text.days.named_days`: "5月2日", "On May 2nd"; relative days such as 昨天 or "last
 Saturday" from the latest day among the candidates), 0 for every candidate of a question that
-names no day; own_words — the question (its end) is in the first person ("my", "I", "我")
-and the user said the turn: in an assistant chat the questions are about what the user said,
+names no day; own_words — the turn was said by the one whose words the question asks about
+(`whose_words`): the assistant's for a question about what the assistant said ("What did you
+recommend to me?": `need.asks_what_you_said`), else the user's for a question in the first
+person ("my", "I", "我") — in an assistant chat most questions are about what the user said,
 and the assistant's long replies on the same subject otherwise crowd out the user's short
 statement.
 
@@ -40,6 +42,7 @@ from operator import mul
 from typing import Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gateway.core.recall.fusion import asks
+from gateway.core.recall.need import asks_what_you_said
 from gateway.core.recall.recollection import Recollection
 from gateway.core.recall.speakers import SPEAKER_LABEL, speaker_labels  # noqa: F401 — re-exported
 from gateway.core.text.days import UNREAD, Unread, day_key, day_of, mentions_day, named_days
@@ -189,7 +192,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate],
     span = hi - lo
     named: dict[str, bool] = {}  # speaker label -> named in the query (few speakers)
     on_day = _on_named_day(query, candidates, today)
-    first_person = _FIRST_PERSON.search(query[-_QUESTION_READ:]) is not None
+    whose = whose_words(query)
     sim, lex, ask = similarity.get, lexical.get, asking.get
     rows = []
     for (i, text, position, fused, _, dense_rank, _, lexical_rank, previous, following, _,
@@ -212,7 +215,7 @@ def feature_rows(query: str, candidates: Sequence[Candidate],
             own - best,
             sim(previous, floor),
             on_day(i, 0.0),
-            1.0 if first_person and role == "user" else 0.0,
+            1.0 if whose is not None and role == whose else 0.0,
         ))
     return rows
 
@@ -249,3 +252,12 @@ def _speaker_named(labels: tuple[str, ...], query: str, known: dict[str, bool]) 
         if answer:
             return True
     return False
+
+
+def whose_words(query: str) -> str | None:
+    """The role whose words `query` asks about: "assistant" when it asks what the assistant
+    said (`need.asks_what_you_said`), else "user" when it is in the first person (read from its
+    last `_QUESTION_READ` characters), else None (a question about someone named)."""
+    if asks_what_you_said(query):
+        return "assistant"
+    return "user" if _FIRST_PERSON.search(query[-_QUESTION_READ:]) else None
