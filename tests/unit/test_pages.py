@@ -56,6 +56,7 @@ def test_a_message_asking_what_the_assistant_said_is_told_apart(message):
     "你能推荐几本书吗？",
     "我上周去了哪里？",
     "Could you remind me what my flight number was?",
+    "What did I tell you I recommended to Ana?",
     "我曾经和你推荐过一部科幻电影，它的名字是？",  # 你 is the object: the user recommended it
     "在5月6号，我给你推荐了一些书目，是哪些书？",
 ])

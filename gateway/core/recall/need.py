@@ -185,9 +185,10 @@ _SAID = (r"mentioned|suggested|recommended|told|said|gave|given|listed|created|w
 _SAY = (r"mention|suggest|recommend|tell|say|give|list|create|write|provide|share|name|"
         r"describe|explain|propose|show|offer|advise|teach|compile|note|come up with|"
         r"put together|make|point out|bring up|talk about")
+_THEN = r"(?: (?:once|ever|also|previously|just|already|recently|earlier|first|originally))?"
 _YOU_SAID = re.compile(
-    rf"\byou(?: had| have|'d|'ve)?(?: \w+)? (?:{_SAID})\b"
-    rf"|\b(?:did|have|had) you(?: \w+)? (?:{_SAY}|{_SAID})\b"
+    rf"\byou(?: had| have|'d|'ve)?{_THEN} (?:{_SAID})\b"
+    rf"|\b(?:did|have|had) you{_THEN} (?:{_SAY}|{_SAID})\b"
     r"|\byour(?: \w+)? (?:answer|reply|response|suggestion|recommendation|list|advice)s?\b"
     r"|\bremind me\b(?!.*\b(?:i|me|my|mine|i'm|i've|i'd|we|our|us)\b)"
     r"|(?<![和向跟对给帮与为替])[你您](?:之前|上次|刚才|以前|曾经|曾|也)?(?:[和跟对向为给]我)?"
