@@ -257,7 +257,8 @@ def _speaker_named(labels: tuple[str, ...], query: str, known: dict[str, bool]) 
 def whose_words(query: str) -> str | None:
     """The role whose words `query` asks about: "assistant" when it asks what the assistant
     said (`need.asks_what_you_said`), else "user" when it is in the first person (read from its
-    last `_QUESTION_READ` characters), else None (a question about someone named)."""
+    last `_QUESTION_READ` characters), else None (a question about someone named).
+    (why: docs/decisions.md#own_words-follows-whose-words-the-question-asks-about-gatewaycorerecallrankingpy)"""
     if asks_what_you_said(query):
         return "assistant"
     return "user" if _FIRST_PERSON.search(query[-_QUESTION_READ:]) else None
