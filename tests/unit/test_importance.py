@@ -140,6 +140,11 @@ PARTS = [
      "Note that it is relative to the test:\nage(c,t) = t - t0"),
     ("Hi! Please remember:\n\nmy flight is on Friday. See you.",
      "Please remember:\n\nmy flight is on Friday."),
+    # A trigger inside a list a heading introduces: its own sentence, not the heading's list.
+    ("Report:\n- Farm done.\n- Boat next. Note that a boat explores the coast.\n- Gold +7.",
+     "Note that a boat explores the coast."),
+    ("Evaluation:\n- Remember my order number is 88120931\n- Gold +7.",
+     "- Remember my order number is 88120931"),
     # Line breaks end sentences.
     ("Title: Cookware guide\nDon't use emoji in your replies\nthanks",
      "Don't use emoji in your replies"),

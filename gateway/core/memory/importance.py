@@ -25,7 +25,9 @@ shown whole on every later request. A sentence ends at ". ", "! ", "? " (or the 
 "。", "！", "？" and at a line break; a sentence that ends with a colon takes what it introduces:
 the list items on the lines right after it (lines opening with "-", "*", "•", "1." or "a)":
 "Remember these:" and its items), else the next sentence (a line "Remember:" and the line
-after it).
+after it) — when the trigger is in the colon's sentence; a trigger inside the list a heading
+introduces (a report's "Evaluation:" and its items, one saying "Note that …") takes its own
+sentence only.
 
 Dates alone are not a reason either: everyday messages often mention one ("on 7 May",
 "yesterday", "in 2022") and recall already dates every turn — pinning them would fill the
@@ -102,7 +104,7 @@ def important_part(redacted: str) -> str | None:
     hits = _trigger_starts(text)  # empty exactly when `importance` is None
     if not hits:
         return None
-    spans = _sentences(text)
+    spans = _sentences(text, hits)
     chosen = [(start, end) for start, end in spans
               if any(start <= hit < end for hit in hits)]
     if not chosen or chosen == spans:
@@ -110,24 +112,50 @@ def important_part(redacted: str) -> str | None:
     return " ".join(text[start:end].strip() for start, end in chosen)
 
 
+def _sentences(text: str, hits: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each non-blank sentence of `text` (see the module docstring), a sentence
+    that ends with a colon together with what it introduces — unless a trigger (`hits`) lies
+    in what it introduces but not in it: then each of those is a sentence of its own."""
+    spans: list[tuple[int, int]] = []
+    for start, head, end in _colon_sentences(text):
+        if head < end and not any(start <= hit < head for hit in hits) \
+                and any(head <= hit < end for hit in hits):
+            spans.append((start, head))
+            spans.extend(_plain_sentences(text, head, end))
+        else:
+            spans.append((start, end))
+    return [(start, end) for start, end in spans if text[start:end].strip()]
+
+
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？]|\n")
 _LIST_ITEMS = re.compile(r"(?:[ \t]*(?:[-*•]|\d{1,3}[.)]|[A-Za-z][.)])[ \t]+[^\n]*(?:\n|$))+")
 
 
-def _sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each non-blank sentence of `text` (see the module docstring)."""
-    spans: list[tuple[int, int]] = []
+def _colon_sentences(text: str) -> list[tuple[int, int, int]]:
+    """(start, head, end) of each sentence of `text`: `head` where the sentence itself ends,
+    `end` after what it introduces when it ends with a colon (its list items, else the next
+    sentence), else `head`."""
+    spans: list[tuple[int, int, int]] = []
     start = 0
     while start < len(text):
-        end = _sentence_end(text, start)
+        end = head = _sentence_end(text, start)
         if text[start:end].rstrip().endswith((":", "：")):
             items = _LIST_ITEMS.match(text, end)
             if items:
                 end = items.end()
             elif text[end:].strip():  # what the colon introduces: the next sentence
                 end = _sentence_end(text, end + len(text[end:]) - len(text[end:].lstrip()))
-        if text[start:end].strip():
-            spans.append((start, end))
+        spans.append((start, head, end))
+        start = end
+    return spans
+
+
+def _plain_sentences(text: str, start: int, stop: int) -> list[tuple[int, int]]:
+    """(start, end) of the sentences from `start` to `stop`, none joined to another."""
+    spans = []
+    while start < stop:
+        end = min(_sentence_end(text, start), stop)
+        spans.append((start, end))
         start = end
     return spans
 
