@@ -18,6 +18,8 @@ PINNED = [
     ("Thanks! Also, keep in mind that I only work on Tuesdays.", "remember"),
     ("For future reference, my manager is Priya.", "remember"),
     ("Note that I prefer short answers.", "remember"),
+    ("Note: the gate code is on the fridge.", "remember"),
+    ("The contract HT-2023-118 is at https://example.org/c.", "identifier"),
     ("Don't forget that the budget is capped.", "remember"),
     ("记住，我的航班是周五早上。", "remember"),
     ("请记得我对海鲜过敏。", "remember"),
@@ -82,6 +84,9 @@ NOT_PINNED = [
     "I've been painting a lot lately, mostly landscapes.",
     "That sounds amazing, tell me more about the adoption process.",
     "Thanks for the advice, I'll note it down.",
+    # An instruction for the answer, and a code inside a web address.
+    "Plan my week on Crete. Note any major festivals on the island.",
+    "Please cite https://example.org/Publikationen/TR03125/BSI_TR_03125.pdf in the intro.",
     "Yeah, I always forget my keys.",
     "What's the weather like tomorrow?",
     "Can you help me plan a trip to Japan?",
@@ -97,7 +102,7 @@ def test_the_rule_pins_requests_to_remember_standing_rules_and_identifiers(text,
 
 def test_the_rule_leaves_everyday_messages_dates_and_personal_identifiers_alone():
     pinned = [t for t in NOT_PINNED if importance(redact(t)) is not None]
-    assert pinned == []  # 0 false positives of 41
+    assert pinned == []  # 0 false positives of 42
 
 
 def test_a_rule_pin_stores_the_redacted_message_of_a_user_only():

@@ -5,14 +5,14 @@ so a false positive costs tokens for good, while a miss only leaves the message 
 before. A user message is important when it
 
 - asks to be remembered: "remember that…", "please remember:…", "don't forget that…", "note
-  that…", "keep in mind…", "for future reference…", "记住…", "请记得…", "别忘了…", "不要忘记…"
+  that…" (a bare "note" only before what it keeps: "Note: …", "Note the rules: …"), "keep in mind…", "for future reference…", "记住…", "请记得…", "别忘了…", "不要忘记…"
   — at the start of a sentence, and not as a question, a shared memory ("remember when we…",
   "do you remember…", "你还记得…吗") or a reminder to do something ("don't forget to…", which
   in conversations between people is advice);
 - sets a standing rule for the assistant: "from now on…", "always/never answer|reply|use|…",
   "don't ever…", "never give … advice", "从现在开始…", "以后请…", "永远不要…", "请始终…";
 - states an identifier: a code mixing capitals and at least three digits ("HT-2023-118",
-  "INV00042", "AB-12345"), or a number of four or more digits right after a word that names
+  "INV00042", "AB-12345"; not inside a web address), or a number of four or more digits right after a word that names
   an identifier ("order number is 88120931", "合同编号：2023118").
 
 The rule reads the message after PII redaction (gateway/core/text/pii.py): phone, card and ID
@@ -50,8 +50,11 @@ _SOFTENER = r"(?:(?:please|pls|and|also|oh|ok|okay|so|but|hey|btw|just)[\s,]+)*"
 
 _REMEMBER = re.compile(
     _START + _SOFTENER
-    + r"(?:remember|don'?t\s+forget|do\s+not\s+forget|never\s+forget|note|make\s+a\s+note"
-      r"|keep\s+in\s+mind|for\s+future\s+reference)\b"
+    + r"(?:remember|don'?t\s+forget|do\s+not\s+forget|never\s+forget|make\s+a\s+note"
+      r"|keep\s+in\s+mind|for\s+future\s+reference"
+      # "note" that keeps something ("note that…", "note, …", "note the rules: …"), not an
+      # instruction for the answer ("Note any festivals on the island.").
+      r"|note(?=\s*(?:that|down|my|this|these)\b|\s*,|[^.!?\n]*:))\b"
     # What follows says what to keep — not a shared memory ("remember when we", "the time").
     # ("to …" is a reminder or advice to do something, not something to keep.)
     r"(?!\s+(?:to\b|when|how|what|where|who|why|if|whether|the\s+time|that\s+time|those|back"
@@ -74,6 +77,7 @@ _RULE_ZH = re.compile(r"从现在开始|从现在起|今后请|以后请|以后�
 # digits or more ("HT-2023-118"), or five digits or more without one ("INV00042"); product
 # and flight names ("RTX3080", "MH370", "COVID-19") stay out.
 _CODE = re.compile(r"(?<![\w-])[A-Z]{2,6}[-_/]?\d[A-Z0-9]*(?:[-_/][A-Z0-9]+)*(?![\w-])")
+_URL = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)\S+", re.IGNORECASE)
 _NAMED_NUMBER = re.compile(
     r"\b(?:number|no\.|id|code|reference|ref|order|account|ticket|invoice|contract|policy"
     r"|booking|confirmation|tracking|case|serial|membership)\b[^.\n]{0,20}?"
@@ -92,7 +96,7 @@ def importance(redacted: str) -> Reason | None:
         return "remember"
     if _RULE.search(text) or _RULE_ZH.search(text):
         return "rule"
-    if any(_is_code(m.group()) for m in _CODE.finditer(text)) or _NAMED_NUMBER.search(text):
+    if _codes(text) or _NAMED_NUMBER.search(text):
         return "identifier"
     return None
 
@@ -171,7 +175,7 @@ def _trigger_starts(text: str) -> list[int]:
     starts = _remember_starts(text)
     starts += [m.start() for pattern in (_RULE, _RULE_ZH, _NAMED_NUMBER)
                for m in pattern.finditer(text)]
-    starts += [m.start() for m in _CODE.finditer(text) if _is_code(m.group())]
+    starts += _codes(text)
     # A match that opens with the blanks after a boundary starts at its first word.
     return [start + len(text[start:]) - len(text[start:].lstrip()) for start in starts]
 
@@ -179,6 +183,14 @@ def _trigger_starts(text: str) -> list[int]:
 def _sentence_at(text: str, start: int, end: str) -> str:
     """`text` from `start` to the first boundary `end` (a lookbehind) after it."""
     return re.split(end, text[start:], maxsplit=1)[0]
+
+
+def _codes(text: str) -> list[int]:
+    """Where each identifier code of `text` starts, leaving out those inside a web address
+    (a path's "TR03125" is not something the user asks to keep)."""
+    links = [m.span() for m in _URL.finditer(text)]
+    return [m.start() for m in _CODE.finditer(text) if _is_code(m.group())
+            and not any(start <= m.start() < end for start, end in links)]
 
 
 def _is_code(word: str) -> bool:
