@@ -5,15 +5,16 @@ so a false positive costs tokens for good, while a miss only leaves the message 
 before. A user message is important when it
 
 - asks to be remembered: "remember that…", "please remember:…", "don't forget that…", "note
-  that…" (a bare "note" only before what it keeps: "Note: …", "Note the rules: …"), "keep in mind…", "for future reference…", "记住…", "请记得…", "别忘了…", "不要忘记…"
-  — at the start of a sentence, and not as a question, a shared memory ("remember when we…",
-  "do you remember…", "你还记得…吗") or a reminder to do something ("don't forget to…", which
-  in conversations between people is advice);
+  that…" (a bare "note" only before what it keeps: "Note: …", "Note the rules: …"), "keep in
+  mind…", "for future reference…", "记住…", "请记得…", "别忘了…", "不要忘记…" — at the start
+  of a sentence, and not as a question, a shared memory ("remember when we…", "do you
+  remember…", "你还记得…吗") or a reminder to do something ("don't forget to…", which in
+  conversations between people is advice);
 - sets a standing rule for the assistant: "from now on…", "always/never answer|reply|use|…",
   "don't ever…", "never give … advice", "从现在开始…", "以后请…", "永远不要…", "请始终…";
 - states an identifier: a code mixing capitals and at least three digits ("HT-2023-118",
-  "INV00042", "AB-12345"; not inside a web address), or a number of four or more digits right after a word that names
-  an identifier ("order number is 88120931", "合同编号：2023118").
+  "INV00042", "AB-12345"; not inside a web address), or a number of four or more digits right
+  after a word that names an identifier ("order number is 88120931", "合同编号：2023118").
 
 The rule reads the message after PII redaction (gateway/core/text/pii.py): phone, card and ID
 numbers are never a reason to pin (and a pin made by the rule stores the redacted text).

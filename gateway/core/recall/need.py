@@ -189,7 +189,8 @@ _THEN = r"(?: (?:once|ever|also|previously|just|already|recently|earlier|first|o
 _YOU_SAID = re.compile(
     rf"\byou(?: had| have|'d|'ve)?{_THEN} (?:{_SAID})\b"
     rf"|\b(?:did|have|had) you{_THEN} (?:{_SAY}|{_SAID})\b"
-    r"|\byour(?: \w+)? (?:answer|reply|response|suggestion|recommendation|list|advice)s?\b"
+    r"|\byour (?:previous |earlier |last |first )?"
+    r"(?:answer|reply|response|suggestion|recommendation|list|advice)s?\b"
     r"|\bremind me\b(?!.*\b(?:i|me|my|mine|i'm|i've|i'd|we|our|us)\b)"
     r"|(?<![和向跟对给帮与为替])[你您](?:之前|上次|刚才|以前|曾经|曾|也)?(?:[和跟对向为给]我)?"
     r"(?:说|提到|提过|提起|推荐|建议|告诉|讲|列|写|介绍|分享|教|给[了过]?我)")
