@@ -222,7 +222,7 @@ def recall(corpus: Corpus, query: str, knobs: Knobs) -> list[Recollection]:
     forwards of it (`above_floor`: the items at or above the relevance floor, none below the
     gate unless the message refers to the past, none at all for a message that needs no
     memory: gateway/core/recall/need.py), the message read as recall reads it (`search_text`,
-    its relative days from the day it is asked on: `asked_on`)."""
+    its relative days from the day it is asked on: `asked`)."""
     need = memory_need(query)
     if need is Need.NONE:
         return []

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.recall.need import Need, asked_on, memory_need, search_text
+from gateway.core.recall.need import Need, asked, memory_need, search_text
 
 PLEASANTRIES = [
     "Thanks!", "Thank you so much!", "thanks a lot :)", "Bye!", "See you tomorrow!",
@@ -114,11 +114,11 @@ def test_recall_searches_a_message_without_the_session_marker_it_opens_with(mess
 
 
 def test_the_day_a_message_is_asked_on_is_its_session_marker_s_date():
-    assert asked_on("[2023/05/30 (Tue) 19:58] What did I buy yesterday?") == \
+    assert asked("[2023/05/30 (Tue) 19:58] What did I buy yesterday?")[0] == \
         datetime.date(2023, 5, 30)
-    assert asked_on("1:56 pm on 8 May, 2023: What did I eat?") == datetime.date(2023, 5, 8)
-    assert asked_on("2024年3月2日我去了哪里？") is None  # a bare date: what it asks about
-    assert asked_on("What did I buy yesterday?") is None
+    assert asked("1:56 pm on 8 May, 2023: What did I eat?")[0] == datetime.date(2023, 5, 8)
+    assert asked("2024年3月2日我去了哪里？")[0] is None  # a bare date: what it asks about
+    assert asked("What did I buy yesterday?")[0] is None
 
 
 def test_a_day_named_anywhere_else_is_still_asked_about():

@@ -130,15 +130,10 @@ def search_text(message: str) -> str:
     return asked(message)[1]
 
 
-def asked_on(message: str) -> datetime.date | None:
-    """The day `message` says it is asked on: the date of the session marker `search_text`
-    leaves out (None: it has none) — "today" for the relative days it names ("yesterday",
-    "last Saturday")."""
-    return asked(message)[0]
-
-
 def asked(message: str) -> tuple[datetime.date | None, str]:
-    """(`asked_on`, `search_text`) of `message`, its marker read once."""
+    """(the day `message` says it is asked on, `search_text` of it), its marker read once. The
+    day is the date of the session marker `search_text` leaves out (None: it has none) —
+    "today" for the relative days the message names ("yesterday", "last Saturday")."""
     rest = after_opening_date(message)
     marker = message[:len(message) - len(rest)]
     if rest == message or not (marker.lstrip().startswith("[") or _TIME_OF_DAY.search(marker)):
