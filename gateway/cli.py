@@ -267,11 +267,13 @@ def _serve(args: argparse.Namespace) -> None:
         if embedded is not None:
             embedded.stop()
     if signalled is not None:
-        if exit_signals.received == [signal.SIGTERM]:
-            # One SIGTERM, served: in-flight requests finished, the buffer and the recorder
+        if signalled == signal.SIGTERM:
+            # A SIGTERM, served: in-flight requests finished, the buffer and the recorder
             # drained, the store stopped. That is the stop a supervisor asked for — status 0
-            # (Kubernetes and systemd read 143 as a failure). A second signal forced the
-            # exit (uvicorn skips the drain): the process ends by that signal, as before.
+            # (Kubernetes and systemd read 143 as a failure). uvicorn cuts the drain only for
+            # a SIGINT during its shutdown, and re-raises that one first; a later signal was
+            # only noted (the store's stop is never cut short). A SIGINT ends the process by
+            # SIGINT, as Ctrl-C does.
             logging.shutdown()
             sys.exit(0)
         exit_signals.exit_by(signalled)

@@ -13,6 +13,7 @@ path) or as a JSON object string (parsed back into fields here).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -87,24 +88,38 @@ def configure_logging(level: str, log_format: LogFormat) -> None:
 
 FORCED_EXIT_MESSAGE = ("lifespan cancelled by a forced exit (SIGINT during shutdown); the "
                        "gateway's shutdown ran in that cancellation")
+REQUEST_CANCELLED_MESSAGE = ("request cancelled by the shutdown (a forced exit, or the end of "
+                             "server.shutdown_timeout_seconds)")
 
 
 class ForcedExitFilter(logging.Filter):
-    """One warning line instead of a traceback logged as an error for a forced exit.
+    """One warning line instead of a traceback logged as an error, for the work a shutdown
+    cancels on purpose.
 
     uvicorn's forced exit (SIGINT while it shuts down, e.g. a second Ctrl-C) skips the
     lifespan's shutdown; the event loop's teardown then cancels the lifespan instead, the
     gateway's shutdown runs in that cancellation (gateway.http.app: the store and worker stop as
     usual), and starlette reports the CancelledError as a failed shutdown, which uvicorn logs
-    as an error: the traceback text as the message."""
+    as an error: the traceback text as the message. The same teardown (or the end of
+    `timeout_graceful_shutdown`) cancels the requests still in flight, and uvicorn logs each
+    as "Exception in ASGI application" with the CancelledError attached."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and isinstance(record.msg, str) \
-                and record.msg.startswith("Traceback") \
+        if record.levelno < logging.ERROR or not isinstance(record.msg, str):
+            return True
+        if record.msg.startswith("Traceback") \
                 and record.msg.rstrip().endswith("asyncio.exceptions.CancelledError"):
-            record.msg, record.args = FORCED_EXIT_MESSAGE, ()
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            self._warn(record, FORCED_EXIT_MESSAGE)
+        elif record.msg.startswith("Exception in ASGI application") and record.exc_info \
+                and isinstance(record.exc_info[1], asyncio.CancelledError):
+            self._warn(record, REQUEST_CANCELLED_MESSAGE)
         return True
+
+    @staticmethod
+    def _warn(record: logging.LogRecord, message: str) -> None:
+        record.msg, record.args = message, ()
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
 
 
 def uvicorn_log_config(log_format: LogFormat) -> dict[str, Any]:

@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.support.processes import (GatewayProcess, Processes, alive, gateway_config_file,
-                                     report)
+from tests.support.processes import (AUTH, GatewayProcess, Processes, alive, chat_body,
+                                     gateway_config_file, report)
 
 
 @pytest.fixture
@@ -42,16 +44,25 @@ def _stop_leftover(pid: int) -> None:
             pass
 
 
-@pytest.mark.parametrize("signals, pause", [
-    pytest.param([signal.SIGTERM], 0.2, id="sigterm"),
-    pytest.param([signal.SIGINT], 0.2, id="sigint"),
-    pytest.param([signal.SIGTERM, signal.SIGTERM], 0.2, id="sigterm-twice"),
-    pytest.param([signal.SIGTERM, signal.SIGINT], 0.2, id="sigterm-then-sigint"),
-    # SIGINT while uvicorn still shuts down: its forced exit, which skips the lifespan's
-    # shutdown (the loop's teardown cancels the lifespan instead: gateway.ops.logs.ForcedExitFilter)
-    pytest.param([signal.SIGTERM, signal.SIGINT], 0.01, id="sigint-forcing-the-exit"),
+def _check_stopped(gateway: GatewayProcess, data: Path, store: int, name: str) -> int:
+    """Waits for the exit; asserts the store, its socket and owner file are gone and the
+    shutdown logged; returns the exit code."""
+    code = _wait_exit(gateway)
+    gone = not alive(store)
+    report(f"embedded store after {name}", exit_code=code, store_stopped=gone)
+    assert gone, gateway.log_tail()
+    assert not (data / "redis.sock").exists()
+    assert not (data / "redis.owner").exists()
+    assert "Traceback" not in gateway.log_text(), gateway.log_text()
+    assert '"event": "shutdown_complete"' in gateway.log_text()
+    return code
+
+
+@pytest.mark.parametrize("sig, code", [
+    pytest.param(signal.SIGTERM, 0, id="sigterm"),  # drained: the stop a supervisor asked for
+    pytest.param(signal.SIGINT, -signal.SIGINT, id="sigint"),  # Ctrl-C ends by SIGINT
 ])
-def test_a_signal_stops_the_embedded_store_with_the_gateway(workdir, signals, pause):
+def test_a_signal_stops_the_embedded_store_with_the_gateway(workdir, sig, code):
     config = gateway_config_file(workdir / "config.yaml", "embedded")
     data = workdir / "data"
     with Processes(workdir) as procs:
@@ -59,22 +70,66 @@ def test_a_signal_stops_the_embedded_store_with_the_gateway(workdir, signals, pa
         store = _store_pid(data)
         try:
             assert gateway.proc is not None
-            for sig in signals:
-                gateway.proc.send_signal(sig)
-                time.sleep(pause)
-            code = _wait_exit(gateway)
-            gone = not alive(store)
-            report(f"embedded store after {'+'.join(signal.Signals(s).name for s in signals)}",
-                   exit_code=code, store_stopped=gone)
-            assert gone, gateway.log_tail()
-            if signals == [signal.SIGTERM]:  # one SIGTERM, drained: the stop asked for
-                assert code == 0, gateway.log_tail()
-            else:  # a second signal forced the exit: it ends by a signal it got
-                assert -code in signals
-            assert not (data / "redis.sock").exists()
-            assert not (data / "redis.owner").exists()
-            assert "Traceback" not in gateway.log_text()
-            assert '"event": "shutdown_complete"' in gateway.log_text()
+            gateway.proc.send_signal(sig)
+            assert _check_stopped(gateway, data, store, sig.name) == code, gateway.log_tail()
+        finally:
+            _stop_leftover(store)
+
+
+def _first_bytes_of_a_stream(gateway: GatewayProcess, done: threading.Event,
+                             body: list[bytes]) -> threading.Thread:
+    """Streams a slow reply on a thread (its bytes into `body`, `done` at its end); returns
+    once its first bytes arrived, so the server is mid-request."""
+    started = threading.Event()
+
+    def run() -> None:
+        try:
+            with httpx.stream("POST", gateway.url + "/v1/chat/completions", timeout=30,
+                              json=chat_body("held", 0, model="stream-slow", stream=True),
+                              headers={**AUTH, "X-Conversation-Id": "held"}) as r:
+                for chunk in r.iter_bytes():
+                    body.append(chunk)
+                    started.set()
+        except httpx.HTTPError:
+            pass  # cut by a forced exit: what `body` holds says so
+        finally:
+            started.set()
+            done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert started.wait(20)
+    return thread
+
+
+@pytest.mark.parametrize("second, code, finished", [
+    # uvicorn lets the drain finish (it is bounded by shutdown_timeout_seconds): exit 0
+    pytest.param(signal.SIGTERM, 0, True, id="sigterm-twice"),
+    # a second Ctrl-C is uvicorn's forced exit: the stream is cut, the shutdown still runs
+    # (the loop's teardown cancels the lifespan: gateway.ops.logs.ForcedExitFilter)
+    pytest.param(signal.SIGINT, -signal.SIGINT, False, id="sigint-forcing-the-exit"),
+])
+def test_a_second_signal_while_a_request_drains(workdir, second, code, finished):
+    """The second signal lands while a stream is in flight (a 3 s reply): uvicorn is still in
+    its graceful shutdown, whatever the machine's speed."""
+    config = gateway_config_file(workdir / "config.yaml", "embedded",
+                                 models={"stream-slow": {"model": "fake/slow-3000"}})
+    data = workdir / "data"
+    with Processes(workdir) as procs:
+        gateway = procs.gateway(config)
+        store = _store_pid(data)
+        try:
+            assert gateway.proc is not None
+            done, body = threading.Event(), []
+            thread = _first_bytes_of_a_stream(gateway, done, body)
+            gateway.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            assert not done.is_set()  # the second signal comes while the stream runs
+            gateway.proc.send_signal(second)
+            name = f"SIGTERM+{second.name} mid-stream"
+            assert _check_stopped(gateway, data, store, name) == code, gateway.log_tail()
+            thread.join(10)
+            assert b"".join(body).rstrip().endswith(b"data: [DONE]") == finished
         finally:
             _stop_leftover(store)
 

@@ -4,6 +4,7 @@ is one JSON object with a level and a message or event, from start-up to SIGTERM
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -14,6 +15,7 @@ import httpx
 
 from gateway.ops.logs import (
     FORCED_EXIT_MESSAGE,
+    REQUEST_CANCELLED_MESSAGE,
     ForcedExitFilter,
     JsonFormatter,
     JsonMessage,
@@ -126,6 +128,25 @@ def test_a_forced_exit_s_cancelled_lifespan_is_one_warning_not_a_traceback():
     other = _record(logging.ERROR, "Traceback (most recent call last):\nValueError: x\n")
     assert ForcedExitFilter().filter(other)
     assert other.levelname == "ERROR" and other.getMessage().endswith("ValueError: x\n")
+
+
+def _asgi_error(exc: BaseException) -> logging.LogRecord:
+    return logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1,
+                             "Exception in ASGI application\n", (),
+                             (type(exc), exc, exc.__traceback__))
+
+
+def test_a_request_the_shutdown_cancels_is_one_warning_not_a_traceback():
+    cancelled = _asgi_error(asyncio.CancelledError())
+    assert ForcedExitFilter().filter(cancelled)
+    assert (cancelled.getMessage(), cancelled.levelname) == (REQUEST_CANCELLED_MESSAGE,
+                                                              "WARNING")
+    assert cancelled.exc_info is None
+    assert "Traceback" not in json.dumps(_format(cancelled))
+    # A request that failed for any other reason keeps its error and its traceback.
+    failed = _asgi_error(ValueError("boom"))
+    assert ForcedExitFilter().filter(failed)
+    assert failed.levelname == "ERROR" and "ValueError: boom" in _format(failed)["exc_info"]
 
 
 def test_both_log_formats_put_the_filter_on_uvicorn_s_error_logger():
