@@ -9,8 +9,9 @@ user's other conversations, facts), best first (gateway/core/context/brief.py). 
 when the request's turn is (`persist`); a request that is not stored (a probe) gets the brief
 it would have made. Later requests read the stored brief — a stateless client resending its
 whole history gets the same bytes. The brief is what the request that makes it recalls from
-outside the conversation (what did not fit it is not shown); every later request recalls from
-outside only when its message asks about the past. Store failures fail open: the request goes on with the memory
+outside the conversation, as far as its budget goes; that request is offered the rest after the
+history, as without a brief; every later request recalls from outside only when its message
+asks about the past or names someone the outside items speak of. Store failures fail open: the request goes on with the memory
 it had, the log says why.
 """
 
@@ -82,9 +83,10 @@ class Briefs:
             logger.warning("memory brief unavailable for request %s: %r", log.request_id, exc)
             log.memory_error = repr(exc)
             return memory
-        # The brief is the recall from outside for the message it is made for.
+        # The request that makes the brief is offered the rest of its recall from outside
+        # after the history, as without a brief (the brief took what fitted its budget).
         need = snapshot.need if snapshot.query == query else memory_need(query)
-        return with_brief(memory, stored.brief, asks_past=not made and need is Need.PAST,
+        return with_brief(memory, stored.brief, asks_past=made or need is Need.PAST,
                           outside=outside,
                           names=frozenset() if made else asked_names(search_text(query)))
 

@@ -243,3 +243,29 @@ def test_a_brief_that_cannot_be_read_fails_open(gateway_url, redis_url):
     sent = forwarded(raw.parse().choices[0].message.content or "")
     assert briefs(sent) == [] and sent[0]["content"] == SYSTEM
     assert "ResponseError" in raw.headers["x-gateway-memory-error"]
+
+
+def test_the_request_that_makes_a_small_brief_gets_the_rest_of_its_recall_after_the_history(
+        redis_url):
+    config = gateway_config(redis_url, tenant={"memory": {"facts_k": 5, "brief_tokens": 50}})
+    with running_gateway(config) as url:
+        remember(url)
+        history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                         {"role": "user", "content": "What is my name?"}]
+        first, reply = chat(url, history, "new", "ursula")
+        brief = briefs(first)
+        tail = [str(m["content"]) for m in first[2:] if m["role"] == "system"]
+        assert len(brief) == 1 and len(tail) == 1
+
+        def items(block: str) -> set[str]:
+            return {line for line in block.splitlines() if line.startswith("- ")}
+
+        # The brief takes what fits its budget; the rest follows the history, not repeated.
+        assert items(brief[0]) and items(tail[0]) and not items(brief[0]) & items(tail[0])
+        shown = "\n".join(items(brief[0]) | items(tail[0]))
+        assert NAME in shown and FACT_LINE in shown
+        history += [{"role": "assistant", "content": reply},
+                    {"role": "user", "content": "Thanks. And tell me a joke."}]
+        second, _ = chat(url, history, "new", "ursula")
+        assert briefs(second) == brief  # the same bytes, and nothing after the history
+        assert [m for m in second[2:] if m["role"] == "system"] == []
