@@ -9,9 +9,10 @@ user's other conversations, facts), best first (gateway/core/context/brief.py). 
 when the request's turn is (`persist`); a request that is not stored (a probe) gets the brief
 it would have made. Later requests read the stored brief — a stateless client resending its
 whole history gets the same bytes. The brief is what the request that makes it recalls from
-outside the conversation, as far as its budget goes; that request is offered the rest after the
-history, as without a brief; every later request recalls from outside only when its message
-asks about the past or names someone the outside items speak of. Store failures fail open: the request goes on with the memory
+outside the conversation, as far as its budget goes. After the history, every request — the
+one that makes the brief too — is offered what it recalls from outside only when its message
+asks about the past or asks about someone an item names (what the brief shows is not offered
+again). Store failures fail open: the request goes on with the memory
 it had, the log says why.
 """
 
@@ -65,11 +66,9 @@ class Briefs:
         if budget <= 0 or not isinstance(snapshot, MemorySnapshot) or not snapshot.memory:
             return memory
         log.brief_tokens = 0
-        made = False
         try:
             stored = await self.store.get(key)
             if stored is None or stored.budget != budget:
-                made = True
                 profile = memory.profile if memory.profile_elsewhere else None
                 brief = make_brief(profile, [r for r in memory.recalled if outside(r)], budget,
                                    tokenizer, framing_for([query]))
@@ -83,12 +82,11 @@ class Briefs:
             logger.warning("memory brief unavailable for request %s: %r", log.request_id, exc)
             log.memory_error = repr(exc)
             return memory
-        # The request that makes the brief is offered the rest of its recall from outside
-        # after the history, as without a brief (the brief took what fitted its budget).
+        # The request that makes the brief is no exception: what did not fit the brief is
+        # offered after the history when the message asks about the past or names someone.
         need = snapshot.need if snapshot.query == query else memory_need(query)
-        return with_brief(memory, stored.brief, asks_past=made or need is Need.PAST,
-                          outside=outside,
-                          names=frozenset() if made else asked_names(search_text(query)))
+        return with_brief(memory, stored.brief, asks_past=need is Need.PAST, outside=outside,
+                          names=asked_names(search_text(query)))
 
 
 def outside(item: Recollection) -> bool:
