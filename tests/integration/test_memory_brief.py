@@ -245,8 +245,10 @@ def test_a_brief_that_cannot_be_read_fails_open(gateway_url, redis_url):
     assert "ResponseError" in raw.headers["x-gateway-memory-error"]
 
 
-def test_the_request_that_makes_a_small_brief_gets_the_rest_of_its_recall_after_the_history(
+def test_a_request_asking_about_the_past_gets_what_the_brief_could_not_hold_after_the_history(
         redis_url):
+    """The request that makes the brief too; a message that does not ask about the past
+    gets the brief alone, at its conversation's first request as later."""
     config = gateway_config(redis_url, tenant={"memory": {"facts_k": 5, "brief_tokens": 50}})
     with running_gateway(config) as url:
         remember(url)
@@ -269,3 +271,8 @@ def test_the_request_that_makes_a_small_brief_gets_the_rest_of_its_recall_after_
         second, _ = chat(url, history, "new", "ursula")
         assert briefs(second) == brief  # the same bytes, and nothing after the history
         assert [m for m in second[2:] if m["role"] == "system"] == []
+        opening, _ = chat(url, [{"role": "system", "content": SYSTEM},
+                                {"role": "user", "content": "Tell me a joke about my name and my bees."}],
+                          "another", "ursula")
+        assert len(briefs(opening)) == 1
+        assert [m for m in opening[2:] if m["role"] == "system"] == []
