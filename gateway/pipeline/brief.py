@@ -12,8 +12,8 @@ whole history gets the same bytes. The brief is what the request that makes it r
 outside the conversation, as far as its budget goes. After the history, every request — the
 one that makes the brief too — is offered what it recalls from outside only when its message
 asks about the past or asks about someone an item names (what the brief shows is not offered
-again). Store failures fail open: the request goes on with the memory
-it had, the log says why.
+again). Store failures fail open: the request goes on with the memory it had, the log says
+why.
 """
 
 from __future__ import annotations

@@ -271,8 +271,8 @@ def test_a_request_asking_about_the_past_gets_what_the_brief_could_not_hold_afte
         second, _ = chat(url, history, "new", "ursula")
         assert briefs(second) == brief  # the same bytes, and nothing after the history
         assert [m for m in second[2:] if m["role"] == "system"] == []
+        joke = "Tell me a joke about my name and my bees."  # more than the brief holds
         opening, _ = chat(url, [{"role": "system", "content": SYSTEM},
-                                {"role": "user", "content": "Tell me a joke about my name and my bees."}],
-                          "another", "ursula")
+                                {"role": "user", "content": joke}], "another", "ursula")
         assert len(briefs(opening)) == 1
         assert [m for m in opening[2:] if m["role"] == "system"] == []
