@@ -11,7 +11,9 @@ import signal
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 import httpx
 import pytest
@@ -44,6 +46,21 @@ def _stop_leftover(pid: int) -> None:
             pass
 
 
+@contextmanager
+def _serving(workdir: Path, **config: Any) -> Iterator[tuple[GatewayProcess, int]]:
+    """A `gateway serve` on an embedded store, and the store's pid; the store is never left
+    running, whatever the test asserted."""
+    with Processes(workdir) as procs:
+        gateway = procs.gateway(gateway_config_file(workdir / "config.yaml", "embedded",
+                                                    **config))
+        store = _store_pid(workdir / "data")
+        try:
+            assert gateway.proc is not None
+            yield gateway, store
+        finally:
+            _stop_leftover(store)
+
+
 def _check_stopped(gateway: GatewayProcess, data: Path, store: int, name: str) -> int:
     """Waits for the exit; asserts the store, its socket and owner file are gone and the
     shutdown logged; returns the exit code."""
@@ -63,17 +80,10 @@ def _check_stopped(gateway: GatewayProcess, data: Path, store: int, name: str) -
     pytest.param(signal.SIGINT, -signal.SIGINT, id="sigint"),  # Ctrl-C ends by SIGINT
 ])
 def test_a_signal_stops_the_embedded_store_with_the_gateway(workdir, sig, code):
-    config = gateway_config_file(workdir / "config.yaml", "embedded")
-    data = workdir / "data"
-    with Processes(workdir) as procs:
-        gateway = procs.gateway(config)
-        store = _store_pid(data)
-        try:
-            assert gateway.proc is not None
-            gateway.proc.send_signal(sig)
-            assert _check_stopped(gateway, data, store, sig.name) == code, gateway.log_tail()
-        finally:
-            _stop_leftover(store)
+    with _serving(workdir) as (gateway, store):
+        gateway.proc.send_signal(sig)
+        assert _check_stopped(gateway, workdir / "data", store, sig.name) == code, \
+            gateway.log_tail()
 
 
 def _first_bytes_of_a_stream(gateway: GatewayProcess, done: threading.Event,
@@ -112,26 +122,19 @@ def _first_bytes_of_a_stream(gateway: GatewayProcess, done: threading.Event,
 def test_a_second_signal_while_a_request_drains(workdir, second, code, finished):
     """The second signal lands while a stream is in flight (a 3 s reply): uvicorn is still in
     its graceful shutdown, whatever the machine's speed."""
-    config = gateway_config_file(workdir / "config.yaml", "embedded",
-                                 models={"stream-slow": {"model": "fake/slow-3000"}})
-    data = workdir / "data"
-    with Processes(workdir) as procs:
-        gateway = procs.gateway(config)
-        store = _store_pid(data)
-        try:
-            assert gateway.proc is not None
-            done, body = threading.Event(), []
-            thread = _first_bytes_of_a_stream(gateway, done, body)
-            gateway.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.2)
-            assert not done.is_set()  # the second signal comes while the stream runs
-            gateway.proc.send_signal(second)
-            name = f"SIGTERM+{second.name} mid-stream"
-            assert _check_stopped(gateway, data, store, name) == code, gateway.log_tail()
-            thread.join(10)
-            assert b"".join(body).rstrip().endswith(b"data: [DONE]") == finished
-        finally:
-            _stop_leftover(store)
+    with _serving(workdir, models={"stream-slow": {"model": "fake/slow-3000"}}) \
+            as (gateway, store):
+        done, body = threading.Event(), []
+        thread = _first_bytes_of_a_stream(gateway, done, body)
+        gateway.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        assert not done.is_set()  # the second signal comes while the stream runs
+        gateway.proc.send_signal(second)
+        name = f"SIGTERM+{second.name} mid-stream"
+        assert _check_stopped(gateway, workdir / "data", store, name) == code, \
+            gateway.log_tail()
+        thread.join(10)
+        assert b"".join(body).rstrip().endswith(b"data: [DONE]") == finished
 
 
 def test_a_failed_start_up_stops_the_embedded_store(workdir):
