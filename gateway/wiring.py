@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from gateway.config import Config
 from gateway.config.tenants import TenantDirectory
 from gateway.memory.runtime import MemoryRuntime, build_memory
+from gateway.ops.allocator import start_trimmer
 from gateway.ops.job_metrics import JobMetrics
 from gateway.ops.tracing import Tracing, start_tracing
 from gateway.memory.ports import Embedder
@@ -197,14 +198,21 @@ async def open_services(config: Config, url: str, upstream: Upstream, *, applies
     embedder up, and — where this process `applies_turns` — the
     recorder, on a connection of its own (its blocking reads outlast any socket timeout).
 
+    While open, the process's free C-allocator memory goes back to the system every
+    `server.malloc_trim_seconds` (gateway/ops/allocator.py).
+
     On exit, in order: the background work drains (if started), memory closes, the store's
-    connections close, the last spans go out. `upstream` belongs to the caller."""
+    connections close, the last spans go out, the trimming stops. `upstream` belongs to the
+    caller."""
     timeout = config.server.store_timeout_seconds
     cluster = config.store_cluster.enabled
     pool = {"max_connections": max_connections} if max_connections else {}
     redis = connect(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                     cluster=cluster, **pool)
     async with contextlib.AsyncExitStack() as stack:
+        trimmer = start_trimmer(config.server.malloc_trim_seconds)
+        if trimmer is not None:
+            stack.callback(trimmer.stop)
         stack.push_async_callback(lambda: step("store connection", redis.aclose(), timeout))
         encryption = await load_encryption(config, redis)
         recorder = jobs = None

@@ -29,3 +29,6 @@ class ServerConfig(Strict):
     shutdown_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     """On SIGTERM: how long in-flight requests (streams included) may take to finish before
     they are cancelled; then the recorder and the record buffer are drained."""
+    malloc_trim_seconds: float = Field(60.0, ge=0, le=86400)
+    """Every this many seconds each process hands the memory its C allocator holds free back
+    to the system (glibc's `malloc_trim`; nothing where the C library has none); 0: never."""

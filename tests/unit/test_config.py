@@ -48,6 +48,7 @@ def test_the_shipped_config_is_valid_and_has_the_demo_tenant():
     (minimal(models={"m": {"model": "fake/echo", "api_key": "sk-literal"}}),
      "tenants.acme.models.m.api_key"),
     ({**minimal(), "server": {"port": 70000}}, "server.port"),
+    ({**minimal(), "server": {"malloc_trim_seconds": -1}}, "server.malloc_trim_seconds"),
     ({**minimal(), "store": "postgres://x"}, "store"),
     ({**minimal(), "recorder": {"mode": "sometimes"}}, "recorder.mode"),
     (minimal(api_keys=[{"sha256": "nothex"}]), "tenants.acme.api_keys.0"),
