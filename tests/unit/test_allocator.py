@@ -25,11 +25,13 @@ def test_the_trimmer_calls_its_function_until_stopped():
 
     trimmer = Trimmer(trim, 0.001)
     trimmer.start()
+    thread = trimmer._thread
+    assert thread is not None and thread.name == "malloc-trim"
     assert called.wait(10)
     trimmer.stop()
     made = len(calls)
     assert made >= 3 and trimmer.calls == made
-    assert not any(t.name == "malloc-trim" for t in threading.enumerate())
+    assert not thread.is_alive() and trimmer._thread is None
     assert len(calls) == made  # none after stop()
 
 
