@@ -23,11 +23,11 @@ logger = logging.getLogger("gateway.allocator")
 def malloc_trim() -> Callable[[], object] | None:
     """The C library's `malloc_trim(0)` as a function, or None where it has none."""
     name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
+    if name is None:
         return None
-    if trim is None:
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # no such library, or a C library without it
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return lambda: trim(0)
