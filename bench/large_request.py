@@ -36,9 +36,11 @@ from bench.overhead.processes import (ChildServer, ChildServers, free_port,
                                       stop_children_on_sigterm, stop_pidfile_process)
 from bench.overhead.stack import child_env, source_info
 from bench.soak.cli import UPSTREAM_KEY_ENV, gateway_config, tenant_keys
+from gateway.config.request import RequestLimitsConfig
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "large-request.json"
 HOST = "127.0.0.1"
+MAX_MESSAGES = RequestLimitsConfig().max_messages
 WORDS = ("river", "budget", "violin", "harbour", "ledger", "orchard", "signal", "lantern",
          "cobalt", "meadow", "quartz", "saddle", "thimble", "walnut", "zephyr", "anchor")
 
@@ -62,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.doors = [d for d in args.doors.split(",") if d]
     if any(d not in DIALECTS for d in args.doors) or args.messages < 3 or args.windows < 1:
         parser.error(f"doors among {DIALECTS}; at least 3 messages and 1 window")
+    # Each resend adds two messages; the system prompt is one more.
+    sent = args.messages + 1 + 2 * args.windows * args.large_per_window
+    if sent > MAX_MESSAGES:
+        parser.error(f"the last resend would carry {sent:,} messages, over the gateway's "
+                     f"request_limits.max_messages ({MAX_MESSAGES:,}, OpenAI's own limit): "
+                     "fewer --messages, --windows or --large-per-window")
     return args
 
 
