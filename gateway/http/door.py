@@ -71,6 +71,13 @@ class Door:
 
 async def serve(request: Request, door: Door) -> Response:
     gateway: Gateway = request.app.state.gateway
+    pipeline = gateway.pipeline
+    # Counted while served: a large request's steps yield to the others (off_loop.py).
+    with pipeline.off_loop.serving(), pipeline.metrics.in_flight.track_inprogress():
+        return await _serve(request, door, gateway)
+
+
+async def _serve(request: Request, door: Door, gateway: Gateway) -> Response:
     log = request_log(request, gateway)
     try:
         tenant, key_digest = gateway.tenants.authenticate_key(door.authorization(request))

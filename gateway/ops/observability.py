@@ -200,6 +200,15 @@ class Metrics:
                                       "Steps of large requests run on a worker thread instead "
                                       "of the serving loop (gateway/pipeline/off_loop.py).",
                                       ["step"], registry=self.registry)
+        self.in_flight = Gauge("gateway_requests_in_flight",
+                               "Chat requests (the three doors) this process is serving now "
+                               "(a stream until its response starts).",
+                               registry=self.registry)
+        self.off_loop_yields = Counter("gateway_off_loop_yields_total",
+                                       "Waits of a large request on the serving loop after a "
+                                       "step run off it, while other requests were in flight "
+                                       "(gateway/pipeline/off_loop.py).",
+                                       ["step"], registry=self.registry)
         self.overhead = Histogram("gateway_overhead_seconds",
                                   "Time spent before the upstream call.",
                                   buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1),

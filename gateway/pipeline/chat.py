@@ -134,7 +134,8 @@ class Pipeline:
         self.prices = prices or {}
         """(tenant, model alias) → its price (gateway/upstream/prices.py); absent: unknown."""
         self._hints: dict[tuple[str, str], CacheHint | None] = {}
-        self.off_loop = off_loop or OffLoop(metrics.off_loop_steps)
+        self.off_loop = off_loop or OffLoop(metrics.off_loop_steps,
+                                          yields=metrics.off_loop_yields)
         """Where a large request's heavy steps run (the door's parse too)."""
         self.briefs = briefs
         """None: no conversation has a memory brief (gateway/pipeline/brief.py)."""

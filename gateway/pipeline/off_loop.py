@@ -15,12 +15,23 @@ loop thread gets the interpreter back within it; the previous interval is restor
 last such step ends. (Why these values: docs/decisions.md, "Large requests off the serving
 loop".)
 
-Each step run off the loop is counted: `gateway_off_loop_steps_total{step}`.
+Even so, while both want the interpreter, the step's thread and the loop thread get about half
+of it each: other requests are served at about half speed for as long as a large one's steps
+run. So, while other requests are in flight (`serving` counts the requests being served), a
+request whose step ran off the loop then waits as long as the step took (an async sleep: the
+loop serves the others meanwhile): a large request takes about half of the process while
+others are served, and all of it when it is alone.
+
+Each step run off the loop is counted: `gateway_off_loop_steps_total{step}`, and each wait
+after one: `gateway_off_loop_yields_total{step}`.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
 from typing import Callable, TypeVar
 
 import anyio
@@ -40,15 +51,22 @@ SWITCH_INTERVAL = 0.0005
 class OffLoop:
     """Runs steps on a worker thread and counts them; one per serving process."""
 
-    def __init__(self, counter: Counter | None = None, *, min_body_bytes: int = MIN_BODY_BYTES,
+    def __init__(self, counter: Counter | None = None, *, yields: Counter | None = None,
+                 min_body_bytes: int = MIN_BODY_BYTES,
                  min_messages: int = MIN_MESSAGES,
-                 switch_interval: float = SWITCH_INTERVAL) -> None:
+                 switch_interval: float = SWITCH_INTERVAL,
+                 wait: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
+        """`wait`: how a request waits after its step while others are in flight (tests
+        record it)."""
         self.min_body_bytes = min_body_bytes
         self.min_messages = min_messages
         self.switch_interval = switch_interval
         self._counter = counter
+        self._yields = yields
+        self._wait = wait
         self._running = 0
         self._saved_interval = 0.0
+        self._requests = 0
 
     def large_body(self, size: int) -> bool:
         return size >= self.min_body_bytes
@@ -56,19 +74,36 @@ class OffLoop:
     def large_conversation(self, messages: int) -> bool:
         return messages >= self.min_messages
 
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Counts a request as in flight while inside (entered on the loop thread only)."""
+        self._requests += 1
+        try:
+            yield
+        finally:
+            self._requests -= 1
+
     async def run(self, step: str, fn: Callable[..., T], *args: object) -> T:
         """`fn(*args)` on a worker thread, counted under `step`; its exception is raised here.
-        A request cancelled meanwhile is cancelled once the step has ended."""
+        A request cancelled meanwhile is cancelled once the step has ended. While requests
+        other than this one are in flight, besides those whose steps run off the loop, it then
+        waits as long as the step took (see the module docstring)."""
         if self._counter is not None:
             self._counter.labels(step=step).inc()
-        # Only the loop thread runs this: the count needs no lock.
+        # Only the loop thread runs this: the counts need no lock.
         if self._running == 0:
             self._saved_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self.switch_interval, self._saved_interval))
         self._running += 1
+        started = time.perf_counter()
         try:
-            return await anyio.to_thread.run_sync(fn, *args)
+            result = await anyio.to_thread.run_sync(fn, *args)
         finally:
             self._running -= 1
             if self._running == 0:
                 sys.setswitchinterval(self._saved_interval)
+        if self._requests > self._running + 1:
+            if self._yields is not None:
+                self._yields.labels(step=step).inc()
+            await self._wait(time.perf_counter() - started)
+        return result

@@ -1,11 +1,15 @@
 """A large request's heavy steps run on a worker thread, a small one's on the loop: counted
 through `/metrics` (`gateway_off_loop_steps_total{step}`) over HTTP, through each door with its
-real SDK, against a real store; the large request is answered and recorded as any other."""
+real SDK, against a real store; the large request is answered and recorded as any other; while
+another request is in flight it waits after each step (`gateway_off_loop_yields_total{step}`),
+alone it does not."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
 import httpx
@@ -22,16 +26,20 @@ STEPS = ("parse", "reconcile", "count", "rewrite")
 def gateway_url(redis_url):
     # Memory off: what is counted here is the request path; memory work on 1,000 messages
     # (inline in tests) would only make the test slower.
-    with running_gateway(gateway_config(redis_url, tenant={"memory": {"enabled": False}})) \
-            as url:
+    with running_gateway(gateway_config(redis_url, tenant={"memory": {"enabled": False}},
+                                        models={"slower": {"model": "fake/slow-5000"}})) as url:
         yield url
 
 
-def off_loop_counts(url: str) -> dict[str, float]:
+def off_loop_counts(url: str, metric: str = "gateway_off_loop_steps_total") -> dict[str, float]:
     text = httpx.get(url + "/metrics").text
-    found = dict(re.findall(r'^gateway_off_loop_steps_total\{step="(\w+)"\} (\S+)$', text,
-                            re.MULTILINE))
+    found = dict(re.findall(rf'^{metric}\{{step="(\w+)"\}} (\S+)$', text, re.MULTILINE))
     return {step: float(found.get(step, 0)) for step in STEPS}
+
+
+def in_flight(url: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    return float(re.search(r"^gateway_requests_in_flight (\S+)$", text, re.MULTILINE)[1])
 
 
 def large_history() -> list[dict[str, str]]:
@@ -43,11 +51,11 @@ def large_history() -> list[dict[str, str]]:
             for i in range(count)]
 
 
-def chat(url: str, conversation: str, messages: list[dict[str, str]]) -> str:
+def chat(url: str, conversation: str, messages: list[dict[str, str]],
+         model: str = "messages") -> str:
     client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS["acme"], max_retries=0)
     reply = client.chat.completions.create(
-        model="messages", messages=messages,
-        extra_headers={"X-Conversation-Id": conversation})
+        model=model, messages=messages, extra_headers={"X-Conversation-Id": conversation})
     return reply.choices[0].message.content or ""
 
 
@@ -111,3 +119,26 @@ def test_the_messages_and_responses_doors_parse_a_large_body_off_the_loop(gatewa
     responses.responses.create(model="echo", input="Hi",
                                extra_headers={"X-Conversation-Id": "small-responses"})
     assert off_loop_counts(gateway_url) == after
+
+
+def test_a_large_request_waits_after_each_step_while_another_is_in_flight_and_not_alone(
+        gateway_url):
+    yields = "gateway_off_loop_yields_total"
+    before = off_loop_counts(gateway_url, yields)
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(chat, gateway_url, "slow-beside",
+                           [{"role": "user", "content": "take your time"}], "slower")
+        deadline = time.monotonic() + 10
+        while in_flight(gateway_url) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert in_flight(gateway_url) == 1
+        history = large_history()
+        forwarded = json.loads(chat(gateway_url, "large-beside", history))
+        assert not slow.done()  # in flight for all of the large request
+        assert forwarded[-1] == history[-1]
+        beside = off_loop_counts(gateway_url, yields)
+        assert {s: beside[s] - before[s] for s in STEPS} == {s: 1 for s in STEPS}
+        assert slow.result() == "take your time"
+    assert in_flight(gateway_url) == 0
+    chat(gateway_url, "large-alone", large_history())
+    assert off_loop_counts(gateway_url, yields) == beside

@@ -1,10 +1,12 @@
 """OffLoop: a step runs on another thread, counted by step; the switch interval is lowered
-only while a step runs and restored after, also when steps overlap or one raises."""
+only while a step runs and restored after, also when steps overlap or one raises; after a
+step, a request waits as long as the step took only while other requests are in flight."""
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import anyio
 import pytest
@@ -75,3 +77,78 @@ def test_sizes_decide_what_is_large():
     off_loop = OffLoop(min_body_bytes=100, min_messages=10)
     assert not off_loop.large_body(99) and off_loop.large_body(100)
     assert not off_loop.large_conversation(9) and off_loop.large_conversation(10)
+
+
+class Waits:
+    """Records what OffLoop asks to wait, without waiting."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+
+def test_a_request_alone_does_not_wait_after_its_step():
+    waits = Waits()
+    off_loop = OffLoop(wait=waits)
+
+    async def main() -> None:
+        with off_loop.serving():
+            await off_loop.run("parse", time.sleep, 0.01)
+
+    anyio.run(main)
+    assert waits.seconds == []
+
+
+def test_a_request_waits_as_long_as_its_step_took_while_another_is_in_flight():
+    steps, registry = counter()
+    waits = Waits()
+    off_loop = OffLoop(yields=steps, wait=waits)
+
+    async def main() -> None:
+        with off_loop.serving():  # another request, on the loop
+            with off_loop.serving():
+                await off_loop.run("parse", time.sleep, 0.01)
+                await off_loop.run("rewrite", time.sleep, 0.01)
+        await off_loop.run("count", time.sleep, 0)  # the other is done: no wait
+
+    anyio.run(main)
+    assert len(waits.seconds) == 2 and min(waits.seconds) >= 0.01
+    assert registry.get_sample_value("steps_total", {"step": "parse"}) == 1
+    assert registry.get_sample_value("steps_total", {"step": "rewrite"}) == 1
+    assert registry.get_sample_value("steps_total", {"step": "count"}) is None
+
+
+def test_requests_whose_steps_all_run_off_the_loop_do_not_wait_for_each_other():
+    waits = Waits()
+    off_loop = OffLoop(wait=waits)
+    release = threading.Event()
+
+    async def request(fn, *args) -> None:
+        with off_loop.serving():
+            await off_loop.run("parse", fn, *args)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(request, release.wait, 10)
+            await anyio.wait_all_tasks_blocked()
+            await request(release.set)  # ends while the first one's step still runs
+
+    anyio.run(main)
+    assert waits.seconds == []
+
+
+def test_the_requests_in_flight_are_counted_down_when_one_fails():
+    waits = Waits()
+    off_loop = OffLoop(wait=waits)
+
+    async def main() -> None:
+        with pytest.raises(ValueError):
+            with off_loop.serving():
+                raise ValueError("bad body")
+        with off_loop.serving():
+            await off_loop.run("parse", time.sleep, 0)
+
+    anyio.run(main)
+    assert waits.seconds == []
