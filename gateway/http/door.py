@@ -71,9 +71,8 @@ class Door:
 
 async def serve(request: Request, door: Door) -> Response:
     gateway: Gateway = request.app.state.gateway
-    pipeline = gateway.pipeline
     # Counted while served: a large request's steps yield to the others (off_loop.py).
-    with pipeline.off_loop.serving(), pipeline.metrics.in_flight.track_inprogress():
+    with gateway.pipeline.off_loop.serving():
         return await _serve(request, door, gateway)
 
 

@@ -202,7 +202,8 @@ class Metrics:
                                       ["step"], registry=self.registry)
         self.in_flight = Gauge("gateway_requests_in_flight",
                                "Chat requests (the three doors) this process is serving now "
-                               "(a stream until its response starts).",
+                               "(a stream until its response starts; counted by "
+                               "gateway/pipeline/off_loop.py).",
                                registry=self.registry)
         self.off_loop_yields = Counter("gateway_off_loop_yields_total",
                                        "Waits of a large request on the serving loop after a "

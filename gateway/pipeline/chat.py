@@ -136,7 +136,9 @@ class Pipeline:
         self._hints: dict[tuple[str, str], CacheHint | None] = {}
         self.off_loop = off_loop or OffLoop(metrics.off_loop_steps,
                                           yields=metrics.off_loop_yields)
-        """Where a large request's heavy steps run (the door's parse too)."""
+        """Where a large request's heavy steps run (the door's parse too); it counts the
+        requests in flight (`gateway_requests_in_flight` reads them)."""
+        metrics.in_flight.set_function(lambda: self.off_loop.requests)
         self.briefs = briefs
         """None: no conversation has a memory brief (gateway/pipeline/brief.py)."""
 

@@ -74,6 +74,11 @@ class OffLoop:
     def large_conversation(self, messages: int) -> bool:
         return messages >= self.min_messages
 
+    @property
+    def requests(self) -> int:
+        """The requests in flight (inside `serving`)."""
+        return self._requests
+
     @contextmanager
     def serving(self) -> Iterator[None]:
         """Counts a request as in flight while inside (entered on the loop thread only)."""
