@@ -241,3 +241,44 @@ def test_auto_steps_from_a_4000_token_budget_and_rolls_below() -> None:
     assert not replace(auto, assembly="rolling").stepped
     # the compacted size decides, not the window
     assert ContextPolicy().stepped and not replace(ContextPolicy(), compact_to_tokens=4000).stepped
+
+
+# --- a message asking what was said before ---------------------------------------------------
+
+
+def test_a_message_asking_what_was_said_is_served_as_right_after_a_step() -> None:
+    """Its window holds at most half the allowance (the most a window holds right after a
+    step), the room it frees goes to recall; the next request's window is the regular one
+    again; with nothing recalled there is nothing to make room for."""
+    policy = ContextPolicy(max_context_tokens=5000, reserve_completion_tokens=0,
+                           assembly="stepped")
+    allowance = int(policy.window_share * policy.prompt_budget)
+    instructions = (Message.of("system", "be brief"),)
+    recalled = tuple(Recollection(kind="turn", id=f"r{n}", text=f"turn {n} " + "x " * 60,
+                                  source_ids=(f"s{n}",), position=n, score=1.0 / (n + 1))
+                     for n in range(40))
+    asking = user("Do you remember what we talked about in our previous conversation?")
+    history: list[Message] = []
+    widened = 0
+    for n in range(180):
+        if n > 80:  # ~70 tokens an exchange: the history no longer fits from ~70 on
+            regular_out = rewrite(RewriteRequest(instructions, tuple(history),
+                                                 (user(f"question {n}"),), policy,
+                                                 MemoryContext(recalled=recalled)), TOK)
+            asked_out = rewrite(RewriteRequest(instructions, tuple(history), (asking,), policy,
+                                               MemoryContext(recalled=recalled)), TOK)
+            bare = rewrite(RewriteRequest(instructions, tuple(history), (asking,), policy,
+                                          MemoryContext()), TOK)
+            assert regular_out.history_kept < len(history)
+            window = asked_out.messages[len(instructions):len(instructions)
+                                        + asked_out.history_kept]
+            assert count_messages(list(window), TOK) - 3 <= allowance // 2
+            assert asked_out.tokens_forwarded <= policy.prompt_budget
+            assert asked_out.recent_turns >= policy.served_turns
+            assert asked_out.recalled_tokens >= regular_out.recalled_tokens
+            widened += asked_out.recalled_tokens > regular_out.recalled_tokens
+            assert bare.history_kept == regular_out.history_kept
+            # the next request goes back to the regular window: no breakpoint written here
+            assert asked_out.stable_messages is None and regular_out.stable_messages
+        history += [user(f"question {n} " + "w " * 30), assistant(f"answer {n} " + "v " * 30)]
+    assert widened > 60  # most requests: the regular window holds more than half
