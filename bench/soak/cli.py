@@ -8,8 +8,10 @@ and stateful, every `--stream-every`th request streamed; each conversation grows
 `--turns` turns, then the client starts a new one. Together they send `--rate` requests per
 second for `--warmup-minutes` (not measured), then `--minutes`. The resident memory (VmRSS)
 of the serving process, the worker and the store is read at the end of the warm-up, every
-`--sample-seconds` after it and at the end. Writes FILE.json and FILE.md and stops every
-child it started — also on errors, Ctrl-C and SIGTERM.
+`--sample-seconds` after it and at the end. Nothing is deleted unless `--retire-minutes` is
+given: then every conversation idle that long is deleted through the user control API as the
+run goes, so that what the users hold (and the indexes over it) stays about the same. Writes
+FILE.json and FILE.md and stops every child it started — also on errors, Ctrl-C and SIGTERM.
 """
 
 from __future__ import annotations
@@ -61,13 +63,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--index-cache-mb", type=int, default=None,
                         help="memory.index.cache_mb (default: the gateway's); a budget the "
                              "warm-up fills shows what grows besides the bounded indexes")
+    parser.add_argument("--retire-minutes", type=float, default=None,
+                        help="delete every conversation idle this long through the user "
+                             "control API as the run goes, so that what the users hold stops "
+                             "growing (default: keep everything)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.warmup_minutes < 0 or args.rate <= 0 or args.users < 1 \
             or args.turns < 1 or args.sample_seconds <= 0 \
-            or (args.index_cache_mb is not None and args.index_cache_mb < 2):
-        parser.error("minutes, rate, users, turns and sample-seconds must be positive, "
-                     "index-cache-mb at least 2")
+            or (args.index_cache_mb is not None and args.index_cache_mb < 2) \
+            or (args.retire_minutes is not None and args.retire_minutes <= 0):
+        parser.error("minutes, rate, users, turns, sample-seconds and retire-minutes must be "
+                     "positive, index-cache-mb at least 2")
     return args
 
 
@@ -141,7 +148,8 @@ def run(args: argparse.Namespace, workdir: Path) -> tuple[Tally, int]:
                   f"{args.warmup_minutes} min, then {args.minutes} min", flush=True)
             asyncio.run(drive(url, population, args.rate, args.warmup_minutes * 60,
                               args.minutes * 60, args.sample_seconds,
-                              process_finder(gateway.pid or 0, data_dir), tally))
+                              process_finder(gateway.pid or 0, data_dir), tally,
+                              None if args.retire_minutes is None else args.retire_minutes * 60))
             restarts = log_count(workdir / "gateway.log", "worker_exited")
     finally:
         stop_pidfile_process(data_dir / "redis.pid")
@@ -177,7 +185,7 @@ def summarise(tally: Tally) -> dict[str, Any]:
 
 def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
     m = meta["machine"]
-    ok = sum(v for k, v in result["outcomes"].items() if k != "error")
+    ok = sum(v for k, v in result["outcomes"].items() if k in DOORS)
     per_door = ", ".join(f"{d} {result['outcomes'].get(d, 0):,}" for d in DOORS)
     lines = [f"# Soak: {meta['minutes']:g} minutes after a {meta['warmup_minutes']:g}-minute "
              "warm-up", "",
@@ -192,10 +200,16 @@ def markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
              + ("" if meta.get("memory", True) else ", tenants' memory off")
              + ("" if meta.get("index_cache_mb") is None
                 else f", `memory.index.cache_mb: {meta['index_cache_mb']}`")
+             + ("" if meta.get("retire_minutes") is None
+                else f", conversations idle {meta['retire_minutes']:g} minutes deleted as the "
+                     "run goes (what the users hold stops growing)")
              + ". Shared machine.", "",
              f"Requests answered: {ok:,} ({per_door}); "
              f"errors: {result['outcomes'].get('error', 0)}; worker exits (restarted): "
-             f"{meta['worker_restarts']}.", "",
+             f"{meta['worker_restarts']}"
+             + ("" if meta.get("retire_minutes") is None
+                else f"; conversations deleted: {result['outcomes'].get('retired', 0):,}")
+             + ".", "",
              "| process | RSS after warm-up MB | at the end MB | peak MB | growth |",
              "|---|---:|---:|---:|---:|"]
     for name, v in result["memory"].items():
@@ -230,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             "clients": len(TENANTS) * args.users * 6, "turns": args.turns,
             "stream_every": args.stream_every, "worker_restarts": restarts,
             "memory": args.memory, "index_cache_mb": args.index_cache_mb,
+            "retire_minutes": args.retire_minutes,
             "command": "python -m bench soak " + " ".join(sys.argv[1:] if argv is None
                                                            else argv)}
     write_result(args.out, {"meta": meta, **result}, markdown(meta, result), indent=1)

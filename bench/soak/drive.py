@@ -16,6 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.machine import rss_mb
 from bench.soak.traffic import Client
 
+RETIRE_EVERY_S = 30.0
+"""How often idle conversations are looked for when conversations are retired."""
+
 
 @dataclass
 class Tally:
@@ -36,8 +39,10 @@ class Tally:
 
 async def drive(base_url: str, clients: list[Client], rate: float, warmup_s: float,
                 duration_s: float, sample_s: float, processes: Callable[[], dict[str, int]],
-                tally: Tally) -> None:
-    """Run the load for `warmup_s + duration_s`; latencies count from the end of the warm-up."""
+                tally: Tally, retire_after_s: float | None = None) -> None:
+    """Run the load for `warmup_s + duration_s`; latencies count from the end of the warm-up.
+    With `retire_after_s`, every user's conversations idle that long are deleted through the
+    user control API as the run goes (`retirer`)."""
     started = time.monotonic()
     measure_from = started + warmup_s
     stop_at = measure_from + duration_s
@@ -92,7 +97,57 @@ async def drive(base_url: str, clients: list[Client], rate: float, warmup_s: flo
     connector = aiohttp.TCPConnector(limit=len(clients))
     async with aiohttp.ClientSession(connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=60)) as session:
-        await asyncio.gather(sampler(session), *(client_loop(c, session) for c in clients))
+        retiring = [] if retire_after_s is None else \
+            [retirer(session, base_url, clients, retire_after_s, stop_at, tally)]
+        await asyncio.gather(sampler(session), *retiring,
+                             *(client_loop(c, session) for c in clients))
+
+
+async def retirer(session: aiohttp.ClientSession, base_url: str, clients: list[Client],
+                  idle_s: float, stop_at: float, tally: Tally) -> None:
+    """Every `RETIRE_EVERY_S` until `stop_at`: `retire_idle` the conversations not updated for
+    `idle_s`, so that what the users hold stops growing — a soak of a steady amount of memory."""
+    users = sorted({(c.key, c.user) for c in clients})
+    while time.monotonic() < stop_at:
+        await asyncio.sleep(RETIRE_EVERY_S)
+        await retire_idle(session, base_url, users, time.time() - idle_s, tally)
+
+
+async def retire_idle(session: aiohttp.ClientSession, base_url: str,
+                      users: list[tuple[str, str]], before: float, tally: Tally) -> None:
+    """Delete each of `users`' (API key, user id) conversations last updated before `before`
+    (a Unix time) through the user control API (`GET /v1/memory/conversations`, then `DELETE`
+    each); counted as `retired`, a failure as an error."""
+    for key, user in users:
+        headers = {"Authorization": f"Bearer {key}", "X-User-Id": user}
+        try:
+            for conversation in await idle_conversations(session, base_url, headers, before):
+                async with session.delete(f"{base_url}/v1/memory/conversations/{conversation}",
+                                          headers=headers) as response:
+                    await response.read()
+                if response.status == 200:
+                    tally.outcomes["retired"] += 1
+                else:
+                    tally.error(f"retire {conversation}: HTTP {response.status}")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            tally.error(f"retire: {type(exc).__name__}: {exc}")
+
+
+async def idle_conversations(session: aiohttp.ClientSession, base_url: str,
+                             headers: dict[str, str], before: float) -> list[str]:
+    """The ids of the user's conversations last updated before `before` (a Unix time)."""
+    idle: list[str] = []
+    after: str | None = None
+    while True:
+        params = {"limit": "100", **({} if after is None else {"after": after})}
+        async with session.get(f"{base_url}/v1/memory/conversations", headers=headers,
+                               params=params) as response:
+            page = await response.json()
+        idle += [c["id"] for c in page["data"]
+                 if c["updated_at"] is not None and c["updated_at"] < before]
+        if not page["has_more"]:
+            return idle
+        after = page["last_id"]
 
 
 async def index_bytes(session: aiohttp.ClientSession, base_url: str) -> float | None:

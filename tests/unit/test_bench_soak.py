@@ -100,3 +100,18 @@ def test_the_gateway_config_is_valid_and_sets_the_index_budget_only_when_given(m
     assert default.memory.index.cache_mb == 512
     assert bounded.memory.index.cache_mb == 24
     assert set(bounded.tenants) == {"acme", "globex", "initech"}
+
+
+def test_the_report_says_when_idle_conversations_were_deleted():
+    tally = Tally()
+    tally.rss = [{"t": 0.0, "gateway": 200.0}]
+    tally.outcomes.update({"chat": 3, "retired": 7})
+    meta = {"minutes": 1, "warmup_minutes": 1, "date": "d", "rate": 8, "users": 1,
+            "clients": 18, "turns": 4, "stream_every": 4, "worker_restarts": 0, "command": "c",
+            "machine": {"cores": 2, "cpu_model": "x", "python": "3.11"},
+            "source": {"commit": "abc", "uncommitted_changes": False}}
+    kept = markdown(meta, summarise(tally))
+    retired = markdown({**meta, "retire_minutes": 2}, summarise(tally))
+    assert "Requests answered: 3 " in kept and "deleted" not in kept
+    assert "conversations idle 2 minutes deleted" in retired
+    assert "Requests answered: 3 " in retired and "conversations deleted: 7." in retired
