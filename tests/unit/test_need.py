@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.recall.need import Need, asked, asks_what_was_said, memory_need, search_text
+from gateway.core.recall.need import Need, asked, memory_need, search_text
 
 PLEASANTRIES = [
     "Thanks!", "Thank you so much!", "thanks a lot :)", "Bye!", "See you tomorrow!",
@@ -124,26 +124,3 @@ def test_the_day_a_message_is_asked_on_is_its_session_marker_s_date():
 def test_a_day_named_anywhere_else_is_still_asked_about():
     assert memory_need("On 8 May, 2023, where did I go?") is Need.PAST
     assert memory_need("[8 May, 2023] Where did I go on 5 May, 2023?") is Need.PAST
-
-
-SAID_BEFORE = [
-    "Do you remember what my cat is called?", "What did we talk about in our first conversation?",
-    "I was going through our previous conversation about Catalonia. What was the third point?",
-    "Can you remind me of the two songs from last week?", "Did I mention where I work?",
-    "What was the book you recommended?", "[2023/05/30 (Tue) 19:58] As I said, the meeting moved.",
-    "你还记得我的猫叫什么吗？", "你推荐过的那本书叫什么？",
-]
-PAST_OTHERWISE = [
-    "What did I do yesterday?", "What is the name of the playlist I created on Spotify?",
-    "What did we eat on March 3rd?", "上周六我去了哪里？", "How long should I boil an egg?",
-]
-
-
-@pytest.mark.parametrize("message", SAID_BEFORE)
-def test_a_message_asking_what_was_said_before_says_so_in_so_many_words(message):
-    assert asks_what_was_said(message)
-
-
-@pytest.mark.parametrize("message", PAST_OTHERWISE)
-def test_a_day_or_the_grammar_of_a_personal_question_is_not_asking_what_was_said(message):
-    assert not asks_what_was_said(message)

@@ -98,7 +98,6 @@ from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.context.rewrite_request import Conversation, Rewrite, RewriteRequest
 from gateway.core.context.steps import estimated_costs, step_points, window_starts
 from gateway.core.context.tool_loop import allowances, is_tool_loop, loop_window, split_loop
-from gateway.core.recall.need import asks_what_was_said
 from gateway.core.recall.pages import pages_last
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
@@ -321,14 +320,8 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
     length = policy.truncate_message_tokens
     if policy.recent_share > 0:
         length = min(length, max(1, share(policy.recent_share, policy.prompt_budget)))
-    # A message asking what was said before is served as right after a step: the window at
-    # most half its allowance, the room it frees to recall. The next request's window is the
-    # regular one again, so this prompt names no stable prefix (no cache breakpoint written).
-    asks = bool(request.memory.recalled) and asks_what_was_said("\n".join(
-        m.text for m in request.current if m.role == "user"))
     window = _stepped_window(request, costs, left, length,
-                             _unsummarized(request, summary.block is not None), tokenizer,
-                             stepped_now=asks)
+                             _unsummarized(request, summary.block is not None), tokenizer)
     pinned = _without_shown_pins(request, window, pinned, tokenizer, framing)
     left = room - pinned.cost - summary.cost - window.cost
     profile = pack_profile(request.memory.profile, min(share(policy.profile_share, room), left),
@@ -345,7 +338,7 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
     messages = stable + tuple(b for b in (profile.block, recalled.block) if b is not None) \
         + request.current
     return _assembled(messages, tokens_original, fixed_cost, window, pinned, summary, profile,
-                      recalled, stable_messages=None if asks else len(stable))
+                      recalled, stable_messages=len(stable))
 
 
 def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: int,
@@ -379,25 +372,20 @@ def _assembled(messages: tuple[Message, ...], tokens_original: int, fixed_cost: 
 
 
 def _stepped_window(request: RewriteRequest, costs: tuple[int, ...], room: int, length: int,
-                    begin: int, tokenizer: Tokenizer, *, stepped_now: bool = False) -> Window:
+                    begin: int, tokenizer: Tokenizer) -> Window:
     """The history from the first step whose window (messages cut to `length`) fits `room`
-    and the policy's allowance — with `stepped_now`, half the allowance (the most a window
-    holds right after a step; the same step points), and from the served turns when the step
-    leaves fewer —; else the newest turns that fit the allowance."""
+    and the policy's allowance; else the newest turns that fit the allowance."""
     policy = request.policy
     history = request.history
     allowance = min(room, share(policy.window_share, policy.prompt_budget))
     estimates = estimated_costs(costs, length)
     step = max(1, allowance // 2)
-    if stepped_now:
-        allowance = step
     served = served_start(history, begin, policy.served_turns)
     for point in window_starts(history, estimates, allowance, step, begin):
         if point > served:
             # Too few turns since the step for the continuity rule: start at the last step
             # point before the served turns (the newest served turn, if that does not fit).
-            earlier = [p for p in step_points(history, estimates, step)
-                       if begin <= p <= served and not stepped_now]
+            earlier = [p for p in step_points(history, estimates, step) if begin <= p <= served]
             starts = ([earlier[-1]] if earlier else []) + [served]
         else:
             starts = [point]

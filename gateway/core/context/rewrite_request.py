@@ -82,9 +82,8 @@ class Rewrite:
     """How many leading messages are the prompt's stable prefix — what the next request of
     the conversation repeats unless memory or a step changes it (a provider's cache
     breakpoint goes at its end): the instructions, the blocks before the history and the
-    history forwarded whole or the stepped window; None: the rolling window slides, or the
-    stepped window was shortened for this request alone (a message asking what was said
-    before), only the leading system messages are stable."""
+    history forwarded whole or the stepped window; None: the rolling window slides, only the
+    leading system messages are stable."""
     tool_results_cleared: int = 0
     """Tool results of a compacted tool loop forwarded as placeholders."""
     exchanges_dropped: int = 0

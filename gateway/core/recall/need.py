@@ -105,20 +105,17 @@ _PAST_READ = 400
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'"})
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
-_SAID_BEFORE = (
-    r"\b(?:remember|remind me|as i said|as you said|we (?:talked|spoke|chatted|discussed)|"
+_PAST = re.compile(
+    r"\b(?:remember|remind me|recall|last time|earlier|"
+    r"as i said|as you said|we (?:talked|spoke|chatted|discussed)|"
     r"(?:i|we|you) (?:mentioned|said)|(?:i|you) told (?:you|me)|i asked you|you asked me|"
     r"did (?:i|we|you) (?:tell|mention|say|talk|discuss|share|ask)|"
     r"(?:our|the|that) (?:first|last|previous|earlier|other) "
-    r"(?:conversation|chat|talk|session|discussion)s?)\b"
-    r"|记得|记不记得|我们聊|我们谈|我们讨论|我说过|你说过|我提到|我提过|我跟你说|我告诉过你|我们第一次")
-"""What was said in the conversation before: remembering, telling, an earlier conversation."""
-_PAST = re.compile(
-    _SAID_BEFORE + r"|\b(?:recall|last time|earlier|"
+    r"(?:conversation|chat|talk|session|discussion)s?|"
     r"yesterday|last (?:night|week|weekend|month|year|monday|tuesday|wednesday|thursday|"
     r"friday|saturday|sunday))\b"
-    r"|上次|上回|之前|以前|那天|昨天|昨日|前天|上周|上星期|上礼拜|上个月|去年")
-_SAID_BEFORE_RE = re.compile(_SAID_BEFORE)
+    r"|记得|记不记得|上次|上回|之前|以前|那天|我们聊|我们谈|我们讨论|我说过|你说过|我提到|"
+    r"我提过|我跟你说|我告诉过你|我们第一次|昨天|昨日|前天|上周|上星期|上礼拜|上个月|去年")
 
 
 _TIME_OF_DAY = re.compile(r"\d{1,2}[:：]\d{2}")
@@ -192,15 +189,6 @@ _YOU_SAID = re.compile(
     r"|\bremind me\b(?!.*\b(?:i|me|my|mine|i'm|i've|i'd|we|our|us)\b)"
     r"|(?<![和向跟对给帮与为替])[你您](?:之前|上次|刚才|以前|曾经|曾|也)?(?:[和跟对向为给]我)?"
     r"(?:说|提到|提过|提起|推荐|建议|告诉|讲|列|写|介绍|分享|教|给[了过]?我)")
-
-
-def asks_what_was_said(message: str) -> bool:
-    """Whether `message` asks about what was said before in so many words — remembering,
-    telling, an earlier conversation ("Do you remember…", "I mentioned…", "our previous
-    conversation", "你还记得…") or the assistant's own words (`asks_what_you_said`) — not only
-    about a day or by its grammar (both `PAST` too). Read where `memory_need` reads."""
-    text = after_opening_date(message)[-_PAST_READ:].translate(_APOSTROPHES).lower()
-    return bool(_SAID_BEFORE_RE.search(text) or _YOU_SAID.search(text))
 
 
 def asks_what_you_said(message: str) -> bool:
