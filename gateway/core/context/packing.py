@@ -201,14 +201,20 @@ def recall_reservation(recalled: Sequence[RecalledLine], limit: int,
 
 
 def pack_recalled(recalled: Sequence[RecalledLine], limit: int,
-                  tokenizer: Tokenizer, framing: Framing = ENGLISH) -> Packed[Recollection]:
+                  tokenizer: Tokenizer, framing: Framing = ENGLISH, *,
+                  large_last: bool = False) -> Packed[Recollection]:
     """Best first: each recollection, in rank order, that the block can take and still fit
     `limit`. Items are independent, so one that does not fit is skipped and the next (smaller)
-    ones are tried. The block shows them in reading order (see `render_recalled`).
+    ones are tried. With `large_last`, an item whose line costs more than half of `limit` —
+    one that leaves no room for another as large — is tried after the others (each group in
+    rank order). The block shows them in reading order (see `render_recalled`).
 
     Priced by arithmetic in one pass over the items; the block chosen (or, when nothing fits,
     the best item's) is rendered and measured once."""
     usable = [line for line in recalled if line.text]
+    if large_last and any(2 * line.cost > limit for line in usable):
+        usable = [line for line in usable if 2 * line.cost <= limit] \
+            + [line for line in usable if 2 * line.cost > limit]
     if not usable:
         return Packed()
     prices = _RecalledPrices(usable, tokenizer, framing)

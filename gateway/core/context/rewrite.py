@@ -98,6 +98,7 @@ from gateway.core.context.pinned import not_shown, pack_pinned, pin_text
 from gateway.core.context.rewrite_request import Conversation, Rewrite, RewriteRequest
 from gateway.core.context.steps import estimated_costs, step_points, window_starts
 from gateway.core.context.tool_loop import allowances, is_tool_loop, loop_window, split_loop
+from gateway.core.recall.need import asks_what_you_said
 from gateway.core.recall.pages import pages_last
 from gateway.core.recall.recollection import Recollection
 from gateway.core.text.tokens import REPLY_PRIMING, Tokenizer, count_each, count_message
@@ -204,7 +205,8 @@ def _rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     # relevant part is often after the cut), if it ranks and fits like any other.
     whole_ids, whole_texts = _shown_whole(request, window)
     offered = drop_redundant(offered, whole_ids, (), whole_texts)
-    recalled = pack_recalled(offered, left - window.cost, tokenizer, framing)
+    recalled = pack_recalled(offered, left - window.cost, tokenizer, framing,
+                             large_last=_large_last(request))
 
     messages = (
         request.instructions
@@ -332,7 +334,7 @@ def _stepped(request: RewriteRequest, costs: tuple[int, ...], room: int,
                              pinned_ids | _window_ids(request, window), summary.items,
                              pinned_texts | shown_texts(window.messages))
     recalled = pack_recalled(offered, min(share(policy.recall_share, room), left), tokenizer,
-                             framing)
+                             framing, large_last=_large_last(request))
     stable = request.instructions + tuple(
         b for b in (pinned.block, summary.block) if b is not None) + window.messages
     messages = stable + tuple(b for b in (profile.block, recalled.block) if b is not None) \
@@ -478,6 +480,14 @@ def _shown_whole(request: RewriteRequest,
     whole = [(i, m) for i, m, o in zip(ids, window.messages, request.history[start:]) if m is o]
     return (frozenset(i for i, _ in whole if i is not None),
             shown_texts([m for _, m in whole]))
+
+
+def _large_last(request: RewriteRequest) -> bool:
+    """Whether the compacted prompt's recalled block tries its large items last: unless the
+    message asks what the assistant said (`need.asks_what_you_said`), whose long replies are
+    what it wants (gateway/core/recall/pages.py)."""
+    return not asks_what_you_said("\n".join(m.text for m in request.current
+                                             if m.role == "user"))
 
 
 def _window_ids(request: RewriteRequest, window: Window) -> frozenset[str]:
