@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.context.blocks import (
+    MemoryContext,
     RECALLED_HEADER,
     SUMMARY_HEADER,
     SUMMARY_TAG,
@@ -288,3 +289,40 @@ def test_a_longer_history_costs_the_rewrite_one_count_per_message_more():
 def test_one_line_is_its_regular_expression(text):
     """`one_line` by string methods is the substitution it is defined as."""
     assert one_line(text) == re.sub(r"\s*\n\s*", " ", text.strip())
+
+
+# --- large items last ----------------------------------------------------------------------
+
+
+def turn_item(n: int, words: int) -> Recollection:
+    return Recollection(kind="turn", id=f"t{n}", text=f"turn {n} " + "w " * words,
+                        source_ids=(f"s{n}",), position=n, score=1.0 / (n + 1))
+
+
+def test_with_large_last_an_item_over_half_the_room_is_tried_after_the_others():
+    items = [turn_item(0, 20), turn_item(1, 70), turn_item(2, 30), turn_item(3, 30)]
+    lines = recalled_lines(items, WORDS)
+    limit = 120  # the 70-word item takes more than half of it
+    in_rank = pack_recalled(lines, limit, WORDS)
+    large_last = pack_recalled(lines, limit, WORDS, large_last=True)
+    assert [r.id for r in in_rank.items] == ["t0", "t1"]
+    assert [r.id for r in large_last.items] == ["t0", "t2", "t3"]
+    assert large_last.cost <= limit
+    # room enough for all: the same block either way
+    assert pack_recalled(lines, 400, WORDS, large_last=True) == pack_recalled(lines, 400, WORDS)
+
+
+def test_the_stepped_tail_tries_its_large_items_last_unless_asked_what_the_assistant_said():
+    history = tuple(Message.of("user" if i % 2 == 0 else "assistant", f"message {i} " + "h " * 60)
+                    for i in range(40))
+    items = (turn_item(0, 20), turn_item(1, 150), turn_item(2, 30), turn_item(3, 30))
+    policy = ContextPolicy(max_context_tokens=700, reserve_completion_tokens=200,
+                           assembly="stepped")  # ~200 tokens for the block: not all four
+
+    def recalled_ids(question: str) -> tuple[str, ...]:
+        out = rewrite(RewriteRequest((), history, (Message.of("user", question),), policy,
+                                     MemoryContext(recalled=items)), WORDS)
+        return out.recalled_ids
+
+    assert recalled_ids("What did I plan for the garden?") == ("t0", "t2", "t3")
+    assert recalled_ids("What did you recommend for the garden?") == ("t0", "t1")

@@ -205,8 +205,7 @@ def _rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     # relevant part is often after the cut), if it ranks and fits like any other.
     whole_ids, whole_texts = _shown_whole(request, window)
     offered = drop_redundant(offered, whole_ids, (), whole_texts)
-    recalled = pack_recalled(offered, left - window.cost, tokenizer, framing,
-                             large_last=_large_last(request))
+    recalled = pack_recalled(offered, left - window.cost, tokenizer, framing)
 
     messages = (
         request.instructions
@@ -483,9 +482,10 @@ def _shown_whole(request: RewriteRequest,
 
 
 def _large_last(request: RewriteRequest) -> bool:
-    """Whether the compacted prompt's recalled block tries its large items last: unless the
-    message asks what the assistant said (`need.asks_what_you_said`), whose long replies are
-    what it wants (gateway/core/recall/pages.py)."""
+    """Whether the stepped assembly's recalled block — the tail the window leaves, 10-55 % of
+    the budget — tries its large items last: unless the message asks what the assistant said
+    (`need.asks_what_you_said`), whose long replies are what it wants
+    (gateway/core/recall/pages.py)."""
     return not asks_what_you_said("\n".join(m.text for m in request.current
                                              if m.role == "user"))
 
