@@ -64,8 +64,9 @@ Invariants (each pinned by tests/unit/test_rewrite.py and tests/unit/test_rewrit
   recent window gets the rest.
   The recalled block then gets the reservation plus whatever the window left unused, packed
   best first, skipping what does not fit — page-long items after the shorter ones unless the
-  message asks what the assistant said (gateway/core/recall/pages.py, in every assembly); a
-  share a block does not use goes to the window;
+  message asks what the assistant said (gateway/core/recall/pages.py, in every assembly; in the
+  stepped one also an item costing more than half the block's room); a share a block does not
+  use goes to the window;
 - nothing is shown twice: a recalled turn is never one of the window's messages forwarded whole
   (by id; a message the window shows shortened may be recalled whole), nor a
   recalled chunk whose source messages are all in the window, nor an item whose text is a
@@ -482,10 +483,10 @@ def _shown_whole(request: RewriteRequest,
 
 
 def _large_last(request: RewriteRequest) -> bool:
-    """Whether the stepped assembly's recalled block — the tail the window leaves, 10-55 % of
-    the budget — tries its large items last: unless the message asks what the assistant said
+    """Whether the stepped assembly's recalled block — the tail the window leaves — tries its
+    large items last: unless the message asks what the assistant said
     (`need.asks_what_you_said`), whose long replies are what it wants
-    (gateway/core/recall/pages.py)."""
+    (gateway/core/recall/pages.py; why: docs/decisions.md)."""
     return not asks_what_you_said("\n".join(m.text for m in request.current
                                              if m.role == "user"))
 
