@@ -35,6 +35,7 @@ from gateway.store.embedded import EmbeddedRedis
 from gateway.store.encryption.keyring import load_encryption
 from gateway.store.recording.recorder import Recorder
 from gateway.store.recording.sharded import ShardedRecorder
+from gateway.store.transcript_cache import TranscriptCache
 from gateway.upstream import FAKE_PREFIX, RoutingUpstream
 from gateway.upstream.endpoint import anthropic_endpoint, openai_endpoint
 
@@ -89,14 +90,16 @@ def routing_upstream(config: Config) -> RoutingUpstream:
 
 def build_recorder(config: Config, client: aioredis.Redis,
                    jobs: JobMetrics | None = None, *,
-                   encryption: Encryption = NO_ENCRYPTION) -> Recorder | ShardedRecorder:
-    """One Redis: a `Recorder` of the one record stream; a cluster: one per shard's stream."""
+                   encryption: Encryption = NO_ENCRYPTION,
+                   transcripts: TranscriptCache | None = None) -> Recorder | ShardedRecorder:
+    """One Redis: a `Recorder` of the one record stream; a cluster: one per shard's stream.
+    `transcripts`: the process's cache of decoded transcripts (none: each recorder its own)."""
     r = config.recorder
     options: dict[str, Any] = {
         "workers": r.workers, "max_attempts": r.max_attempts,
         "backoff_seconds": r.backoff_seconds,
         "claim_idle_ms": int(r.claim_idle_seconds * 1000), "jobs": jobs,
-        "encryption": encryption}
+        "encryption": encryption, "transcripts": transcripts}
     keys = key_space(config)
     if keys.cluster:
         return ShardedRecorder(client, keys, **options)
@@ -178,6 +181,9 @@ class Services:
     """Job latency and retries, counted where turns are applied and memory derived."""
     recorder: Recorder | ShardedRecorder | None
     """The recorder, where this process applies turns; not started (`start_background`)."""
+    transcripts: TranscriptCache
+    """The process's decoded transcripts, one cache for every reader of them (the recorder,
+    memory's store, the serving store): a conversation's messages are held and decoded once."""
     background: Background | None = None
 
     async def start_background(self) -> None:
@@ -215,13 +221,15 @@ async def open_services(config: Config, url: str, upstream: Upstream, *, applies
             stack.callback(trimmer.stop)
         stack.push_async_callback(lambda: step("store connection", redis.aclose(), timeout))
         encryption = await load_encryption(config, redis)
+        transcripts = TranscriptCache(encryption=encryption)
         recorder = jobs = None
         if applies_turns:
             recorder_redis = connect(url, socket_connect_timeout=timeout, cluster=cluster)
             stack.push_async_callback(lambda: step("recorder store connection",
                                                    recorder_redis.aclose(), timeout))
             jobs = JobMetrics(redis)  # for every replica's /metrics
-            recorder = build_recorder(config, recorder_redis, jobs, encryption=encryption)
+            recorder = build_recorder(config, recorder_redis, jobs, encryption=encryption,
+                                      transcripts=transcripts)
         tracing = start_tracing(config.tracing, span_exporter)
         if tracing is not None:  # the last spans out (a blocking export: off the loop)
             stack.push_async_callback(anyio.to_thread.run_sync, tracing.shutdown)
@@ -229,12 +237,14 @@ async def open_services(config: Config, url: str, upstream: Upstream, *, applies
         memory = None
         if any(t.memory.enabled for t in config.tenants.values()):
             memory = build_memory(config, redis, upstream, tenants, tracing=tracing,
-                                  jobs=jobs, encryption=encryption, embedder=embedder)
+                                  jobs=jobs, encryption=encryption, embedder=embedder,
+                                  transcripts=transcripts)
             stack.callback(memory.close)
             await memory.embedding.warm_up()
             if note_embedder:
                 await _note_embedder(redis, memory)
-        services = Services(redis, encryption, tenants, tracing, memory, jobs, recorder)
+        services = Services(redis, encryption, tenants, tracing, memory, jobs, recorder,
+                            transcripts)
 
         async def drain_background() -> None:
             if services.background is not None:

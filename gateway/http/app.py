@@ -120,7 +120,8 @@ async def _serving(app: Starlette, config: Config, services: Services, upstream:
     journal (yielded, for the shutdown's figures), the request history, and
     `app.state.gateway` for the handlers."""
     redis, memory, recorder = services.redis, services.memory, services.recorder
-    store = RedisStore(redis, key_space(config), encryption=services.encryption)
+    store = RedisStore(redis, key_space(config), cache=services.transcripts,
+                       encryption=services.encryption)
     tasks, metrics = TaskTracker(), Metrics()
     buffer = RecordBuffer(store, config.recorder.buffer_capacity,
                           retry_max_seconds=config.recorder.buffer_retry_max_seconds)

@@ -51,6 +51,7 @@ from gateway.store.cluster import key_space
 from gateway.store.codec import encode_key
 from gateway.store.encryption.crypto import NO_ENCRYPTION, Encryption
 from gateway.store.redis_store import RedisStore
+from gateway.store.transcript_cache import TranscriptCache
 from gateway.config.tenants import TenantDirectory
 from gateway.tokenizer import tokenizer_for_model
 from gateway.ops.tracing import Tracing
@@ -103,11 +104,13 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
                  tracing: Tracing | None = None,
                  jobs: JobMetrics | None = None,
                  encryption: Encryption = NO_ENCRYPTION,
-                 embedder: Embedder | None = None) -> MemoryRuntime:
+                 embedder: Embedder | None = None,
+                 transcripts: TranscriptCache | None = None) -> MemoryRuntime:
     """`jobs`: where the memory worker's job latency and retries are counted (its process
     passes one; a serving process that only recalls does not need it). `encryption`: every
     store of text seals and opens with it (vectors stay clear). `embedder`: instead of the
-    one `memory.embedder` configures."""
+    one `memory.embedder` configures. `transcripts`: the process's cache of decoded
+    transcripts, which the worker's loads share (none: a cache of its own)."""
     keys = MemoryKeySpace(key_space(config))
     sealed = {"encryption": encryption}
     e = config.memory.embedder
@@ -171,7 +174,7 @@ def build_memory(config: Config, redis: aioredis.Redis, upstream: Upstream,
             for n, k in knowledge.items()}, "extract", jobs),
     ]
     worker_config = config.memory.worker
-    store = RedisStore(redis, keys.store, **sealed)
+    store = RedisStore(redis, keys.store, cache=transcripts, **sealed)
     caps = {n: config.request_limits_for(n).max_stored_messages for n in enabled}
 
     async def archive(key: ConversationKey, branch: tuple[StoredMessage, ...]) -> int:

@@ -15,6 +15,7 @@ from gateway.core.transcript import TurnRecord
 from gateway.store import RedisStore
 from gateway.store.recording import Recorder
 from gateway.store.codec import encode_record
+from gateway.store.transcript_cache import TranscriptCache
 
 KEY = ConversationKey("acme", "alice", "conv-1")
 
@@ -389,6 +390,24 @@ async def test_a_cached_transcript_sees_turns_applied_by_another_process(store_c
     await writer.record(KEY, after(loaded[2].id, assistant("b2")))
     await recorder.process_available()
     assert texts(await reader.load(KEY)) == ["q", "a", "more", "b2"]
+
+
+async def test_a_recorder_and_a_store_sharing_a_cache_decode_each_message_once(store_client):
+    shared = TranscriptCache()
+    store = RedisStore(store_client, cache=shared)
+    recorder = Recorder(store_client, consumer_prefix="test", block_ms=20, transcripts=shared)
+    await store.record(KEY, after(None, user("q"), assistant("a")))
+    await recorder.process_available()
+    assert texts(await store.load(KEY)) == ["q", "a"]
+    for turn in range(2):
+        await store.record(KEY, append(user(f"more {turn}"), assistant(f"b {turn}")))
+        hits, extended, misses = shared.hits, shared.extended, shared.misses
+        await recorder.process_available()
+        # What the store's load decoded, the recorder finds as it is: nothing decoded again.
+        assert (shared.hits, shared.extended, shared.misses) == (hits + 1, extended, misses)
+        assert len(await store.load(KEY)) == 4 + 2 * turn
+        assert shared.extended == extended + 1  # only the turn just applied was decoded
+    assert len(shared) == 1
 
 
 async def test_a_deleted_conversation_is_never_served_from_the_cache(store, recorder):

@@ -95,11 +95,14 @@ class Recorder:
                  gap_timeout_ms: int | None = None, clock: Callable[[], float] = time.time,
                  gap_clock: Callable[[], float] = time.monotonic,
                  jobs: JobMetrics | None = None,
-                 encryption: Encryption = NO_ENCRYPTION, shard: int = 0):
+                 encryption: Encryption = NO_ENCRYPTION, shard: int = 0,
+                 transcripts: TranscriptCache | None = None):
         """`gap_clock`: the clock (seconds) `gap_timeout_ms` is counted on; a test steps it.
         `jobs`: where apply latency and retries are counted for /metrics (none: nowhere).
         `shard`: the shard whose record stream this recorder consumes (a cluster has one
-        stream per shard, each consumed by a recorder of its own: see ShardedRecorder)."""
+        stream per shard, each consumed by a recorder of its own: see ShardedRecorder).
+        `transcripts`: the process's cache of decoded transcripts, shared with its other
+        readers of them (none: one of its own)."""
         require_decoded(client)
         if workers < 1 or max_attempts < 1 or batch < 1 or block_ms < 1:
             raise ValueError("workers, max_attempts, batch and block_ms must be positive")
@@ -114,8 +117,10 @@ class Recorder:
         self.shard = shard
         self._stream = self.keys.records_at(shard)
         self.encryption = encryption
-        self.transcripts = TranscriptCache(encryption=encryption)
-        """Decoded transcripts of the conversations this recorder applied turns to."""
+        self.transcripts = (transcripts if transcripts is not None
+                            else TranscriptCache(encryption=encryption))
+        """Decoded transcripts of the conversations this recorder applied turns to (and of any
+        the cache's other readers loaded)."""
         prefix = consumer_prefix or f"{socket.gethostname()}-{os.getpid()}"
         self.consumers = tuple(f"{prefix}-{n}" for n in range(workers))
         self.max_attempts = max_attempts
