@@ -149,6 +149,7 @@ class MemoryErasure:
         complete = await self._settle(locks)
         again, _ = await self._delete_keys(tenant, user, spare_locks=False)
         entries += await self._delete_entries(tenant, user, streams=False)
+        self.store.forget_cached(tenant, user)  # and whatever a load put there meanwhile
         disk = await self.rewrite_disk_copies()
         return Erasure(erased_ms / 1000, deleted + again, entries, complete, disk)
 

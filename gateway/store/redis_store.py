@@ -221,6 +221,8 @@ class RedisStore:
                                         ck.branches, ck.pending, ck.meta, ck.last_enqueued,
                                         ck.archive],
                                   args=[ERASED_TTL_MS])
+        self.cache.forget(key)
+        self.archive.cache.forget(key)
 
     @property
     def client(self) -> aioredis.Redis:
@@ -228,9 +230,17 @@ class RedisStore:
         return self._redis
 
     async def mark_erased(self, tenant: str, user: str) -> int:
-        """Write the user's erase tombstone; returns the erase time (ms, the store's clock)."""
-        return int(await self._mark_erased_script(keys=[self.keys.erased(tenant, user)],
-                                                  args=[ERASED_TTL_MS]))
+        """Write the user's erase tombstone, drop the user's cached transcripts; returns the
+        erase time (ms, the store's clock)."""
+        erased = int(await self._mark_erased_script(keys=[self.keys.erased(tenant, user)],
+                                                    args=[ERASED_TTL_MS]))
+        self.forget_cached(tenant, user)
+        return erased
+
+    def forget_cached(self, tenant: str, user: str) -> None:
+        """Drop the user's transcripts and archives this process holds decoded."""
+        self.cache.forget_user(tenant, user)
+        self.archive.cache.forget_user(tenant, user)
 
     async def ping(self) -> None:
         """Every primary answers (a cluster missing one cannot serve that node's users)."""

@@ -16,7 +16,8 @@ difference of messages is dropped, and only what was appended is decoded.
 
 Bounded: least recently used conversations are dropped beyond `max_conversations` or beyond
 `max_bytes` of decoded messages in total, estimated from the stored elements' lengths (the
-newest entry is always kept).
+newest entry is always kept). A conversation this process deletes, or a user it erases, is
+dropped at once: its text does not stay in the process's memory until it ages out.
 """
 
 from __future__ import annotations
@@ -136,6 +137,17 @@ class TranscriptCache:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.size
 
+    def forget(self, key: ConversationKey) -> None:
+        """Drop the conversation's transcript (it was deleted)."""
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.size
+
+    def forget_user(self, tenant: str, user: str) -> None:
+        """Drop every transcript of the user (erased)."""
+        for key in [k for k in self._entries if k.tenant == tenant and k.user == user]:
+            self.forget(key)
+
     def args(self, cached: CachedTranscript | None) -> list[object]:
         """ARGV[1], ARGV[2] of TRANSCRIPT_LUA for what is cached (or nothing)."""
         return [cached.offset + cached.length if cached else -1,
@@ -166,6 +178,8 @@ class TranscriptCache:
         if messages:
             self.put(key, CachedTranscript(len(elements), last_sha1(list(elements)), messages,
                                            offset, sum(map(element_bytes, elements))))
+        else:
+            self.forget(key)  # the store has none (deleted, or not yet applied)
         return messages
 
     def _decode(self, key: ConversationKey, elements: Sequence[str]

@@ -205,9 +205,11 @@ async def test_an_erase_cancels_the_running_job_and_nothing_of_the_user_comes_ba
         setup, store):
     gate = Gate(ERIN)  # never released: only the heartbeat's cancel ends Erin's job
     worker, run = await prepared(setup, store, gate, heartbeat_seconds=0.05, lock_ms=60_000)
+    assert await setup.store.load(ERIN) and setup.store.cache.get(ERIN) is not None
 
     erasure = await setup.control(settle_seconds=30).erase(ERIN.tenant, ERIN.user)
     assert erasure.complete  # the job saw the tombstone, stopped and released its lock
+    assert setup.store.cache.get(ERIN) is None  # nor is it held decoded in this process
     await asyncio.wait_for(run, 60)
 
     assert_nothing_left(store, "Zorblax")

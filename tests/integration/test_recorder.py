@@ -415,6 +415,7 @@ async def test_a_deleted_conversation_is_never_served_from_the_cache(store, reco
     await recorder.process_available()
     assert texts(await store.load(KEY)) == ["secret", "a"]
     await store.delete(KEY)
+    assert store.cache.get(KEY) is None  # its text is not kept in memory either
     assert await store.load(KEY) == ()
     # Recreated with other content of the same length: the new content, not the cached one.
     await store.record(KEY, replace(after(None, user("other"), assistant("b")),

@@ -75,3 +75,25 @@ def test_the_estimate_is_within_a_factor_of_what_decoded_messages_take():
         finally:
             tracemalloc.stop()
         assert 0.6 * used <= cache.nbytes <= 1.6 * used, (text[:10], used, cache.nbytes)
+
+
+def test_a_deleted_conversation_and_an_erased_user_leave_the_cache_and_its_estimate():
+    raw = elements(6)
+    cache = TranscriptCache()
+    others = (ConversationKey("acme", "bob", "c0"), ConversationKey("globex", "alice", "c0"))
+    for k in (key(0), key(1), *others):
+        cache.resolve(k, None, 0, raw)
+    cache.forget(key(0))
+    assert cache.get(key(0)) is None and len(cache) == 3
+    cache.forget_user("acme", "alice")
+    assert cache.get(key(1)) is None
+    assert all(cache.get(k) is not None for k in others)  # the same names elsewhere stay
+    assert cache.nbytes == 2 * sum(map(element_bytes, raw))
+
+
+def test_a_load_that_finds_no_transcript_drops_the_cached_one():
+    cache = TranscriptCache()
+    cache.resolve(key(0), None, 0, elements(4))
+    cached = cache.get(key(0))
+    assert cache.resolve(key(0), cached, 0, []) == ()  # the store has none: deleted
+    assert cache.get(key(0)) is None and cache.nbytes == 0
