@@ -180,20 +180,27 @@ def test_a_ciphertext_moved_to_another_tenant_does_not_open(redis_url):
         globex = ks.conversation(ConversationKey("globex", USER, "c-one")).transcript
         with redis.Redis.from_url(redis_url, decode_responses=True) as r:
             r.lset(globex, 0, r.lindex(acme, 0))
+        # The gateway that wrote it holds what it decoded before the move: globex's own.
+        warm = sdk(url, "c-one", "globex").chat.completions.create(
+            model="messages", messages=[{"role": "user", "content": "What is my name?"}])
+        said = warm.choices[0].message.content or ""
+        assert "Vantrixel" in said and "Zephquor" not in said
 
-        async def load() -> None:
-            client = connect(redis_url)
-            try:
-                store = RedisStore(client, encryption=await load_encryption(
-                    config(redis_url, {"key_env": "GW_TEST_KEY_A"}), client))
-                with pytest.raises(DecryptError, match="tenant globex"):
-                    await store.load(ConversationKey("globex", USER, "c-one"))
-            finally:
-                await client.aclose()
-        asyncio.run(load())
+    async def load() -> None:
+        client = connect(redis_url)
+        try:
+            store = RedisStore(client, encryption=await load_encryption(
+                config(redis_url, {"key_env": "GW_TEST_KEY_A"}), client))
+            with pytest.raises(DecryptError, match="tenant globex"):
+                await store.load(ConversationKey("globex", USER, "c-one"))
+        finally:
+            await client.aclose()
+    asyncio.run(load())
 
-        # Through the gateway: the request still goes through (fail open), and the other
-        # tenant's text never reaches the model.
+    # Through a gateway that has not read it yet (a process's decoded transcripts are checked
+    # by their length and last element, which the move left alone): the request still goes
+    # through (fail open), and the other tenant's text never reaches the model.
+    with running_gateway(config(redis_url, {"key_env": "GW_TEST_KEY_A"})) as url:
         raw = sdk(url, "c-one", "globex").chat.completions.with_raw_response.create(
             model="messages", messages=[{"role": "user", "content": "What is my name?"}])
         assert raw.headers["x-gateway-passthrough"] == "store_unavailable"
