@@ -123,8 +123,7 @@ def rewrite(request: RewriteRequest, tokenizer: Tokenizer) -> Rewrite:
     and budgeted as one of them, so it is part of the stable prefix in every assembly; when
     the instructions, the brief and the current turn alone exceed the budget, the request is
     rewritten without the brief."""
-    recalled = pages_last(request.memory.recalled, "\n".join(
-        m.text for m in request.current if m.role == "user"))
+    recalled = pages_last(request.memory.recalled, _message(request))
     if recalled is not request.memory.recalled:
         request = replace(request, memory=replace(request.memory, recalled=recalled))
     brief = request.memory.brief
@@ -487,8 +486,12 @@ def _large_last(request: RewriteRequest) -> bool:
     large items last: unless the message asks what the assistant said
     (`need.asks_what_you_said`), whose long replies are what it wants
     (gateway/core/recall/pages.py; why: docs/decisions.md)."""
-    return not asks_what_you_said("\n".join(m.text for m in request.current
-                                             if m.role == "user"))
+    return not asks_what_you_said(_message(request))
+
+
+def _message(request: RewriteRequest) -> str:
+    """What the user says in the current turn (its user messages' text)."""
+    return "\n".join(m.text for m in request.current if m.role == "user")
 
 
 def _window_ids(request: RewriteRequest, window: Window) -> frozenset[str]:
